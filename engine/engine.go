@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latchd/latchd/fence"
+)
+
+// OwnerID names who holds or waits: a TCP connection or an HTTP session.
+type OwnerID uint64
+
+// Result is the outcome of a request that did not fail.
+type Result uint8
+
+// Results. Granted carries a token; Queued means the Sink will hear the
+// final Result later; TimedOut means the wait ended (or a try-lock found the
+// key busy); Canceled means the owner was dropped while it waited.
+const (
+	Granted Result = iota + 1
+	Queued
+	TimedOut
+	Canceled
+)
+
+// String names the result.
+func (r Result) String() string {
+	switch r {
+	case Granted:
+		return "granted"
+	case Queued:
+		return "queued"
+	case TimedOut:
+		return "timed_out"
+	case Canceled:
+		return "canceled"
+	}
+	return "invalid"
+}
+
+// Outcome is what a request (or, later, its Sink) hears.
+type Outcome struct {
+	Result Result
+	Token  fence.Token   // Granted only
+	TTL    time.Duration // Granted only: the lease length
+}
+
+// Sink receives exactly one Outcome per request that was answered Queued.
+// Deliver runs outside all engine locks on whichever goroutine produced the
+// outcome; it must not block and must not call back into the engine.
+type Sink interface{ Deliver(Outcome) }
+
+// Config sets an engine's limits. Build it from DefaultConfig.
+type Config struct {
+	// Shards is the number of independent shards; a power of two.
+	Shards int
+	// MaxKeys caps the number of keys held in memory (held, waited on or
+	// idle); 0 means no cap. At the cap a new key evicts the shard's
+	// oldest idle key, or is refused with ErrMaxKeys.
+	MaxKeys int
+	// MaxWaiters caps each key's queue; 0 means no cap.
+	MaxWaiters int
+	// DefaultTTL is the lease a request gets when it names none.
+	DefaultTTL time.Duration
+	// GCMaxIdle is how long a key with no holder and no waiter is kept.
+	GCMaxIdle time.Duration
+	// FenceSeed is the last fence number issued before this engine; the
+	// first grant gets FenceSeed+1.
+	FenceSeed uint64
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Shards:     64,
+		MaxKeys:    1024,
+		DefaultTTL: 33 * time.Second,
+		GCMaxIdle:  60 * time.Second,
+	}
+}
+
+// Validate reports the first field out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.Shards < 1 || c.Shards&(c.Shards-1) != 0:
+		return fmt.Errorf("engine: shards must be a power of two, got %d", c.Shards)
+	case c.MaxKeys < 0:
+		return fmt.Errorf("engine: max keys must be >= 0, got %d", c.MaxKeys)
+	case c.MaxWaiters < 0:
+		return fmt.Errorf("engine: max waiters must be >= 0, got %d", c.MaxWaiters)
+	case c.DefaultTTL <= 0:
+		return fmt.Errorf("engine: default TTL must be > 0, got %v", c.DefaultTTL)
+	case c.GCMaxIdle < 0:
+		return fmt.Errorf("engine: GC max idle must be >= 0, got %v", c.GCMaxIdle)
+	}
+	return nil
+}
+
+// Engine is the lock state machine. Its methods are safe for concurrent use.
+type Engine struct {
+	cfg    Config
+	mask   uint64
+	shards []shard
+	fence  atomic.Uint64 // last fence number issued
+	keys   atomic.Int64  // keys in memory, for MaxKeys
+	sess   sessions
+}
+
+// New returns an engine with cfg, which must be valid.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, mask: uint64(cfg.Shards - 1), shards: make([]shard, cfg.Shards)}
+	for i := range e.shards {
+		e.shards[i].init(e)
+	}
+	e.fence.Store(cfg.FenceSeed)
+	e.sess.init()
+	return e, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// LastFence returns the last fence number issued.
+func (e *Engine) LastFence() uint64 { return e.fence.Load() }
+
+// shardFor maps a key to its shard with FNV-1a: fixed, so two engines with
+// one Config place every key alike (a seeded hash would make the order in
+// which DropOwner and Expire visit keys differ between replicas).
+func (e *Engine) shardFor(key []byte) *shard {
+	h := uint64(14695981039346656037)
+	for _, c := range key {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return &e.shards[h&e.mask]
+}
+
+// AcquireReq is an acquire or a two-phase enqueue.
+type AcquireReq struct {
+	Key     []byte
+	Owner   OwnerID
+	Limit   int           // slots; 1 for a lock
+	TTL     time.Duration // lease; 0 means Config.DefaultTTL
+	Timeout time.Duration // Acquire only: how long to wait; 0 = try once
+	Salt    uint64        // the grant's token salt, from a CSPRNG
+}
+
+func (e *Engine) check(req *AcquireReq) error {
+	if len(req.Key) == 0 || req.Limit < 1 || req.TTL < 0 || req.Timeout < 0 {
+		return ErrBadRequest
+	}
+	if req.TTL == 0 {
+		req.TTL = e.cfg.DefaultTTL
+	}
+	return nil
+}
+
+// Acquire takes a slot of req.Key. It answers Granted when a slot is free
+// and nobody is queued, TimedOut when Timeout is 0 and it is not, and
+// otherwise parks the request: Queued, and sink later hears Granted or
+// TimedOut (or Canceled if the owner is dropped first).
+func (e *Engine) Acquire(now int64, req AcquireReq, sink Sink) (Outcome, error) {
+	if err := e.check(&req); err != nil {
+		return Outcome{}, err
+	}
+	return e.shardFor(req.Key).acquire(now, &req, sink, false)
+}
+
+// Enqueue is the first phase of a two-phase acquire: it takes a slot at
+// once if one is free and nobody is queued (Granted), and otherwise joins
+// the queue without blocking (Queued; no Sink is called). Wait completes
+// it. An owner that already holds or waits on the key gets ErrAlreadyQueued.
+func (e *Engine) Enqueue(now int64, req AcquireReq) (Outcome, error) {
+	if err := e.check(&req); err != nil {
+		return Outcome{}, err
+	}
+	return e.shardFor(req.Key).acquire(now, &req, nil, true)
+}
+
+// Wait is the second phase: if the owner's enqueued request has been
+// granted it answers Granted with the lease restarted at now; otherwise it
+// parks until timeout (0 = answer TimedOut at once). A wait that times out
+// leaves the queue. Without an earlier Enqueue it returns ErrNotQueued.
+func (e *Engine) Wait(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink) (Outcome, error) {
+	if timeout < 0 {
+		return Outcome{}, ErrBadRequest
+	}
+	return e.shardFor(key).wait(now, key, owner, timeout, sink)
+}
+
+// Release frees the slot of key held with tok and hands it to the oldest
+// waiter. An unknown key, a wrong token or an expired lease is ErrNotHolder.
+func (e *Engine) Release(now int64, key []byte, tok fence.Token) error {
+	return e.shardFor(key).release(now, key, tok)
+}
+
+// Renew restarts the lease of key held with tok at now+ttl (ttl 0: the
+// lease's own TTL) and returns the lease length. An expired lease is not
+// resurrected: ErrNotHolder.
+func (e *Engine) Renew(now int64, key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error) {
+	if ttl < 0 {
+		return 0, ErrBadRequest
+	}
+	return e.shardFor(key).renew(now, key, tok, ttl)
+}
+
+// DropOwner releases everything owner holds and withdraws everything it
+// waits for, as on a disconnect. Parked requests of the owner hear
+// Canceled. It costs one lock of each shard plus what the owner had.
+func (e *Engine) DropOwner(now int64, owner OwnerID) {
+	for i := range e.shards {
+		e.shards[i].dropOwner(now, owner)
+	}
+}
+
+// Expire ends every lease and wait whose deadline is <= now, hands freed
+// slots on, prunes idle keys and drops expired sessions. One clock
+// goroutine calls it, every ~10 ms.
+func (e *Engine) Expire(now int64) {
+	for i := range e.shards {
+		e.shards[i].expire(now)
+	}
+	e.expireSessions(now)
+}
+
+// NextDeadline returns the earliest deadline any shard waits for, or
+// math.MaxInt64. A clock can sleep until then.
+func (e *Engine) NextDeadline() int64 {
+	next := int64(1<<63 - 1)
+	for i := range e.shards {
+		if d := e.shards[i].next.Load(); d < next {
+			next = d
+		}
+	}
+	if d := e.sess.next.Load(); d < next {
+		next = d
+	}
+	return next
+}
+
+// delivery is a Sink call collected under a shard lock and made after it.
+type delivery struct {
+	sink Sink
+	out  Outcome
+}
+
+var deliveryPool = sync.Pool{New: func() any { s := make([]delivery, 0, 16); return &s }}
+
+func deliver(d *[]delivery) {
+	if d == nil {
+		return
+	}
+	for i := range *d {
+		(*d)[i].sink.Deliver((*d)[i].out)
+		(*d)[i] = delivery{}
+	}
+	*d = (*d)[:0]
+	deliveryPool.Put(d)
+}

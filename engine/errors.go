@@ -1,0 +1,24 @@
+package engine
+
+import "errors"
+
+var (
+	// ErrMaxKeys means the key does not exist and the engine already holds
+	// Config.MaxKeys keys with none idle to evict.
+	ErrMaxKeys = errors.New("engine: max keys reached")
+	// ErrMaxWaiters means the key's queue already holds Config.MaxWaiters.
+	ErrMaxWaiters = errors.New("engine: max waiters reached")
+	// ErrLimitMismatch means the key exists with another slot limit.
+	ErrLimitMismatch = errors.New("engine: semaphore limit mismatch")
+	// ErrNotHolder means no live lease on the key carries the token.
+	ErrNotHolder = errors.New("engine: token does not hold key")
+	// ErrAlreadyQueued means the owner already holds or waits on the key,
+	// so a two-phase enqueue is refused.
+	ErrAlreadyQueued = errors.New("engine: owner already holds or waits on key")
+	// ErrNotQueued means Wait found no two-phase enqueue of the owner on
+	// the key.
+	ErrNotQueued = errors.New("engine: owner has not enqueued on key")
+	// ErrBadRequest means a request's fields are out of range (an empty
+	// key, a limit < 1, a negative duration).
+	ErrBadRequest = errors.New("engine: bad request")
+)

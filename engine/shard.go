@@ -1,0 +1,422 @@
+package engine
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latchd/latchd/fence"
+)
+
+// maxFree bounds a shard's pool of spare entries.
+const maxFree = 1024
+
+// expireBudget bounds the deadlines one Expire call handles per shard, so
+// a mass expiry never holds a shard lock for long; the rest wait for the
+// next tick (next stays <= now, so the clock comes back at once).
+const expireBudget = 4096
+
+// shard owns a slice of the key space: its resources, its owners' lists,
+// its deadline heap and its idle list, all under mu.
+type shard struct {
+	mu      sync.Mutex
+	e       *Engine
+	res     map[string]*resource
+	owners  map[OwnerID]*entry // head of each owner's list
+	heap    deadlines
+	idle    idleList
+	free    []*entry
+	touched []*resource
+	ctr     counters
+	next    atomic.Int64 // earliest deadline or GC due here; read without mu
+	_       [64]byte     // keep neighbouring shards' locks off this cache line
+}
+
+func (s *shard) init(e *Engine) {
+	s.e = e
+	s.res = make(map[string]*resource)
+	s.owners = make(map[OwnerID]*entry)
+	s.next.Store(math.MaxInt64)
+}
+
+// updateNextLocked publishes the earliest time Expire has work here.
+func (s *shard) updateNextLocked() {
+	next := int64(math.MaxInt64)
+	if len(s.heap) > 0 {
+		next = s.heap[0].deadline
+	}
+	if r := s.idle.head; r != nil {
+		if due := r.idleAt + int64(s.e.cfg.GCMaxIdle); due < next {
+			next = due
+		}
+	}
+	s.next.Store(next)
+}
+
+func (s *shard) newEntry(res *resource, req *AcquireReq) *entry {
+	var en *entry
+	if n := len(s.free); n > 0 {
+		en = s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+	} else {
+		en = &entry{}
+	}
+	*en = entry{res: res, owner: req.Owner, salt: req.Salt, ttl: req.TTL, hidx: -1}
+	s.linkOwner(en)
+	return en
+}
+
+// freeEntry drops en, which must be off every list and out of the heap.
+func (s *shard) freeEntry(en *entry) {
+	*en = entry{}
+	if len(s.free) < maxFree {
+		s.free = append(s.free, en)
+	}
+}
+
+func (s *shard) linkOwner(en *entry) {
+	head := s.owners[en.owner]
+	en.oprev, en.onext = nil, head
+	if head != nil {
+		head.oprev = en
+	}
+	s.owners[en.owner] = en
+}
+
+func (s *shard) unlinkOwner(en *entry) {
+	if en.oprev != nil {
+		en.oprev.onext = en.onext
+	} else if en.onext != nil {
+		s.owners[en.owner] = en.onext
+	} else {
+		delete(s.owners, en.owner)
+	}
+	if en.onext != nil {
+		en.onext.oprev = en.oprev
+	}
+	en.oprev, en.onext = nil, nil
+}
+
+// findOwned returns owner's entry on res (a two-phase one if twoPhase).
+func (s *shard) findOwned(owner OwnerID, res *resource, twoPhase bool) *entry {
+	for en := s.owners[owner]; en != nil; en = en.onext {
+		if en.res == res && (!twoPhase || en.twoPhase) {
+			return en
+		}
+	}
+	return nil
+}
+
+// resourceLocked returns key's resource, creating it (idle) if needed.
+// An idle resource takes a new limit; a busy one refuses another.
+func (s *shard) resourceLocked(now int64, key []byte, limit int) (*resource, error) {
+	if r := s.res[string(key)]; r != nil {
+		if r.limit != limit {
+			if !r.empty() {
+				return nil, ErrLimitMismatch
+			}
+			r.limit = limit
+		}
+		return r, nil
+	}
+	if err := s.reserveKeyLocked(); err != nil {
+		return nil, err
+	}
+	r := &resource{key: string(key), limit: limit}
+	s.res[r.key] = r
+	s.idle.pushBack(r, now)
+	return r, nil
+}
+
+// reserveKeyLocked counts a new key against MaxKeys, evicting this shard's
+// oldest idle key when the engine is full.
+func (s *shard) reserveKeyLocked() error {
+	max := int64(s.e.cfg.MaxKeys)
+	for {
+		n := s.e.keys.Load()
+		if max > 0 && n >= max {
+			if s.idle.head == nil {
+				return ErrMaxKeys
+			}
+			s.dropResourceLocked(s.idle.head)
+			continue
+		}
+		if s.e.keys.CompareAndSwap(n, n+1) {
+			return nil
+		}
+	}
+}
+
+func (s *shard) dropResourceLocked(r *resource) {
+	s.idle.remove(r)
+	delete(s.res, r.key)
+	s.e.keys.Add(-1)
+	s.ctr.pruned++
+}
+
+// grantLocked gives en a slot of its resource and a fresh token.
+func (s *shard) grantLocked(now int64, en *entry) {
+	en.token = fence.Token{Fence: s.e.fence.Add(1), Salt: en.salt}
+	en.holding = true
+	en.res.holders.pushBack(en)
+	s.heap.set(en, now+int64(en.ttl))
+	s.ctr.grants++
+}
+
+// promoteLocked grants free slots of res to its oldest waiters and queues
+// their Sink calls on d. It marks res idle when nothing is left on it.
+func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delivery {
+	for res.holders.n < res.limit && res.waiters.head != nil {
+		en := res.waiters.head
+		res.waiters.remove(en)
+		s.grantLocked(now, en)
+		if en.sink != nil {
+			d = appendDelivery(d, en.sink, Outcome{Result: Granted, Token: en.token, TTL: en.ttl})
+			en.sink = nil
+		}
+	}
+	if res.empty() && !res.idle {
+		s.idle.pushBack(res, now)
+	}
+	return d
+}
+
+func appendDelivery(d *[]delivery, sink Sink, out Outcome) *[]delivery {
+	if d == nil {
+		d = deliveryPool.Get().(*[]delivery)
+	}
+	*d = append(*d, delivery{sink: sink, out: out})
+	return d
+}
+
+// removeLocked takes en off its resource, the heap and its owner's list,
+// and frees it. The caller promotes the resource afterwards.
+func (s *shard) removeLocked(en *entry) {
+	if en.holding {
+		en.res.holders.remove(en)
+	} else {
+		en.res.waiters.remove(en)
+	}
+	if en.hidx >= 0 {
+		s.heap.remove(en)
+	}
+	s.unlinkOwner(en)
+	s.freeEntry(en)
+}
+
+func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (Outcome, error) {
+	s.mu.Lock()
+	res, err := s.resourceLocked(now, req.Key, req.Limit)
+	if err != nil {
+		s.mu.Unlock()
+		return Outcome{}, err
+	}
+	if twoPhase && s.findOwned(req.Owner, res, false) != nil {
+		s.mu.Unlock()
+		return Outcome{}, ErrAlreadyQueued
+	}
+	if res.holders.n < res.limit && res.waiters.n == 0 {
+		if res.idle {
+			s.idle.remove(res)
+		}
+		en := s.newEntry(res, req)
+		s.grantLocked(now, en)
+		out := Outcome{Result: Granted, Token: en.token, TTL: en.ttl}
+		s.updateNextLocked()
+		s.mu.Unlock()
+		return out, nil
+	}
+	if !twoPhase && req.Timeout == 0 {
+		s.ctr.timeouts++
+		s.mu.Unlock()
+		return Outcome{Result: TimedOut}, nil
+	}
+	if max := s.e.cfg.MaxWaiters; max > 0 && res.waiters.n >= max {
+		s.mu.Unlock()
+		return Outcome{}, ErrMaxWaiters
+	}
+	en := s.newEntry(res, req)
+	en.twoPhase = twoPhase
+	res.waiters.pushBack(en)
+	if !twoPhase {
+		en.sink = sink
+		s.heap.set(en, now+int64(req.Timeout))
+		s.updateNextLocked()
+	}
+	s.mu.Unlock()
+	return Outcome{Result: Queued}, nil
+}
+
+func (s *shard) wait(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink) (Outcome, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := s.res[string(key)]
+	if res == nil {
+		return Outcome{}, ErrNotQueued
+	}
+	en := s.findOwned(owner, res, true)
+	if en == nil {
+		return Outcome{}, ErrNotQueued
+	}
+	en.twoPhase = false
+	if en.holding {
+		s.heap.set(en, now+int64(en.ttl))
+		s.updateNextLocked()
+		return Outcome{Result: Granted, Token: en.token, TTL: en.ttl}, nil
+	}
+	if timeout == 0 {
+		// A waiter never blocks a free slot (see resource), so leaving
+		// the queue grants nobody.
+		s.removeLocked(en)
+		if res.empty() {
+			s.idle.pushBack(res, now)
+		}
+		s.ctr.timeouts++
+		s.updateNextLocked()
+		return Outcome{Result: TimedOut}, nil
+	}
+	en.sink = sink
+	s.heap.set(en, now+int64(timeout))
+	s.updateNextLocked()
+	return Outcome{Result: Queued}, nil
+}
+
+// holderLocked finds the live holder of key with tok. A lease found past
+// its deadline is expired on the spot (its slot handed on, queued on d).
+func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]delivery) *entry {
+	res := s.res[string(key)]
+	if res == nil {
+		return nil
+	}
+	en := res.findHolder(tok)
+	if en == nil {
+		return nil
+	}
+	if en.deadline <= now {
+		s.removeLocked(en)
+		s.ctr.expiries++
+		*d = s.promoteLocked(now, res, *d)
+		return nil
+	}
+	return en
+}
+
+func (s *shard) release(now int64, key []byte, tok fence.Token) error {
+	var d *[]delivery
+	s.mu.Lock()
+	en := s.holderLocked(now, key, tok, &d)
+	if en != nil {
+		res := en.res
+		s.removeLocked(en)
+		s.ctr.releases++
+		d = s.promoteLocked(now, res, d)
+	}
+	s.updateNextLocked()
+	s.mu.Unlock()
+	deliver(d)
+	if en == nil {
+		return ErrNotHolder
+	}
+	return nil
+}
+
+func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error) {
+	var d *[]delivery
+	s.mu.Lock()
+	en := s.holderLocked(now, key, tok, &d)
+	if en != nil {
+		if ttl > 0 {
+			en.ttl = ttl
+		}
+		ttl = en.ttl
+		s.heap.set(en, now+int64(ttl))
+		s.ctr.renewals++
+	}
+	s.updateNextLocked()
+	s.mu.Unlock()
+	deliver(d)
+	if en == nil {
+		return 0, ErrNotHolder
+	}
+	return ttl, nil
+}
+
+func (s *shard) dropOwner(now int64, owner OwnerID) {
+	var d *[]delivery
+	s.mu.Lock()
+	en := s.owners[owner]
+	if en == nil {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.owners, owner)
+	touched := s.touched[:0]
+	for en != nil {
+		next := en.onext
+		en.oprev, en.onext = nil, nil // the whole list goes; skip unlinkOwner
+		res := en.res
+		if en.holding {
+			res.holders.remove(en)
+			s.ctr.dropped++
+		} else {
+			res.waiters.remove(en)
+			if en.sink != nil {
+				d = appendDelivery(d, en.sink, Outcome{Result: Canceled})
+			}
+		}
+		if en.hidx >= 0 {
+			s.heap.remove(en)
+		}
+		s.freeEntry(en)
+		if !res.touched {
+			res.touched = true
+			touched = append(touched, res)
+		}
+		en = next
+	}
+	// Promote only after every entry of the owner is gone, so no slot is
+	// handed to a request of the owner being dropped.
+	for i, res := range touched {
+		res.touched = false
+		d = s.promoteLocked(now, res, d)
+		touched[i] = nil
+	}
+	s.touched = touched[:0]
+	s.updateNextLocked()
+	s.mu.Unlock()
+	deliver(d)
+}
+
+func (s *shard) expire(now int64) {
+	if s.next.Load() > now {
+		return
+	}
+	var d *[]delivery
+	s.mu.Lock()
+	budget := expireBudget
+	for len(s.heap) > 0 && s.heap[0].deadline <= now && budget > 0 {
+		budget--
+		en := s.heap[0]
+		res := en.res
+		if en.holding {
+			s.ctr.expiries++
+		} else {
+			s.ctr.timeouts++
+			if en.sink != nil {
+				d = appendDelivery(d, en.sink, Outcome{Result: TimedOut})
+			}
+		}
+		s.removeLocked(en)
+		d = s.promoteLocked(now, res, d)
+	}
+	maxIdle := int64(s.e.cfg.GCMaxIdle)
+	for r := s.idle.head; r != nil && r.idleAt+maxIdle <= now && budget > 0; r = s.idle.head {
+		budget--
+		s.dropResourceLocked(r)
+	}
+	s.updateNextLocked()
+	s.mu.Unlock()
+	deliver(d)
+}
