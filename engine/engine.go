@@ -213,8 +213,15 @@ func (e *Engine) Renew(now int64, key []byte, tok fence.Token, ttl time.Duration
 // waits for, as on a disconnect. Parked requests of the owner hear
 // Canceled. It costs one lock of each shard plus what the owner had.
 func (e *Engine) DropOwner(now int64, owner OwnerID) {
+	e.Disconnect(now, owner, true)
+}
+
+// Disconnect is DropOwner for a connection that went away: with release
+// false the owner's leases stay until they expire or are released by
+// token, and only its waits are withdrawn.
+func (e *Engine) Disconnect(now int64, owner OwnerID, release bool) {
 	for i := range e.shards {
-		e.shards[i].dropOwner(now, owner)
+		e.shards[i].dropOwner(now, owner, !release)
 	}
 }
 

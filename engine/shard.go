@@ -251,15 +251,28 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 
 func (s *shard) wait(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink) (Outcome, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	res := s.res[string(key)]
-	if res == nil {
-		return Outcome{}, ErrNotQueued
+	var en *entry
+	if res != nil {
+		en = s.findOwned(owner, res, true)
 	}
-	en := s.findOwned(owner, res, true)
 	if en == nil {
+		s.mu.Unlock()
 		return Outcome{}, ErrNotQueued
 	}
+	if en.holding && en.deadline <= now {
+		// The grant's lease ran out before it was collected and before
+		// Expire swept it: it is dead, as for Release and Renew, and the
+		// slot goes on.
+		s.removeLocked(en)
+		s.ctr.expiries++
+		d := s.promoteLocked(now, res, nil)
+		s.updateNextLocked()
+		s.mu.Unlock()
+		deliver(d)
+		return Outcome{}, ErrNotQueued
+	}
+	defer s.mu.Unlock()
 	en.twoPhase = false
 	if en.holding {
 		s.heap.set(en, now+int64(en.ttl))
@@ -343,7 +356,7 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration)
 	return ttl, nil
 }
 
-func (s *shard) dropOwner(now int64, owner OwnerID) {
+func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool) {
 	var d *[]delivery
 	s.mu.Lock()
 	en := s.owners[owner]
@@ -351,25 +364,20 @@ func (s *shard) dropOwner(now int64, owner OwnerID) {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.owners, owner)
 	touched := s.touched[:0]
 	for en != nil {
 		next := en.onext
-		en.oprev, en.onext = nil, nil // the whole list goes; skip unlinkOwner
 		res := en.res
-		if en.holding {
-			res.holders.remove(en)
+		switch {
+		case en.holding && keepHeld:
+			en = next
+			continue
+		case en.holding:
 			s.ctr.dropped++
-		} else {
-			res.waiters.remove(en)
-			if en.sink != nil {
-				d = appendDelivery(d, en.sink, Outcome{Result: Canceled})
-			}
+		case en.sink != nil:
+			d = appendDelivery(d, en.sink, Outcome{Result: Canceled})
 		}
-		if en.hidx >= 0 {
-			s.heap.remove(en)
-		}
-		s.freeEntry(en)
+		s.removeLocked(en)
 		if !res.touched {
 			res.touched = true
 			touched = append(touched, res)

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/server"
+)
+
+// options are the command line, after flags and LATCHD_* variables.
+type options struct {
+	host, authToken, authTokenFile string
+	logLevel, logFormat            string
+	port, httpPort                 int
+	defaultLeaseTTL, readTimeout   int
+	gcMaxIdle, httpSessionTTL      int
+	maxLocks, maxWaiters, maxConns int
+	eventLoops, shards             int
+	httpRateLimit                  float64
+	autoRelease, version           bool
+}
+
+// envName maps a flag to its environment variable: --max-locks is
+// LATCHD_MAX_LOCKS.
+func envName(flagName string) string {
+	return "LATCHD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseOptions reads args, then fills every flag not given on the command
+// line from its environment variable: flags win.
+func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.host, "host", "127.0.0.1", "address to bind")
+	fs.IntVar(&o.port, "port", 6388, "TCP port")
+	fs.IntVar(&o.httpPort, "http-port", 0, "HTTP REST port (0 = off)")
+	fs.IntVar(&o.defaultLeaseTTL, "default-lease-ttl", 33, "lease TTL in seconds when a request names none")
+	fs.IntVar(&o.maxLocks, "max-locks", 1024, "cap on keys in memory (0 = no cap)")
+	fs.IntVar(&o.maxWaiters, "max-waiters", 0, "cap on each key's queue (0 = no cap)")
+	fs.IntVar(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = no cap)")
+	fs.IntVar(&o.readTimeout, "read-timeout", 23, "seconds a connection may sit on a partial request")
+	fs.BoolVar(&o.autoRelease, "auto-release-on-disconnect", true, "release what a connection held when it closes")
+	fs.IntVar(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
+	fs.StringVar(&o.authToken, "auth-token", "", "shared secret clients must send with auth")
+	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the shared secret")
+	fs.IntVar(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core)")
+	fs.IntVar(&o.shards, "shards", 64, "engine shards (a power of two)")
+	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
+	fs.Float64Var(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = off)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "console", "console or json")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if o.authTokenFile != "" {
+		b, err := os.ReadFile(o.authTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("auth token file: %w", err)
+		}
+		o.authToken = strings.TrimSpace(string(b))
+		if o.authToken == "" {
+			return nil, fmt.Errorf("auth token file %s is empty", o.authTokenFile)
+		}
+	}
+	if o.logFormat != "console" && o.logFormat != "json" {
+		return nil, fmt.Errorf("--log-format must be console or json, got %q", o.logFormat)
+	}
+	if o.port < 0 || o.port > 65535 || o.httpPort < 0 || o.httpPort > 65535 {
+		return nil, fmt.Errorf("ports must be within 0-65535")
+	}
+	return o, nil
+}
+
+func secs(n int) time.Duration { return time.Duration(n) * time.Second }
+
+func (o *options) engineConfig() (engine.Config, error) {
+	c := engine.DefaultConfig()
+	c.Shards = o.shards
+	c.MaxKeys = o.maxLocks
+	c.MaxWaiters = o.maxWaiters
+	c.DefaultTTL = secs(o.defaultLeaseTTL)
+	c.GCMaxIdle = secs(o.gcMaxIdle)
+	return c, c.Validate()
+}
+
+func (o *options) serverConfig() (server.Config, error) {
+	c := server.DefaultConfig()
+	c.Addr = hostPort(o.host, o.port)
+	c.EventLoops = o.eventLoops
+	c.ReadTimeout = secs(o.readTimeout)
+	c.MaxConnections = o.maxConns
+	c.AuthToken = o.authToken
+	c.AutoRelease = o.autoRelease
+	return c, c.Validate()
+}
+
+func hostPort(host string, port int) string {
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		host = "[" + host + "]"
+	}
+	return fmt.Sprintf("%s:%d", host, port)
+}

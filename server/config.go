@@ -1,0 +1,54 @@
+package server
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config sets the TCP server up. Build it from DefaultConfig.
+type Config struct {
+	// Addr is the listen address, host:port.
+	Addr string
+	// EventLoops is the number of gnet event loops; 0 means one per core.
+	EventLoops int
+	// ReadTimeout closes a connection that has sat on a partial request
+	// this long. A connection parked on a blocking request is not idle.
+	ReadTimeout time.Duration
+	// MaxConnections caps open connections; 0 means no cap.
+	MaxConnections int
+	// AuthToken, when set, must be sent with auth as the first request.
+	AuthToken string
+	// AutoRelease releases what a connection held when it closes. Its
+	// queued waits are withdrawn either way.
+	AutoRelease bool
+	// MaxParked caps the bytes a client may pipeline behind a request that
+	// is waiting; past it the connection is closed.
+	MaxParked int
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Addr:        "127.0.0.1:6388",
+		ReadTimeout: 23 * time.Second,
+		AutoRelease: true,
+		MaxParked:   64 << 10,
+	}
+}
+
+// Validate reports the first field out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.Addr == "":
+		return fmt.Errorf("server: empty listen address")
+	case c.EventLoops < 0:
+		return fmt.Errorf("server: event loops must be >= 0, got %d", c.EventLoops)
+	case c.ReadTimeout <= 0:
+		return fmt.Errorf("server: read timeout must be > 0, got %v", c.ReadTimeout)
+	case c.MaxConnections < 0:
+		return fmt.Errorf("server: max connections must be >= 0, got %d", c.MaxConnections)
+	case c.MaxParked < 1024:
+		return fmt.Errorf("server: max parked bytes must be >= 1024, got %d", c.MaxParked)
+	}
+	return nil
+}

@@ -1,0 +1,15 @@
+// Package server is latchd's TCP front end: a gnet event handler that
+// decodes the three-line protocol with codec, calls the engine with the
+// connection's owner id, and encodes the answers.
+//
+// There is no goroutine, channel or timer per connection or per waiter.
+// Requests run on the connection's event loop. A blocking request that the
+// engine parks stops decoding on that connection: the requests behind it
+// stay in gnet's inbound buffer, so answers leave in request order. The
+// grant arrives later through session.Deliver on whatever goroutine freed
+// the slot; Deliver appends the answer to the session's inbox and calls
+// conn.Wake, and the connection's own loop writes it and resumes decoding.
+//
+// Lock order: session.mu takes no other lock, and nothing is called while
+// it is held (docs/locks.md).
+package server

@@ -1,0 +1,10 @@
+package server
+
+import "errors"
+
+// Reasons a connection is closed, for the debug log.
+var (
+	errNotAuthed      = errors.New("server: request before auth")
+	errBadAuth        = errors.New("server: wrong auth token")
+	errParkedOverflow = errors.New("server: too many bytes pipelined behind a waiting request")
+)

@@ -1,0 +1,219 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/engine"
+)
+
+// Server is the TCP front end of one engine.
+type Server struct {
+	gnet.BuiltinEventEngine
+
+	cfg    Config
+	eng    *engine.Engine
+	log    *zap.Logger
+	gnet   gnet.Engine
+	addr   string
+	booted chan struct{}
+	done   chan error
+
+	conns  atomic.Int64
+	nextID atomic.Uint64
+	reg    registry
+
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+// New returns a server for eng; Start runs it.
+func New(cfg Config, eng *engine.Engine, log *zap.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, eng: eng, log: log,
+		booted: make(chan struct{}), done: make(chan error, 1), stop: make(chan struct{})}
+	s.reg.init()
+	return s, nil
+}
+
+// Start listens and serves in the background. It returns once the server
+// accepts connections, or with the reason it could not.
+func (s *Server) Start() error {
+	opts := []gnet.Option{
+		gnet.WithMulticore(true),
+		gnet.WithNumEventLoop(s.cfg.EventLoops),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithLogger(s.log.Sugar()),
+		gnet.WithReuseAddr(true),
+	}
+	go func() { s.done <- gnet.Run(s, "tcp://"+s.cfg.Addr, opts...) }()
+	select {
+	case <-s.booted:
+	case err := <-s.done:
+		if err == nil {
+			err = errors.New("stopped before it started")
+		}
+		return fmt.Errorf("server: listen %s: %w", s.cfg.Addr, err)
+	}
+	go s.sweep()
+	return nil
+}
+
+// OnBoot records the engine and the bound address (port 0 picks one).
+func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
+	s.gnet = eng
+	s.addr = s.cfg.Addr
+	if fd, err := eng.Dup(); err == nil {
+		f := os.NewFile(uintptr(fd), "listener")
+		if ln, err := net.FileListener(f); err == nil {
+			s.addr = ln.Addr().String()
+			_ = ln.Close()
+		}
+		_ = f.Close()
+	}
+	close(s.booted)
+	return gnet.None
+}
+
+// Addr returns the address the server listens on.
+func (s *Server) Addr() string { return s.addr }
+
+// Connections returns the number of open connections.
+func (s *Server) Connections() int { return int(s.conns.Load()) }
+
+// Stop closes the listener and every connection (releasing what each
+// held) and waits for the event loops to end, or for ctx.
+func (s *Server) Stop(ctx context.Context) error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		err = s.gnet.Stop(ctx)
+		if err == nil {
+			select {
+			case <-s.done:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+	})
+	return err
+}
+
+// OnOpen admits a connection under MaxConnections and gives it a session.
+func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	n := s.conns.Add(1)
+	if max := s.cfg.MaxConnections; max > 0 && n > int64(max) {
+		s.conns.Add(-1)
+		if ce := s.log.Check(zap.DebugLevel, "connection refused: max connections"); ce != nil {
+			ce.Write(zap.String("remote", c.RemoteAddr().String()), zap.Int("max", max))
+		}
+		return []byte("error\n"), gnet.Close
+	}
+	ss := &session{conn: c, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == ""}
+	c.SetContext(ss)
+	s.reg.add(ss)
+	return nil, gnet.None
+}
+
+// OnClose releases what the connection held (or, without AutoRelease,
+// only withdraws its waits).
+func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
+	ss, ok := c.Context().(*session)
+	if !ok {
+		return gnet.None
+	}
+	s.conns.Add(-1)
+	s.reg.remove(ss)
+	s.eng.Disconnect(now(), ss.id, s.cfg.AutoRelease)
+	if ce := s.log.Check(zap.DebugLevel, "connection closed"); ce != nil {
+		ce.Write(zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
+	}
+	return gnet.None
+}
+
+// sweep closes connections that sat on a partial request for longer than
+// ReadTimeout. It checks every quarter of ReadTimeout (at most once a
+// second), so the close comes at most that much late.
+func (s *Server) sweep() {
+	every := min(s.cfg.ReadTimeout/4, time.Second)
+	t := time.NewTicker(max(every, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		cutoff := now() - int64(s.cfg.ReadTimeout)
+		s.reg.each(func(ss *session) {
+			if since := ss.partialSince.Load(); since != 0 && since <= cutoff {
+				ss.partialSince.Store(0)
+				if ce := s.log.Check(zap.DebugLevel, "protocol error"); ce != nil {
+					ce.Write(zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", "read timeout"))
+				}
+				_ = ss.conn.Close() // concurrency-safe in gnet v2
+			}
+		})
+	}
+}
+
+// registry holds every open session for the sweeper, in shards so that
+// opening and closing connections on several loops rarely contend.
+type registry struct {
+	shards [32]struct {
+		mu sync.Mutex
+		m  map[*session]struct{}
+	}
+}
+
+func (r *registry) init() {
+	for i := range r.shards {
+		r.shards[i].m = make(map[*session]struct{})
+	}
+}
+
+func (r *registry) shard(ss *session) int { return int(uint64(ss.id) % uint64(len(r.shards))) }
+
+func (r *registry) add(ss *session) {
+	sh := &r.shards[r.shard(ss)]
+	sh.mu.Lock()
+	sh.m[ss] = struct{}{}
+	sh.mu.Unlock()
+}
+
+func (r *registry) remove(ss *session) {
+	sh := &r.shards[r.shard(ss)]
+	sh.mu.Lock()
+	delete(sh.m, ss)
+	sh.mu.Unlock()
+}
+
+func (r *registry) each(fn func(*session)) {
+	var batch []*session
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for ss := range sh.m {
+			batch = append(batch, ss)
+		}
+		sh.mu.Unlock()
+		for _, ss := range batch {
+			fn(ss)
+		}
+		batch = batch[:0]
+	}
+}

@@ -1,0 +1,60 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/latchd/latchd/codec"
+	"github.com/latchd/latchd/engine"
+)
+
+// session is one TCP connection's state.
+type session struct {
+	// Event loop only.
+	conn   gnet.Conn
+	id     engine.OwnerID
+	parked bool   // a blocking request waits; decoding is paused
+	authed bool   // auth passed, or none is configured
+	out    []byte // answers of one OnTraffic call, written once
+
+	// Any goroutine.
+	partialSince atomic.Int64 // Unix ns a partial request has sat since; 0 = none
+	woken        atomic.Bool  // a Wake is pending; merges bursts of Deliver
+	mu           sync.Mutex
+	inbox        []byte // answers delivered by the engine, oldest first
+	delivered    bool   // the parked request has its answer in inbox
+}
+
+// Deliver implements engine.Sink. It runs on whichever goroutine produced
+// the outcome and never blocks: it queues the answer and wakes the
+// connection's loop.
+func (ss *session) Deliver(o engine.Outcome) {
+	if o.Result == engine.Canceled {
+		return // only DropOwner cancels, and only for a closed connection
+	}
+	ss.mu.Lock()
+	ss.inbox = appendOutcome(ss.inbox, codec.StatusOK, o)
+	ss.delivered = true
+	ss.mu.Unlock()
+	if ss.woken.CompareAndSwap(false, true) {
+		_ = ss.conn.Wake(nil) // fails only when the conn is gone; OnClose cleans up
+	}
+}
+
+// takeDelivered appends what Deliver queued to out and unparks the session
+// if its request was answered. Event loop only.
+func (ss *session) takeDelivered(out []byte) []byte {
+	ss.woken.Store(false) // before reading inbox, so a later Deliver wakes us again
+	ss.mu.Lock()
+	if len(ss.inbox) > 0 {
+		out = append(out, ss.inbox...)
+		ss.inbox = ss.inbox[:0]
+	}
+	if ss.delivered {
+		ss.delivered, ss.parked = false, false
+	}
+	ss.mu.Unlock()
+	return out
+}

@@ -1,0 +1,176 @@
+package server
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/codec"
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/fence"
+	"github.com/latchd/latchd/internal/clock"
+)
+
+func now() int64 { return clock.Now() }
+
+// OnTraffic writes answers the engine delivered, then decodes and runs the
+// buffered requests in order until one parks or the bytes run out.
+func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
+	ss := c.Context().(*session)
+	out := ss.takeDelivered(ss.out[:0]) // answers to older requests go first
+	buf, _ := c.Peek(-1)
+	used, close := 0, false
+	t := int64(0)
+	for !ss.parked && used < len(buf) {
+		var req codec.Request
+		n, err := codec.Decode(buf[used:], &req)
+		if n == 0 && err == nil {
+			break // incomplete request: wait for more bytes
+		}
+		if err != nil {
+			s.protocolError(ss, err)
+			out = codec.AppendStatus(out, codec.StatusError)
+			close = true
+			break
+		}
+		used += n
+		if t == 0 {
+			t = now()
+		}
+		out, close = s.dispatch(ss, t, &req, out)
+		if close {
+			break
+		}
+	}
+	if used > 0 {
+		_, _ = c.Discard(used) // never Discard(0): it empties the whole buffer
+	}
+	if len(out) > 0 {
+		_, _ = c.Write(out)
+	}
+	ss.out = out[:0]
+	if close {
+		return gnet.Close
+	}
+	rest := len(buf) - used
+	switch {
+	case ss.parked && rest > s.cfg.MaxParked:
+		s.protocolError(ss, errParkedOverflow)
+		return gnet.Close
+	case rest > 0 && !ss.parked:
+		if ss.partialSince.Load() == 0 {
+			ss.partialSince.Store(now())
+		}
+	default:
+		ss.partialSince.Store(0)
+	}
+	return gnet.None
+}
+
+// dispatch runs one valid request. It returns the output and whether the
+// connection must close after it is written.
+func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) ([]byte, bool) {
+	if req.Cmd == codec.CmdAuth {
+		return s.auth(ss, req, out)
+	}
+	if !ss.authed {
+		s.protocolError(ss, errNotAuthed)
+		return codec.AppendStatus(out, codec.StatusErrorAuth), true
+	}
+	switch req.Cmd {
+	case codec.CmdLock, codec.CmdSemLock:
+		o, err := s.eng.Acquire(t, s.acquireReq(ss, req), ss)
+		if err != nil {
+			return codec.AppendStatus(out, statusFor(err)), false
+		}
+		ss.parked = o.Result == engine.Queued
+		if ss.parked {
+			return out, false
+		}
+		return appendOutcome(out, codec.StatusOK, o), false
+	case codec.CmdEnqueue, codec.CmdSemEnqueue:
+		o, err := s.eng.Enqueue(t, s.acquireReq(ss, req))
+		if err != nil {
+			return codec.AppendStatus(out, statusFor(err)), false
+		}
+		return appendOutcome(out, codec.StatusAcquired, o), false
+	case codec.CmdWait, codec.CmdSemWait:
+		o, err := s.eng.Wait(t, req.Key, ss.id, seconds(req.Timeout), ss)
+		if err != nil {
+			return codec.AppendStatus(out, statusFor(err)), false
+		}
+		ss.parked = o.Result == engine.Queued
+		if ss.parked {
+			return out, false
+		}
+		return appendOutcome(out, codec.StatusOK, o), false
+	case codec.CmdRelease, codec.CmdSemRelease:
+		tok, err := fence.Parse(req.Token)
+		if err == nil {
+			err = s.eng.Release(t, req.Key, tok)
+		}
+		if err != nil {
+			return codec.AppendStatus(out, codec.StatusError), false
+		}
+		return codec.AppendStatus(out, codec.StatusOK), false
+	case codec.CmdRenew, codec.CmdSemRenew:
+		tok, err := fence.Parse(req.Token)
+		var ttl time.Duration
+		if err == nil {
+			ttl, err = s.eng.Renew(t, req.Key, tok, seconds(req.TTL))
+		}
+		if err != nil {
+			return codec.AppendStatus(out, codec.StatusError), false
+		}
+		return codec.AppendRemaining(out, int64(ttl/time.Second)), false
+	case codec.CmdStats:
+		st := s.eng.Snapshot(t)
+		st.Connections = s.Connections()
+		body, err := json.Marshal(st)
+		if err != nil {
+			return codec.AppendStatus(out, codec.StatusError), false
+		}
+		return codec.AppendBody(out, codec.StatusOK, body), false
+	}
+	return codec.AppendStatus(out, codec.StatusError), true
+}
+
+func (s *Server) acquireReq(ss *session, req *codec.Request) engine.AcquireReq {
+	limit := 1
+	if req.Cmd.Semaphore() {
+		limit = int(req.Limit)
+	}
+	return engine.AcquireReq{
+		Key:     req.Key,
+		Owner:   ss.id,
+		Limit:   limit,
+		TTL:     seconds(req.TTL),
+		Timeout: seconds(req.Timeout),
+		Salt:    clock.Salt(),
+	}
+}
+
+// auth checks the shared secret in constant time. Without a configured
+// token, auth is an error but not a violation.
+func (s *Server) auth(ss *session, req *codec.Request, out []byte) ([]byte, bool) {
+	if s.cfg.AuthToken == "" {
+		return codec.AppendStatus(out, codec.StatusError), false
+	}
+	if subtle.ConstantTimeCompare(req.Token, []byte(s.cfg.AuthToken)) != 1 {
+		s.protocolError(ss, errBadAuth)
+		return codec.AppendStatus(out, codec.StatusErrorAuth), true
+	}
+	ss.authed = true
+	return codec.AppendStatus(out, codec.StatusOK), false
+}
+
+func (s *Server) protocolError(ss *session, err error) {
+	if ce := s.log.Check(zap.DebugLevel, "protocol error"); ce != nil {
+		ce.Write(zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", err.Error()))
+	}
+}
+
+func seconds(n int64) time.Duration { return time.Duration(n) * time.Second }
