@@ -16,7 +16,7 @@ import (
 // options are the command line, after flags and LATCHD_* variables.
 type options struct {
 	host, authToken, authTokenFile string
-	logLevel, logFormat            string
+	logLevel, logFormat, debugAddr string
 	port, httpPort                 int
 	defaultLeaseTTL, readTimeout   int
 	gcMaxIdle, httpSessionTTL      int
@@ -56,6 +56,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.Float64Var(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "console or json")
+	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve net/http/pprof on this address (off when empty)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -89,6 +89,9 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	if err := srv.Start(); err != nil {
 		return err
 	}
+	if o.debugAddr != "" {
+		startDebug(o.debugAddr, log)
+	}
 	log.Info("latchd listening", zap.String("tcp", srv.Addr()), zap.String("version", version),
 		zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""))
 
