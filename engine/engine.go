@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,16 @@ type Config struct {
 	// FenceSeed is the last fence number issued before this engine; the
 	// first grant gets FenceSeed+1.
 	FenceSeed uint64
+	// FenceLimit, when > 0, is the highest fence number the engine may
+	// issue before it asks FenceReserve for more. A durable fence journal
+	// sets both, so no number is issued that the journal has not reserved.
+	FenceLimit uint64
+	// FenceReserve is called, on the granting goroutine and under a shard
+	// lock, when a grant needs a fence above the limit; it must make
+	// numbers up to at least need durable and return the new limit. A
+	// journal normally raises the limit ahead of use with RaiseFenceLimit,
+	// so this path is rare.
+	FenceReserve func(need uint64) uint64
 }
 
 // DefaultConfig returns the documented defaults.
@@ -94,6 +105,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: default TTL must be > 0, got %v", c.DefaultTTL)
 	case c.GCMaxIdle < 0:
 		return fmt.Errorf("engine: GC max idle must be >= 0, got %v", c.GCMaxIdle)
+	case c.FenceLimit > 0 && (c.FenceReserve == nil || c.FenceLimit < c.FenceSeed):
+		return fmt.Errorf("engine: a fence limit needs a reserve function and must be >= the seed")
 	}
 	return nil
 }
@@ -104,6 +117,8 @@ type Engine struct {
 	mask   uint64
 	shards []shard
 	fence  atomic.Uint64 // last fence number issued
+	limit  atomic.Uint64 // highest fence number reserved; see Config.FenceLimit
+	resMu  sync.Mutex    // serialises FenceReserve calls
 	keys   atomic.Int64  // keys in memory, for MaxKeys
 	sess   sessions
 }
@@ -118,6 +133,10 @@ func New(cfg Config) (*Engine, error) {
 		e.shards[i].init(e)
 	}
 	e.fence.Store(cfg.FenceSeed)
+	e.limit.Store(cfg.FenceLimit)
+	if cfg.FenceLimit == 0 {
+		e.limit.Store(math.MaxUint64)
+	}
 	e.sess.init()
 	return e, nil
 }
@@ -127,6 +146,40 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // LastFence returns the last fence number issued.
 func (e *Engine) LastFence() uint64 { return e.fence.Load() }
+
+// FenceLimit returns the highest fence number the engine may issue now.
+func (e *Engine) FenceLimit() uint64 { return e.limit.Load() }
+
+// RaiseFenceLimit lets the engine issue fence numbers up to limit, which
+// the caller has made durable. A lower limit than the current is ignored.
+func (e *Engine) RaiseFenceLimit(limit uint64) {
+	for {
+		cur := e.limit.Load()
+		if limit <= cur || e.limit.CompareAndSwap(cur, limit) {
+			return
+		}
+	}
+}
+
+// nextFence issues the next fence number, reserving more first when the
+// limit is reached.
+func (e *Engine) nextFence() uint64 {
+	f := e.fence.Add(1)
+	if f > e.limit.Load() {
+		e.resMu.Lock()
+		if f > e.limit.Load() {
+			e.RaiseFenceLimit(e.cfg.FenceReserve(f))
+		}
+		ok := f <= e.limit.Load()
+		e.resMu.Unlock()
+		if !ok {
+			// Issuing a fence the journal has not made durable could hand
+			// out the same number again after a crash: stop instead.
+			panic("engine: FenceReserve did not reserve the fence it was asked for")
+		}
+	}
+	return f
+}
 
 // shardFor maps a key to its shard with FNV-1a: fixed, so two engines with
 // one Config place every key alike (a seeded hash would make the order in

@@ -158,7 +158,7 @@ func (s *shard) dropResourceLocked(r *resource) {
 
 // grantLocked gives en a slot of its resource and a fresh token.
 func (s *shard) grantLocked(now int64, en *entry) {
-	en.token = fence.Token{Fence: s.e.fence.Add(1), Salt: en.salt}
+	en.token = fence.Token{Fence: s.e.nextFence(), Salt: en.salt}
 	en.holding = true
 	en.res.holders.pushBack(en)
 	s.heap.set(en, now+int64(en.ttl))
