@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 )
@@ -24,6 +25,13 @@ type Config struct {
 	// MaxParked caps the bytes a client may pipeline behind a request that
 	// is waiting; past it the connection is closed.
 	MaxParked int
+	// TLS, when set, serves TLS instead of plain TCP. gnet has no TLS, so
+	// TLS connections are served by crypto/tls with a reader goroutine per
+	// connection, through the same codec, session and engine code.
+	TLS *tls.Config
+	// MaxConnectionsPerIP caps open connections from one client address;
+	// 0 means no cap.
+	MaxConnectionsPerIP int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -45,6 +53,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: event loops must be >= 0, got %d", c.EventLoops)
 	case c.ReadTimeout <= 0:
 		return fmt.Errorf("server: read timeout must be > 0, got %v", c.ReadTimeout)
+	case c.MaxConnectionsPerIP < 0:
+		return fmt.Errorf("server: max connections per IP must be >= 0, got %d", c.MaxConnectionsPerIP)
 	case c.MaxConnections < 0:
 		return fmt.Errorf("server: max connections must be >= 0, got %d", c.MaxConnections)
 	case c.MaxParked < 1024:

@@ -28,9 +28,16 @@ type Server struct {
 	booted chan struct{}
 	done   chan error
 
-	conns  atomic.Int64
-	nextID atomic.Uint64
-	reg    registry
+	conns      atomic.Int64
+	refused    atomic.Uint64
+	violations atomic.Uint64
+	nextID     atomic.Uint64
+	reg        registry
+	perIP      ipCounts
+
+	// TLS transport only.
+	ln   net.Listener
+	tlsW sync.WaitGroup
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -53,6 +60,9 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger) (*Server, error) {
 // Start listens and serves in the background. It returns once the server
 // accepts connections, or with the reason it could not.
 func (s *Server) Start() error {
+	if s.cfg.TLS != nil {
+		return s.startTLS()
+	}
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithNumEventLoop(s.cfg.EventLoops),
@@ -101,6 +111,10 @@ func (s *Server) Stop(ctx context.Context) error {
 	var err error
 	s.stopOnce.Do(func() {
 		close(s.stop)
+		if s.cfg.TLS != nil {
+			err = s.stopTLS(ctx)
+			return
+		}
 		err = s.gnet.Stop(ctx)
 		if err == nil {
 			select {
@@ -113,36 +127,111 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
-// OnOpen admits a connection under MaxConnections and gives it a session.
+// OnOpen admits a connection and gives it a session.
 func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	n := s.conns.Add(1)
-	if max := s.cfg.MaxConnections; max > 0 && n > int64(max) {
-		s.conns.Add(-1)
-		if ce := s.log.Check(zap.DebugLevel, "connection refused: max connections"); ce != nil {
-			ce.Write(zap.String("remote", c.RemoteAddr().String()), zap.Int("max", max))
-		}
+	ss, ok := s.open(c.RemoteAddr(), c)
+	if !ok {
 		return []byte("error\n"), gnet.Close
 	}
-	ss := &session{conn: c, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == ""}
 	c.SetContext(ss)
-	s.reg.add(ss)
 	return nil, gnet.None
 }
 
-// OnClose releases what the connection held (or, without AutoRelease,
-// only withdraws its waits).
+// OnClose releases what the connection held.
 func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
-	ss, ok := c.Context().(*session)
-	if !ok {
-		return gnet.None
-	}
-	s.conns.Add(-1)
-	s.reg.remove(ss)
-	s.eng.Disconnect(now(), ss.id, s.cfg.AutoRelease)
-	if ce := s.log.Check(zap.DebugLevel, "connection closed"); ce != nil {
-		ce.Write(zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
+	if ss, ok := c.Context().(*session); ok {
+		s.close(ss, err)
 	}
 	return gnet.None
+}
+
+// open admits a connection under MaxConnections and MaxConnectionsPerIP
+// and registers its session. It reports false for a refused connection.
+func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
+	n := s.conns.Add(1)
+	if max := s.cfg.MaxConnections; max > 0 && n > int64(max) {
+		s.conns.Add(-1)
+		s.refused.Add(1)
+		s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", "max connections"))
+		return nil, false
+	}
+	ip := ""
+	if s.cfg.MaxConnectionsPerIP > 0 {
+		ip = hostOf(remote)
+		if !s.perIP.acquire(ip, s.cfg.MaxConnectionsPerIP) {
+			s.conns.Add(-1)
+			s.refused.Add(1)
+			s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", "max connections per IP"))
+			return nil, false
+		}
+	}
+	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip}
+	s.reg.add(ss)
+	return ss, true
+}
+
+// close releases what the connection held (or, without AutoRelease, only
+// withdraws its waits) and forgets it.
+func (s *Server) close(ss *session, err error) {
+	s.conns.Add(-1)
+	if ss.ip != "" {
+		s.perIP.release(ss.ip)
+	}
+	s.reg.remove(ss)
+	s.eng.Disconnect(now(), ss.id, s.cfg.AutoRelease)
+	s.debug("connection closed", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
+}
+
+// debug logs at debug level without building fields when it is off.
+func (s *Server) debug(msg string, fields ...zap.Field) {
+	if ce := s.log.Check(zap.DebugLevel, msg); ce != nil {
+		ce.Write(fields...)
+	}
+}
+
+// Refused returns how many connections were refused by a connection cap.
+func (s *Server) Refused() uint64 { return s.refused.Load() }
+
+// Violations returns how many connections were closed for a protocol
+// violation (bad request, failed auth, read timeout, parked overflow).
+func (s *Server) Violations() uint64 { return s.violations.Load() }
+
+func hostOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	h, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return h
+}
+
+// ipCounts counts open connections per client IP.
+type ipCounts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (c *ipCounts) acquire(ip string, max int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]int)
+	}
+	if c.m[ip] >= max {
+		return false
+	}
+	c.m[ip]++
+	return true
+}
+
+func (c *ipCounts) release(ip string) {
+	c.mu.Lock()
+	if c.m[ip]--; c.m[ip] <= 0 {
+		delete(c.m, ip)
+	}
+	c.mu.Unlock()
 }
 
 // sweep closes connections that sat on a partial request for longer than
@@ -162,9 +251,8 @@ func (s *Server) sweep() {
 		s.reg.each(func(ss *session) {
 			if since := ss.partialSince.Load(); since != 0 && since <= cutoff {
 				ss.partialSince.Store(0)
-				if ce := s.log.Check(zap.DebugLevel, "protocol error"); ce != nil {
-					ce.Write(zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", "read timeout"))
-				}
+				s.violations.Add(1)
+				s.debug("protocol error", zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", "read timeout"))
 				_ = ss.conn.Close() // concurrency-safe in gnet v2
 			}
 		})

@@ -10,14 +10,23 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
+// peer is what a session needs of its transport from other goroutines: a
+// way to get its loop to run again, and to close it. gnet.Conn is one; the
+// TLS transport has its own.
+type peer interface {
+	Wake(cb gnet.AsyncCallback) error
+	Close() error
+}
+
 // session is one TCP connection's state.
 type session struct {
-	// Event loop only.
-	conn   gnet.Conn
+	// Event loop only (the connection's gnet loop, or its TLS goroutine).
+	conn   peer
 	id     engine.OwnerID
 	parked bool   // a blocking request waits; decoding is paused
 	authed bool   // auth passed, or none is configured
 	out    []byte // answers of one OnTraffic call, written once
+	ip     string // client IP, kept only when MaxConnectionsPerIP is on
 
 	// Any goroutine.
 	partialSince atomic.Int64 // Unix ns a partial request has sat since; 0 = none

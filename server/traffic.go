@@ -20,9 +20,28 @@ func now() int64 { return clock.Now() }
 // buffered requests in order until one parks or the bytes run out.
 func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	ss := c.Context().(*session)
-	out := ss.takeDelivered(ss.out[:0]) // answers to older requests go first
 	buf, _ := c.Peek(-1)
-	used, close := 0, false
+	used, out, closeNow := s.process(ss, buf)
+	if used > 0 {
+		_, _ = c.Discard(used) // never Discard(0): it empties the whole buffer
+	}
+	if len(out) > 0 {
+		_, _ = c.Write(out)
+	}
+	ss.out = out[:0]
+	if closeNow {
+		return gnet.Close
+	}
+	return gnet.None
+}
+
+// process is one turn of a connection, the same for every transport: it
+// takes the answers the engine delivered, then decodes and runs the
+// requests in buf in order until one parks or the bytes run out. It
+// returns how many bytes of buf it consumed, the output to write (built in
+// ss.out) and whether to close the connection after writing it.
+func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNow bool) {
+	out = ss.takeDelivered(ss.out[:0]) // answers to older requests go first
 	t := int64(0)
 	for !ss.parked && used < len(buf) {
 		var req codec.Request
@@ -32,34 +51,21 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 		}
 		if err != nil {
 			s.protocolError(ss, err)
-			out = codec.AppendStatus(out, codec.StatusError)
-			close = true
-			break
+			return used + n, codec.AppendStatus(out, codec.StatusError), true
 		}
 		used += n
 		if t == 0 {
 			t = now()
 		}
-		out, close = s.dispatch(ss, t, &req, out)
-		if close {
-			break
+		if out, closeNow = s.dispatch(ss, t, &req, out); closeNow {
+			return used, out, true
 		}
-	}
-	if used > 0 {
-		_, _ = c.Discard(used) // never Discard(0): it empties the whole buffer
-	}
-	if len(out) > 0 {
-		_, _ = c.Write(out)
-	}
-	ss.out = out[:0]
-	if close {
-		return gnet.Close
 	}
 	rest := len(buf) - used
 	switch {
 	case ss.parked && rest > s.cfg.MaxParked:
 		s.protocolError(ss, errParkedOverflow)
-		return gnet.Close
+		return used, out, true
 	case rest > 0 && !ss.parked:
 		if ss.partialSince.Load() == 0 {
 			ss.partialSince.Store(now())
@@ -67,7 +73,7 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	default:
 		ss.partialSince.Store(0)
 	}
-	return gnet.None
+	return used, out, false
 }
 
 // dispatch runs one valid request. It returns the output and whether the
@@ -168,9 +174,8 @@ func (s *Server) auth(ss *session, req *codec.Request, out []byte) ([]byte, bool
 }
 
 func (s *Server) protocolError(ss *session, err error) {
-	if ce := s.log.Check(zap.DebugLevel, "protocol error"); ce != nil {
-		ce.Write(zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", err.Error()))
-	}
+	s.violations.Add(1)
+	s.debug("protocol error", zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", err.Error()))
 }
 
 func seconds(n int64) time.Duration { return time.Duration(n) * time.Second }

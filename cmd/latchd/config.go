@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 type options struct {
 	host, authToken, authTokenFile string
 	logLevel, logFormat, debugAddr string
+	tlsCert, tlsKey, fenceFile     string
+	maxConnsPerIP                  int
 	port, httpPort                 int
 	defaultLeaseTTL, readTimeout   int
 	gcMaxIdle, httpSessionTTL      int
@@ -24,6 +27,7 @@ type options struct {
 	eventLoops, shards             int
 	httpRateLimit                  float64
 	autoRelease, version           bool
+	tls                            *tls.Config // loaded from tlsCert and tlsKey
 }
 
 // envName maps a flag to its environment variable: --max-locks is
@@ -56,6 +60,10 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.Float64Var(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "console or json")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate: serve TLS on both listeners (with --tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.IntVar(&o.maxConnsPerIP, "max-connections-per-ip", 0, "cap on open TCP connections from one IP (0 = no cap)")
+	fs.StringVar(&o.fenceFile, "fence-state-file", "", "fence-counter journal: tokens never go back, even across crashes and clock steps")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve net/http/pprof on this address (off when empty)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -90,6 +98,16 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 			return nil, fmt.Errorf("auth token file %s is empty", o.authTokenFile)
 		}
 	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, fmt.Errorf("--tls-cert and --tls-key go together")
+	}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("TLS key pair: %w", err)
+		}
+		o.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	if o.logFormat != "console" && o.logFormat != "json" {
 		return nil, fmt.Errorf("--log-format must be console or json, got %q", o.logFormat)
 	}
@@ -119,6 +137,8 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.MaxConnections = o.maxConns
 	c.AuthToken = o.authToken
 	c.AutoRelease = o.autoRelease
+	c.TLS = o.tls
+	c.MaxConnectionsPerIP = o.maxConnsPerIP
 	return c, c.Validate()
 }
 

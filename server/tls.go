@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+)
+
+// writeTimeout bounds one write to a TLS client that stopped reading.
+const writeTimeout = 10 * time.Second
+
+// tlsPeer is the peer of a TLS connection: Wake nudges its goroutine.
+type tlsPeer struct {
+	c    net.Conn
+	wake chan struct{} // one slot: pending wakes merge
+}
+
+func (p *tlsPeer) Wake(gnet.AsyncCallback) error {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (p *tlsPeer) Close() error { return p.c.Close() }
+
+func (s *Server) startTLS() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("server: listen %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = tls.NewListener(ln, s.cfg.TLS)
+	s.addr = ln.Addr().String()
+	close(s.booted)
+	s.tlsW.Add(1)
+	go s.acceptTLS()
+	go s.sweep()
+	return nil
+}
+
+func (s *Server) acceptTLS() {
+	defer s.tlsW.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.debug("accept", zap.Error(err))
+			time.Sleep(5 * time.Millisecond) // e.g. out of file descriptors: back off
+			continue
+		}
+		s.tlsW.Add(1)
+		go s.serveTLS(c)
+	}
+}
+
+// serveTLS runs one TLS connection: a reader goroutine feeds bytes, and
+// this goroutine plays the part of the connection's event loop, running
+// the same process step as gnet's OnTraffic.
+func (s *Server) serveTLS(c net.Conn) {
+	defer s.tlsW.Done()
+	p := &tlsPeer{c: c, wake: make(chan struct{}, 1)}
+	ss, ok := s.open(c.RemoteAddr(), p)
+	if !ok {
+		_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, _ = c.Write([]byte("error\n"))
+		_ = c.Close()
+		return
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		_ = tc.SetDeadline(time.Now().Add(s.cfg.ReadTimeout))
+		if err := tc.Handshake(); err != nil {
+			_ = c.Close()
+			s.close(ss, err)
+			return
+		}
+		_ = tc.SetDeadline(time.Time{})
+	}
+	data := make(chan []byte)
+	quit := make(chan struct{}) // closed when this goroutine stops taking data
+	readerDone := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				chunk := append([]byte(nil), buf[:n]...)
+				select {
+				case data <- chunk:
+				case <-quit:
+					readerDone <- nil
+					return
+				}
+			}
+			if err != nil {
+				close(data)
+				readerDone <- err
+				return
+			}
+		}
+	}()
+	var in []byte
+	var err error
+loop:
+	for {
+		select {
+		case chunk, ok := <-data:
+			if !ok {
+				break loop
+			}
+			in = append(in, chunk...)
+		case <-p.wake:
+		case <-s.stop:
+			break loop
+		}
+		used, out, closeNow := s.process(ss, in)
+		in = in[:copy(in, in[used:])]
+		if len(out) > 0 {
+			_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if _, err = c.Write(out); err != nil {
+				break
+			}
+		}
+		ss.out = out[:0]
+		if closeNow {
+			break
+		}
+	}
+	close(quit)
+	_ = c.Close() // unblocks the reader's Read
+	if rerr := <-readerDone; err == nil {
+		err = rerr
+	}
+	s.close(ss, err)
+}
+
+func (s *Server) stopTLS(ctx context.Context) error {
+	_ = s.ln.Close()
+	s.reg.each(func(ss *session) { _ = ss.conn.Close() })
+	done := make(chan struct{})
+	go func() { s.tlsW.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
