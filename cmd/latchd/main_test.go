@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestFlagsWinOverEnv(t *testing.T) {
+	o, err := parseOptions([]string{"--port", "7000"}, env(map[string]string{
+		"LATCHD_PORT":                       "7001",
+		"LATCHD_MAX_LOCKS":                  "5",
+		"LATCHD_AUTO_RELEASE_ON_DISCONNECT": "false",
+	}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.port != 7000 {
+		t.Errorf("port = %d, want the flag's 7000", o.port)
+	}
+	if o.maxLocks != 5 {
+		t.Errorf("max locks = %d, want LATCHD_MAX_LOCKS=5", o.maxLocks)
+	}
+	if o.autoRelease {
+		t.Error("auto release should come from the environment (false)")
+	}
+	sc, err := o.serverConfig()
+	if err != nil || sc.Addr != "127.0.0.1:7000" {
+		t.Errorf("server config %+v, %v", sc, err)
+	}
+	ec, err := o.engineConfig()
+	if err != nil || ec.MaxKeys != 5 || ec.DefaultTTL != 33*time.Second {
+		t.Errorf("engine config %+v, %v", ec, err)
+	}
+}
+
+func TestAuthTokenFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(p, []byte("  s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseOptions([]string{"--auth-token-file", p}, env(nil), &bytes.Buffer{})
+	if err != nil || o.authToken != "s3cret" {
+		t.Fatalf("token %q, err %v", o.authToken, err)
+	}
+}
+
+func TestBadInputExitsTwo(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{name: "unknown flag", args: []string{"--nope"}, want: "flag provided but not defined"},
+		{name: "bad integer", args: []string{"--port", "x"}, want: "invalid value"},
+		{name: "bad env", env: map[string]string{"LATCHD_MAX_LOCKS": "many"}, want: "LATCHD_MAX_LOCKS"},
+		{name: "missing token file", args: []string{"--auth-token-file", "/nonexistent/tok"}, want: "auth token file"},
+		{name: "shards not a power of two", args: []string{"--shards", "3"}, want: "power of two"},
+		{name: "bad log format", args: []string{"--log-format", "xml"}, want: "log-format"},
+		{name: "tls cert without key", args: []string{"--tls-cert", "c.pem"}, want: "go together"},
+		{name: "extra argument", args: []string{"serve"}, want: "unexpected argument"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(tt.args, env(tt.env), &out, &errb)
+			if code != 2 {
+				t.Fatalf("exit code %d, want 2 (stderr %q)", code, errb.String())
+			}
+			msg := errb.String()
+			if strings.Count(msg, "\n") != 1 || !strings.Contains(msg, tt.want) {
+				t.Fatalf("stderr %q: want one line containing %q", msg, tt.want)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--version"}, env(nil), &out, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.HasPrefix(out.String(), "latchd ") {
+		t.Fatalf("version output %q", out.String())
+	}
+}
