@@ -250,36 +250,37 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 }
 
 func (s *shard) wait(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink) (Outcome, error) {
+	var d *[]delivery
 	s.mu.Lock()
+	out, err := s.waitLocked(now, key, owner, timeout, sink, &d)
+	s.updateNextLocked()
+	s.mu.Unlock()
+	deliver(d)
+	return out, err
+}
+
+func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink, d **[]delivery) (Outcome, error) {
 	res := s.res[string(key)]
-	var en *entry
-	if res != nil {
-		en = s.findOwned(owner, res, true)
-	}
-	if en == nil {
-		s.mu.Unlock()
+	if res == nil {
 		return Outcome{}, ErrNotQueued
 	}
-	if en.holding && en.deadline <= now {
-		// The grant's lease ran out before it was collected and before
-		// Expire swept it: it is dead, as for Release and Renew, and the
-		// slot goes on.
+	en := s.findOwned(owner, res, true)
+	if en == nil {
+		return Outcome{}, ErrNotQueued
+	}
+	en.twoPhase = false
+	switch {
+	case en.holding && en.deadline <= now:
+		// Granted while enqueued, but the lease ran out before this wait:
+		// the slot passes on, and nothing is resurrected.
 		s.removeLocked(en)
 		s.ctr.expiries++
-		d := s.promoteLocked(now, res, nil)
-		s.updateNextLocked()
-		s.mu.Unlock()
-		deliver(d)
+		*d = s.promoteLocked(now, res, *d)
 		return Outcome{}, ErrNotQueued
-	}
-	defer s.mu.Unlock()
-	en.twoPhase = false
-	if en.holding {
+	case en.holding:
 		s.heap.set(en, now+int64(en.ttl))
-		s.updateNextLocked()
 		return Outcome{Result: Granted, Token: en.token, TTL: en.ttl}, nil
-	}
-	if timeout == 0 {
+	case timeout == 0:
 		// A waiter never blocks a free slot (see resource), so leaving
 		// the queue grants nobody.
 		s.removeLocked(en)
@@ -287,12 +288,10 @@ func (s *shard) wait(now int64, key []byte, owner OwnerID, timeout time.Duration
 			s.idle.pushBack(res, now)
 		}
 		s.ctr.timeouts++
-		s.updateNextLocked()
 		return Outcome{Result: TimedOut}, nil
 	}
 	en.sink = sink
 	s.heap.set(en, now+int64(timeout))
-	s.updateNextLocked()
 	return Outcome{Result: Queued}, nil
 }
 
