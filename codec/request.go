@@ -186,7 +186,23 @@ func parse(req *Request, name []byte) error {
 	if bytes.IndexByte(req.Arg, '\r') >= 0 {
 		return ErrBadArg
 	}
-	if req.Cmd != CmdStats && req.Cmd != CmdAuth && !ValidKey(req.Key) {
+	switch req.Cmd {
+	case CmdStats, CmdAuth:
+		// The key is ignored, but like every line it must survive a
+		// round trip, which a "\r" inside it would not.
+		if bytes.IndexByte(req.Key, '\r') >= 0 {
+			return ErrBadKey
+		}
+		if req.Cmd == CmdStats {
+			return nil // the argument is ignored: any words, any number
+		}
+		if len(req.Arg) == 0 {
+			return ErrEmptyToken
+		}
+		req.Token = req.Arg // the secret, spaces and all
+		return nil
+	}
+	if !ValidKey(req.Key) {
 		return ErrBadKey
 	}
 	var f [4][]byte
@@ -195,14 +211,6 @@ func parse(req *Request, name []byte) error {
 		return ErrArgCount
 	}
 	switch req.Cmd {
-	case CmdStats:
-		return nil
-	case CmdAuth:
-		if len(req.Arg) == 0 {
-			return ErrEmptyToken
-		}
-		req.Token = req.Arg
-		return nil
 	case CmdLock:
 		return parseInts(f[:nf], 1, 2, true, &req.Timeout, &req.TTL)
 	case CmdWait, CmdSemWait:

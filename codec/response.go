@@ -128,6 +128,9 @@ func DecodeResponse(buf []byte, resp *Response) (n int, err error) {
 				return i + 1, ErrBadResponse
 			}
 		case 1: // "ok <remaining>", or "ok <json>" for stats
+			if resp.Status == StatusAcquired { // a grant needs token and TTL
+				return i + 1, ErrBadResponse
+			}
 			if v, err := parseInt(f[0]); err == nil {
 				resp.N = v
 			}

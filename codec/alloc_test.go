@@ -1,0 +1,52 @@
+//go:build !race
+
+package codec
+
+import "testing"
+
+// TestAllocs checks the request path allocates nothing: Decode returns
+// views, the encoders append to the caller's buffer (the race detector
+// allocates, hence the build tag).
+func TestAllocs(t *testing.T) {
+	in := []byte("sl\r\nsome-key\r\n10 3 30\r\nr\nk\n" + tok + "\n")
+	bad := []byte("l\nk\nxyz\n")
+	resp := []byte("ok " + tok + " 33\n")
+	out := make([]byte, 0, 256)
+	tests := []struct {
+		name string
+		fn   func()
+	}{
+		{name: "Decode", fn: func() {
+			var req Request
+			n, err := Decode(in, &req)
+			if err != nil || n == 0 {
+				t.Fatal(n, err)
+			}
+			if n2, err := Decode(in[n:], &req); err != nil || n2 == 0 {
+				t.Fatal(n2, err)
+			}
+		}},
+		{name: "Decode error", fn: func() {
+			var req Request
+			if _, err := Decode(bad, &req); err == nil {
+				t.Fatal("no error")
+			}
+		}},
+		{name: "AppendGrant", fn: func() { out = AppendGrant(out[:0], StatusOK, []byte(tok), 33) }},
+		{name: "AppendStatus", fn: func() { out = AppendStatus(out[:0], StatusQueued) }},
+		{name: "AppendRemaining", fn: func() { out = AppendRemaining(out[:0], 33) }},
+		{name: "DecodeResponse", fn: func() {
+			var r Response
+			if _, err := DecodeResponse(resp, &r); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if n := testing.AllocsPerRun(100, tt.fn); n != 0 {
+				t.Errorf("%s: %v allocs per run; want 0", tt.name, n)
+			}
+		})
+	}
+}
