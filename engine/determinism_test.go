@@ -19,7 +19,7 @@ import (
 func TestDeterminism(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Shards = 8
-	cfg.MaxKeys = 16 // fewer than the keys used: eviction and ErrMaxKeys happen
+	cfg.MaxKeys = 6 // far fewer than the keys used: eviction and ErrMaxKeys happen
 	cfg.MaxWaiters = 2
 	cfg.DefaultTTL = 3 * time.Second
 	cfg.GCMaxIdle = 5 * time.Second

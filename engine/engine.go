@@ -59,7 +59,8 @@ type Config struct {
 	Shards int
 	// MaxKeys caps the number of keys held in memory (held, waited on or
 	// idle); 0 means no cap. At the cap a new key evicts the shard's
-	// oldest idle key, or is refused with ErrMaxKeys.
+	// oldest idle key, else an idle key of another shard, and is refused
+	// with ErrMaxKeys only when no key is idle.
 	MaxKeys int
 	// MaxWaiters caps each key's queue; 0 means no cap.
 	MaxWaiters int
@@ -221,7 +222,12 @@ func (e *Engine) Acquire(now int64, req AcquireReq, sink Sink) (Outcome, error) 
 	if err := e.check(&req); err != nil {
 		return Outcome{}, err
 	}
-	return e.shardFor(req.Key).acquire(now, &req, sink, false)
+	sh := e.shardFor(req.Key)
+	out, err := sh.acquire(now, &req, sink, false)
+	if err == ErrMaxKeys && e.evictIdle(sh) {
+		out, err = sh.acquire(now, &req, sink, false)
+	}
+	return out, err
 }
 
 // Enqueue is the first phase of a two-phase acquire: it takes a slot at
@@ -232,7 +238,35 @@ func (e *Engine) Enqueue(now int64, req AcquireReq) (Outcome, error) {
 	if err := e.check(&req); err != nil {
 		return Outcome{}, err
 	}
-	return e.shardFor(req.Key).acquire(now, &req, nil, true)
+	sh := e.shardFor(req.Key)
+	out, err := sh.acquire(now, &req, nil, true)
+	if err == ErrMaxKeys && e.evictIdle(sh) {
+		out, err = sh.acquire(now, &req, nil, true)
+	}
+	return out, err
+}
+
+// evictIdle drops one idle key from a shard other than skip (whose own
+// idle keys were already tried), to make room at MaxKeys. Shards are
+// visited in order, one lock at a time. It reports whether it freed one.
+func (e *Engine) evictIdle(skip *shard) bool {
+	for i := range e.shards {
+		s := &e.shards[i]
+		if s == skip {
+			continue
+		}
+		s.mu.Lock()
+		r := s.idle.head
+		if r != nil {
+			s.dropResourceLocked(r)
+			s.updateNextLocked()
+		}
+		s.mu.Unlock()
+		if r != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Wait is the second phase: if the owner's enqueued request has been

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -340,5 +341,42 @@ func TestSessions(t *testing.T) {
 	}
 	if _, g := e.Metrics(); g.Sessions != 0 {
 		t.Fatalf("Sessions = %d; want 0", g.Sessions)
+	}
+}
+
+func TestMaxKeysEvictsIdleKeyOfAnotherShard(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxKeys = 2
+	cfg.Shards = 64
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Find two keys in different shards, plus a third in a shard of its own.
+	keys := []string{}
+	seen := map[*shard]bool{}
+	for i := 0; len(keys) < 3; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if sh := e.shardFor([]byte(k)); !seen[sh] {
+			seen[sh] = true
+			keys = append(keys, k)
+		}
+	}
+	a, err := e.Acquire(0, AcquireReq{Key: []byte(keys[0]), Owner: 1, Limit: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Release(1, []byte(keys[0]), a.Token); err != nil { // keys[0] is now idle
+		t.Fatal(err)
+	}
+	if _, err := e.Acquire(2, AcquireReq{Key: []byte(keys[1]), Owner: 1, Limit: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.Acquire(3, AcquireReq{Key: []byte(keys[2]), Owner: 2, Limit: 1}, nil)
+	if err != nil || out.Result != Granted {
+		t.Fatalf("third key with an idle key elsewhere: %v, %v; want granted", out, err)
+	}
+	if _, err := e.Acquire(4, AcquireReq{Key: []byte("one-more"), Owner: 2, Limit: 1}, nil); err != ErrMaxKeys {
+		t.Fatalf("fourth key with nothing idle: %v, want ErrMaxKeys", err)
 	}
 }
