@@ -7,6 +7,15 @@
 // must compare them (see Guard), or a holder that paused past its lease can
 // still write.
 //
+// Three parties share the safety: the lock server orders the grants, the
+// holder sends its token with every write (in the Header), and the resource
+// rejects a token older than the newest it has accepted (Guard.Check,
+// Guard.Do). Guard is safe for concurrent use; its design (a lock-free mark
+// per resource, a per-resource mutex for Do) is described on the type. The
+// HTTP middleware and header helpers live in fence/fencehttp (net/http) and
+// fence/fencefast (fasthttp), so that fence, which the engine imports, links
+// neither.
+//
 // fence imports only the standard library, so a resource server can link it
 // without any of latchd's dependencies.
 package fence

@@ -1,0 +1,482 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/latchd/latchd/codec"
+	"github.com/latchd/latchd/fence"
+)
+
+// Grant is a lease the server granted.
+type Grant struct {
+	// Token is the 32-hex fencing token; pass it to Release and Renew, and
+	// to the protected resource (fence.SetHeader).
+	Token string
+	// TTL is the lease length; the lease ends TTL after the grant unless
+	// renewed.
+	TTL time.Duration
+}
+
+// Fence returns the fence number carried in g.Token.
+func (g Grant) Fence() uint64 {
+	f, _ := fence.FenceOf(g.Token) // Conn only returns grants whose token parsed
+	return f
+}
+
+// Conn is one connection to a latchd server, with one method per protocol
+// command. It is safe for concurrent use, but requests are serialised: one
+// is in flight at a time, and a blocking one (Acquire, Wait, SemAcquire,
+// SemWait) holds the Conn until it is answered, as the server holds the
+// requests behind it.
+//
+// Everything a Conn holds or waits for belongs to the connection: closing
+// it releases every lease it holds and withdraws every wait. The protocol
+// has no cancel, so a canceled context closes the Conn (the server then
+// withdraws the wait) and the call returns the context's error. After an
+// I/O error, an expired context or a protocol error the Conn is closed and
+// every later call returns an error wrapping ErrClosed.
+type Conn struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	opts options
+	addr string
+
+	turn chan struct{} // one slot: the request in flight
+	wbuf []byte        // turn holder only
+	line []byte        // turn holder only: a response longer than br's buffer
+
+	mu  sync.Mutex
+	err error // why the Conn closed; nil while open
+}
+
+// Dial connects to the server at addr (host:port), performs the TLS
+// handshake and sends the auth secret when so configured.
+func Dial(ctx context.Context, addr string, opts ...Option) (*Conn, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.authToken != "" && (strings.ContainsAny(o.authToken, "\r\n") || len(o.authToken) > codec.MaxLine) {
+		return nil, fmt.Errorf("%w: auth token must be one line of at most %d bytes", ErrBadRequest, codec.MaxLine)
+	}
+	dctx := ctx
+	if o.dialTimeout > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, o.dialTimeout)
+		defer cancel()
+	}
+	dial := o.dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	nc, err := dial(dctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+	}
+	if o.tls != nil {
+		cfg := o.tls.Clone()
+		if cfg.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				cfg.ServerName = host
+			}
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(dctx); err != nil {
+			_ = nc.Close() // the handshake error is the one worth reporting
+			return nil, fmt.Errorf("client: tls handshake with %s: %w", addr, err)
+		}
+		nc = tc
+	}
+	c := &Conn{
+		nc:   nc,
+		br:   bufio.NewReaderSize(nc, 4096),
+		opts: o,
+		addr: addr,
+		turn: make(chan struct{}, 1),
+	}
+	if o.authToken != "" {
+		if err := c.auth(dctx); err != nil {
+			_ = c.Close() // already failed; the auth error is the one to report
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Addr returns the address the Conn was dialled with.
+func (c *Conn) Addr() string { return c.addr }
+
+// Close closes the connection; the server releases what it held and
+// withdraws what it waited for. Close is idempotent.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil
+	}
+	c.err = ErrClosed
+	return c.nc.Close()
+}
+
+// Err returns nil while the Conn is usable, else an error wrapping
+// ErrClosed that tells why it closed.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// fail closes the Conn because of cause and returns the error to report.
+func (c *Conn) fail(cause error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		if errors.Is(cause, ErrClosed) {
+			c.err = cause
+		} else {
+			c.err = fmt.Errorf("%w: %w", ErrClosed, cause)
+		}
+		_ = c.nc.Close() // the cause is what matters
+	}
+	return cause
+}
+
+func (c *Conn) auth(ctx context.Context) error {
+	r, err := c.roundTrip(ctx, codec.CmdAuth, "_", []byte(c.opts.authToken), 0)
+	if err != nil {
+		return err
+	}
+	if r.Status != codec.StatusOK {
+		// "error" means the server has no auth token configured.
+		return c.fail(fmt.Errorf("%w: server answered %q", ErrAuth, r.Status.String()))
+	}
+	return nil
+}
+
+// reply is a decoded response that owns its bytes.
+type reply struct {
+	Status codec.Status
+	Token  string
+	N      int64
+	Body   string
+}
+
+// roundTrip sends one request and reads its answer. wait is how long the
+// server may legitimately take (a blocking request's timeout); the I/O
+// timeout comes on top.
+func (c *Conn) roundTrip(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return reply{}, ctx.Err()
+	}
+	defer func() { <-c.turn }()
+	if err := c.Err(); err != nil {
+		return reply{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return reply{}, err // nothing sent yet: the Conn stays usable
+	}
+
+	var deadline time.Time
+	if c.opts.ioTimeout > 0 {
+		deadline = time.Now().Add(wait + c.opts.ioTimeout)
+	}
+	if err := c.nc.SetDeadline(deadline); err != nil {
+		return reply{}, c.fail(err)
+	}
+	// The protocol has no cancel: a done context interrupts the I/O, and
+	// the Conn is closed below, which makes the server withdraw the wait.
+	interrupted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = c.nc.SetDeadline(time.Unix(1, 0)) // wakes the blocked read; its error is reported below
+		close(interrupted)
+	})
+	r, err := c.exchange(cmd, key, arg)
+	if !stop() {
+		<-interrupted // its SetDeadline must not land on a later request
+		if err != nil {
+			return reply{}, c.fail(ctx.Err())
+		}
+	}
+	if err != nil {
+		return reply{}, c.fail(err)
+	}
+	return r, nil
+}
+
+// exchange writes one request and reads one response line. Turn holder
+// only.
+func (c *Conn) exchange(cmd codec.Cmd, key string, arg []byte) (reply, error) {
+	c.wbuf = codec.AppendRequest(c.wbuf[:0], cmd, []byte(key), arg)
+	if _, err := c.nc.Write(c.wbuf); err != nil {
+		return reply{}, err
+	}
+	line, err := c.readLine()
+	if err != nil {
+		return reply{}, err
+	}
+	var resp codec.Response
+	if _, err := codec.DecodeResponse(line, &resp); err != nil {
+		return reply{}, fmt.Errorf("%w: %s answered %q: %v", ErrProtocol, cmd, line, err)
+	}
+	return reply{Status: resp.Status, Token: string(resp.Token), N: resp.N, Body: string(resp.Body)}, nil
+}
+
+// readLine returns the next line including its newline. The result aliases
+// the Conn's buffers until the next read.
+func (c *Conn) readLine() ([]byte, error) {
+	line, err := c.br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return line, err
+	}
+	c.line = append(c.line[:0], line...) // only stats answers grow this long
+	for errors.Is(err, bufio.ErrBufferFull) {
+		line, err = c.br.ReadSlice('\n')
+		c.line = append(c.line, line...)
+	}
+	return c.line, err
+}
+
+// Acquire asks for the lock on key, waiting up to timeout for it (0: try
+// once). ttl is the lease length; 0 means the server's default. Durations
+// are rounded up to whole seconds. When the wait ends without a grant it
+// returns ErrTimeout, and the Conn stays usable.
+func (c *Conn) Acquire(ctx context.Context, key string, timeout, ttl time.Duration) (Grant, error) {
+	return c.acquire(ctx, lockCmds, key, 1, timeout, ttl)
+}
+
+// SemAcquire is Acquire for a semaphore of up to limit holders. The first
+// acquirer of a key sets its limit; another limit gets ErrLimitMismatch.
+func (c *Conn) SemAcquire(ctx context.Context, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
+	return c.acquire(ctx, semCmds, key, limit, timeout, ttl)
+}
+
+// Release releases the lease token holds on key. ErrNotHolder means it
+// held nothing (never issued, released, or expired).
+func (c *Conn) Release(ctx context.Context, key, token string) error {
+	return c.release(ctx, lockCmds, key, token)
+}
+
+// SemRelease is Release for a semaphore slot.
+func (c *Conn) SemRelease(ctx context.Context, key, token string) error {
+	return c.release(ctx, semCmds, key, token)
+}
+
+// Renew resets the lease token holds on key to ttl from now (0: the
+// server's default) and returns the time it has left. ErrNotHolder means
+// the lease is gone; nothing is resurrected.
+func (c *Conn) Renew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
+	return c.renew(ctx, lockCmds, key, token, ttl)
+}
+
+// SemRenew is Renew for a semaphore slot.
+func (c *Conn) SemRenew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
+	return c.renew(ctx, semCmds, key, token, ttl)
+}
+
+// Enqueue is the first phase of a two-phase acquire: it takes the lock if
+// it is free and nobody waits (acquired is true and g holds the grant), or
+// joins the FIFO queue without blocking (acquired is false); Wait then
+// blocks for the grant. ErrAlreadyQueued means this Conn already holds or
+// waits on key.
+func (c *Conn) Enqueue(ctx context.Context, key string, ttl time.Duration) (g Grant, acquired bool, err error) {
+	return c.enqueue(ctx, lockCmds, key, 1, ttl)
+}
+
+// SemEnqueue is Enqueue for a semaphore of up to limit holders.
+func (c *Conn) SemEnqueue(ctx context.Context, key string, limit int, ttl time.Duration) (g Grant, acquired bool, err error) {
+	return c.enqueue(ctx, semCmds, key, limit, ttl)
+}
+
+// Wait blocks up to timeout for the grant of a key enqueued on this Conn;
+// the lease starts when Wait returns. ErrTimeout means the wait ended and
+// the queue entry is gone; ErrNotQueued that there was none.
+func (c *Conn) Wait(ctx context.Context, key string, timeout time.Duration) (Grant, error) {
+	return c.wait(ctx, lockCmds, key, timeout)
+}
+
+// SemWait is Wait for a semaphore.
+func (c *Conn) SemWait(ctx context.Context, key string, timeout time.Duration) (Grant, error) {
+	return c.wait(ctx, semCmds, key, timeout)
+}
+
+// Stats returns the server's state (the stats command).
+func (c *Conn) Stats(ctx context.Context) (*Stats, error) {
+	r, err := c.roundTrip(ctx, codec.CmdStats, "_", []byte("_"), 0)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != codec.StatusOK {
+		return nil, c.check(errorFor(r, ErrProtocol))
+	}
+	st := new(Stats)
+	if err := json.Unmarshal([]byte(r.Body), st); err != nil {
+		return nil, c.fail(fmt.Errorf("%w: stats: %v", ErrProtocol, err))
+	}
+	return st, nil
+}
+
+// cmds names the commands of one kind of key: locks or semaphores.
+type cmds struct {
+	acquire, release, renew, enqueue, wait codec.Cmd
+	sem                                    bool
+}
+
+var (
+	lockCmds = cmds{codec.CmdLock, codec.CmdRelease, codec.CmdRenew, codec.CmdEnqueue, codec.CmdWait, false}
+	semCmds  = cmds{codec.CmdSemLock, codec.CmdSemRelease, codec.CmdSemRenew, codec.CmdSemEnqueue, codec.CmdSemWait, true}
+)
+
+func (c *Conn) acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
+	if err := checkKey(key, limit); err != nil {
+		return Grant{}, err
+	}
+	var b [64]byte
+	arg := strconv.AppendInt(b[:0], seconds(timeout), 10)
+	if k.sem {
+		arg = append(arg, ' ')
+		arg = strconv.AppendInt(arg, int64(limit), 10)
+	}
+	arg = appendTTL(arg, ttl)
+	r, err := c.roundTrip(ctx, k.acquire, key, arg, time.Duration(seconds(timeout))*time.Second)
+	if err != nil {
+		return Grant{}, err
+	}
+	return c.grant(r, codec.StatusOK, nil)
+}
+
+func (c *Conn) enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error) {
+	if err := checkKey(key, limit); err != nil {
+		return Grant{}, false, err
+	}
+	var b [64]byte
+	arg := b[:0]
+	if k.sem {
+		arg = strconv.AppendInt(arg, int64(limit), 10)
+	}
+	arg = appendTTL(arg, ttl)
+	r, err := c.roundTrip(ctx, k.enqueue, key, arg, 0)
+	if err != nil {
+		return Grant{}, false, err
+	}
+	if r.Status == codec.StatusQueued {
+		return Grant{}, false, nil
+	}
+	g, err := c.grant(r, codec.StatusAcquired, ErrAlreadyQueued)
+	return g, err == nil, err
+}
+
+func (c *Conn) wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error) {
+	if err := checkKey(key, 1); err != nil {
+		return Grant{}, err
+	}
+	var b [24]byte
+	arg := strconv.AppendInt(b[:0], seconds(timeout), 10)
+	r, err := c.roundTrip(ctx, k.wait, key, arg, time.Duration(seconds(timeout))*time.Second)
+	if err != nil {
+		return Grant{}, err
+	}
+	return c.grant(r, codec.StatusOK, ErrNotQueued)
+}
+
+func (c *Conn) release(ctx context.Context, k cmds, key, token string) error {
+	if err := checkKeyToken(key, token); err != nil {
+		return err
+	}
+	r, err := c.roundTrip(ctx, k.release, key, []byte(token), 0)
+	if err != nil {
+		return err
+	}
+	if r.Status != codec.StatusOK || r.Body != "" {
+		return c.check(errorFor(r, ErrNotHolder))
+	}
+	return nil
+}
+
+func (c *Conn) renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error) {
+	if err := checkKeyToken(key, token); err != nil {
+		return 0, err
+	}
+	arg := appendTTL([]byte(token), ttl)
+	r, err := c.roundTrip(ctx, k.renew, key, arg, 0)
+	if err != nil {
+		return 0, err
+	}
+	if r.Status != codec.StatusOK || r.Token != "" {
+		return 0, c.check(errorFor(r, ErrNotHolder))
+	}
+	return time.Duration(r.N) * time.Second, nil
+}
+
+// grant turns an answer into a Grant: ok is the status that carries one;
+// onError is what a bare "error" means for the command.
+func (c *Conn) grant(r reply, ok codec.Status, onError error) (Grant, error) {
+	if r.Status != ok {
+		return Grant{}, c.check(errorFor(r, onError))
+	}
+	if _, err := fence.ParseString(r.Token); err != nil || r.N <= 0 {
+		return Grant{}, c.fail(fmt.Errorf("%w: bad grant %q %d", ErrProtocol, r.Token, r.N))
+	}
+	return Grant{Token: r.Token, TTL: time.Duration(r.N) * time.Second}, nil
+}
+
+// check closes the Conn when err leaves it unusable, and returns err.
+func (c *Conn) check(err error) error {
+	if fatal(err) {
+		return c.fail(err)
+	}
+	return err
+}
+
+func checkKey(key string, limit int) error {
+	if !codec.ValidKey([]byte(key)) || len(key) > codec.MaxLine {
+		return fmt.Errorf("%w: key %q must be 1 to %d bytes without whitespace", ErrBadRequest, key, codec.MaxLine)
+	}
+	if limit < 1 || limit > codec.MaxLimit {
+		return fmt.Errorf("%w: limit %d out of range", ErrBadRequest, limit)
+	}
+	return nil
+}
+
+func checkKeyToken(key, token string) error {
+	if err := checkKey(key, 1); err != nil {
+		return err
+	}
+	if _, err := fence.ParseString(token); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// seconds rounds d up to whole seconds, within what the protocol accepts.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64((d + time.Second - 1) / time.Second)
+	return min(s, codec.MaxSeconds)
+}
+
+// appendTTL appends " <ttl>" in seconds, or nothing for the server default.
+func appendTTL(arg []byte, ttl time.Duration) []byte {
+	s := seconds(ttl)
+	if s == 0 {
+		return arg
+	}
+	if len(arg) > 0 {
+		arg = append(arg, ' ')
+	}
+	return strconv.AppendInt(arg, s, 10)
+}

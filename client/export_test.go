@@ -1,0 +1,22 @@
+package client
+
+import "context"
+
+// SetRenewHook makes the renewal goroutine of l's next grants call f
+// before each renewal, with the context that bounds it; f may block to
+// simulate a paused process.
+func SetRenewHook(l *Lock, f func(context.Context)) {
+	l.l.mu.Lock()
+	l.l.renewHook = f
+	l.l.mu.Unlock()
+}
+
+// KillElection closes the socket of the leader's connection as if the
+// process died, without telling the Election.
+func KillElection(e *Election) {
+	e.l.mu.Lock()
+	defer e.l.mu.Unlock()
+	if e.l.cur != nil {
+		_ = e.l.cur.conn.nc.Close() // a dead process closes no further
+	}
+}

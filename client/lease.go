@@ -1,0 +1,336 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"time"
+
+	"github.com/latchd/latchd/fence"
+)
+
+// ServerFor returns the server that owns key: servers[crc32(key) % n], the
+// IEEE CRC-32 rule dflockd's clients use, so every client in any language
+// sends a key to the same server. With no servers it returns DefaultAddr.
+func ServerFor(servers []string, key string) string {
+	if len(servers) == 0 {
+		return DefaultAddr
+	}
+	return servers[crc32.ChecksumIEEE([]byte(key))%uint32(len(servers))]
+}
+
+// FenceFromToken returns the fence number of a token: a uint64 that grows
+// with every grant, to store beside the data the lease protects.
+func FenceFromToken(token string) (uint64, error) {
+	return fence.FenceOf(token)
+}
+
+// spec is what a Lock or Semaphore asks the server for.
+type spec struct {
+	k       cmds
+	key     string
+	limit   int
+	timeout time.Duration
+	ttl     time.Duration
+	server  string
+	opts    []Option
+}
+
+func newSpec(k cmds, key string, limit int, timeout time.Duration, ttlSeconds int,
+	servers []string, auth string, tlsCfg *tls.Config, extra []Option) (spec, error) {
+	if ttlSeconds < 0 {
+		return spec{}, fmt.Errorf("%w: lease TTL %d s < 0", ErrBadRequest, ttlSeconds)
+	}
+	opts := make([]Option, 0, 2+len(extra))
+	if auth != "" {
+		opts = append(opts, WithAuthToken(auth))
+	}
+	if tlsCfg != nil {
+		opts = append(opts, WithTLS(tlsCfg))
+	}
+	return spec{
+		k:       k,
+		key:     key,
+		limit:   limit,
+		timeout: timeout,
+		ttl:     time.Duration(ttlSeconds) * time.Second,
+		server:  ServerFor(servers, key),
+		opts:    append(opts, extra...),
+	}, nil
+}
+
+// lease is the one implementation behind Lock, Semaphore and Election: a
+// connection per grant, a renewal goroutine per grant, and the Lost signal.
+//
+// op serialises Acquire, Enqueue, Wait and Release; mu guards the fields
+// the accessors read. op is taken before mu, never the other way round, and
+// nothing blocks while mu is held.
+type lease struct {
+	op sync.Mutex
+
+	mu     sync.Mutex
+	queued *Conn         // enqueued, waiting for Wait
+	cur    *held         // the current grant, possibly lost
+	lost   chan struct{} // the current grant's, or the next one's
+
+	renewHook func(context.Context) // tests only: runs before each renewal
+}
+
+// held is one grant and its renewal goroutine.
+type held struct {
+	conn  *Conn
+	k     cmds
+	key   string
+	grant Grant
+	fence uint64
+
+	stop chan struct{} // closed by Release
+	done chan struct{} // closed when the renewal goroutine exits
+	lost chan struct{} // closed when the lease is lost
+	once sync.Once
+	err  error // why it was lost; written before lost is closed
+}
+
+func (h *held) markLost(err error) {
+	h.once.Do(func() {
+		h.err = err
+		close(h.lost)
+	})
+}
+
+func (h *held) isLost() bool {
+	select {
+	case <-h.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *lease) acquire(ctx context.Context, sp spec, specErr error) (bool, error) {
+	if specErr != nil {
+		return false, specErr
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	if err := l.idle(); err != nil {
+		return false, err
+	}
+	c, err := Dial(ctx, sp.server, sp.opts...)
+	if err != nil {
+		return false, err
+	}
+	g, err := c.acquire(ctx, sp.k, sp.key, sp.limit, sp.timeout, sp.ttl)
+	if err != nil {
+		_ = c.Close() // nothing is held on it
+		if isTimeout(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	l.start(c, sp, g)
+	return true, nil
+}
+
+func (l *lease) enqueue(ctx context.Context, sp spec, specErr error) (bool, error) {
+	if specErr != nil {
+		return false, specErr
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	if err := l.idle(); err != nil {
+		return false, err
+	}
+	c, err := Dial(ctx, sp.server, sp.opts...)
+	if err != nil {
+		return false, err
+	}
+	g, acquired, err := c.enqueue(ctx, sp.k, sp.key, sp.limit, sp.ttl)
+	switch {
+	case err != nil:
+		_ = c.Close() // nothing is held on it
+		return false, err
+	case acquired:
+		l.start(c, sp, g)
+		return true, nil
+	}
+	l.mu.Lock()
+	l.queued = c
+	l.mu.Unlock()
+	return false, nil
+}
+
+func (l *lease) wait(ctx context.Context, sp spec, timeout time.Duration) (bool, error) {
+	l.op.Lock()
+	defer l.op.Unlock()
+	l.mu.Lock()
+	c := l.queued
+	l.queued = nil
+	l.mu.Unlock()
+	if c == nil {
+		return false, ErrNotHeld
+	}
+	g, err := c.wait(ctx, sp.k, sp.key, timeout)
+	if err != nil {
+		_ = c.Close() // the queue entry is gone (timeout) or the Conn is
+		if isTimeout(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	l.start(c, sp, g)
+	return true, nil
+}
+
+func (l *lease) release(ctx context.Context) error {
+	l.op.Lock()
+	defer l.op.Unlock()
+	l.mu.Lock()
+	h, q := l.cur, l.queued
+	l.cur, l.queued = nil, nil
+	l.resetLostLocked()
+	l.mu.Unlock()
+	if q != nil {
+		return q.Close() // withdraws the wait
+	}
+	if h == nil {
+		return ErrNotHeld
+	}
+	close(h.stop)
+	<-h.done
+	defer h.conn.Close() // after the release, or to let the server release
+	if h.isLost() {
+		return fmt.Errorf("%w: %w", ErrLost, h.err)
+	}
+	return h.conn.release(ctx, h.k, h.key, h.grant.Token)
+}
+
+// idle makes sure nothing is held or queued; a lost grant is cleared.
+// op must be held.
+func (l *lease) idle() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.queued != nil || (l.cur != nil && !l.cur.isLost()) {
+		return ErrHeld
+	}
+	if l.cur != nil {
+		_ = l.cur.conn.Close() // already broken or closed by the renewal goroutine
+		l.cur = nil
+		l.resetLostLocked()
+	}
+	return nil
+}
+
+// resetLostLocked drops a closed lost channel so the next grant gets a
+// fresh one.
+func (l *lease) resetLostLocked() {
+	if l.lost == nil {
+		return
+	}
+	select {
+	case <-l.lost:
+		l.lost = nil
+	default:
+	}
+}
+
+func (l *lease) lostChan() chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+	}
+	return l.lost
+}
+
+// start records a grant and starts renewing it.
+func (l *lease) start(c *Conn, sp spec, g Grant) {
+	h := &held{
+		conn:  c,
+		k:     sp.k,
+		key:   sp.key,
+		grant: g,
+		fence: g.Fence(),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		lost:  l.lostChan(),
+	}
+	l.mu.Lock()
+	l.cur = h
+	hook := l.renewHook
+	l.mu.Unlock()
+	go h.renew(time.Now(), hook)
+}
+
+// renew keeps the lease alive, renewing at half its TTL, until Release
+// stops it or a renewal fails. A renewal must finish before the lease's
+// local end (measured from when the grant or the last renewal was sent or
+// received, whichever is earlier), or the lease counts as lost: by then the
+// server may have granted it to someone else.
+func (h *held) renew(granted time.Time, hook func(context.Context)) {
+	defer close(h.done)
+	ttl := h.grant.TTL
+	last, end := granted, granted.Add(ttl)
+	t := time.NewTimer(ttl / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		if hook != nil {
+			hook(ctx)
+		}
+		sent := time.Now()
+		rem, err := h.conn.renew(ctx, h.k, h.key, h.grant.Token, ttl)
+		cancel()
+		if err != nil {
+			h.markLost(fmt.Errorf("client: renew %s: %w", h.key, err))
+			_ = h.conn.Close() // let the server drop whatever is left
+			return
+		}
+		last, end = sent, sent.Add(rem)
+		t.Reset(time.Until(last.Add(rem / 2)))
+	}
+}
+
+// token, fence, lostErr and holding read the current grant.
+func (l *lease) token() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return ""
+	}
+	return l.cur.grant.Token
+}
+
+func (l *lease) fenceNum() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return 0
+	}
+	return l.cur.fence
+}
+
+func (l *lease) lostErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil || !l.cur.isLost() {
+		return nil
+	}
+	return l.cur.err
+}
+
+func (l *lease) holding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur != nil && !l.cur.isLost()
+}
+
+func isTimeout(err error) bool { return errors.Is(err, ErrTimeout) }

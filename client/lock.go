@@ -1,0 +1,156 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"time"
+)
+
+// Lock is a distributed mutex on one key, with a lease renewed in the
+// background. Set the fields, then call Acquire (or Enqueue and Wait) and
+// Release. Fields must not change while the Lock holds or waits.
+//
+// Each grant uses its own connection, to ServerFor(Servers, Key). While
+// held, a goroutine renews the lease every half TTL; if a renewal fails,
+// or cannot finish before the lease would run out, the lease is lost: Lost
+// is closed, Err says why, and the holder must stop touching the resource
+// (fencing with Fence is what makes a late write harmless).
+//
+// Acquire, Enqueue, Wait and Release are serialised; Token, Fence, Lost and
+// Err may be called from any goroutine at any time. A Lock must not be
+// copied after first use.
+type Lock struct {
+	// Key names the lock: 1 to 256 bytes without whitespace.
+	Key string
+	// AcquireTimeout is how long Acquire waits in the queue; 0 tries
+	// once. Rounded up to whole seconds.
+	AcquireTimeout time.Duration
+	// LeaseTTL is the lease length in seconds; 0 means the server's
+	// default (33 s unless configured).
+	LeaseTTL int
+	// Servers are the servers keys are sharded over; empty means
+	// DefaultAddr.
+	Servers []string
+	// AuthToken is the shared secret, if the servers require one.
+	AuthToken string
+	// TLSConfig, if set, makes the connections use TLS.
+	TLSConfig *tls.Config
+	// Options are extra Dial options (timeouts, a dialer).
+	Options []Option
+
+	l lease
+}
+
+func (l *Lock) spec() (spec, error) {
+	return newSpec(lockCmds, l.Key, 1, l.AcquireTimeout, l.LeaseTTL, l.Servers, l.AuthToken, l.TLSConfig, l.Options)
+}
+
+// Acquire waits up to AcquireTimeout for the lock. It returns true when it
+// got the lock, false (and a nil error) when the wait timed out. Canceling
+// ctx abandons the wait at once: the connection is closed and the server
+// withdraws it.
+func (l *Lock) Acquire(ctx context.Context) (bool, error) {
+	sp, err := l.spec()
+	return l.l.acquire(ctx, sp, err)
+}
+
+// Enqueue takes the lock if it is free and nobody waits (true), or joins
+// the FIFO queue without blocking (false): call Wait next. Work done
+// between the two is the point of the two phases.
+func (l *Lock) Enqueue(ctx context.Context) (acquired bool, err error) {
+	sp, err := l.spec()
+	return l.l.enqueue(ctx, sp, err)
+}
+
+// Wait blocks up to timeout for the lock after an Enqueue that returned
+// false. It returns false on timeout, and the place in the queue is lost.
+func (l *Lock) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
+	sp, err := l.spec()
+	if err != nil {
+		return false, err
+	}
+	return l.l.wait(ctx, sp, timeout)
+}
+
+// Release releases the lock, or withdraws from the queue after Enqueue,
+// and stops renewal. It returns an error wrapping ErrLost if the lease was
+// lost before, and ErrNotHeld if there was nothing to release.
+func (l *Lock) Release(ctx context.Context) error { return l.l.release(ctx) }
+
+// Token returns the current grant's fencing token, or "" when nothing is
+// held. It stays set after the lease is lost, until Release or the next
+// acquire.
+func (l *Lock) Token() string { return l.l.token() }
+
+// Fence returns the current grant's fence number, or 0.
+func (l *Lock) Fence() uint64 { return l.l.fenceNum() }
+
+// Lost returns a channel closed when the current grant is lost (not when
+// it is released). Before a grant, and after Release, it returns the
+// channel of the next grant, so a watcher may start early.
+func (l *Lock) Lost() <-chan struct{} { return l.l.lostChan() }
+
+// Err returns why the current grant was lost, or nil.
+func (l *Lock) Err() error { return l.l.lostErr() }
+
+// Held reports whether the Lock holds a grant that is not lost.
+func (l *Lock) Held() bool { return l.l.holding() }
+
+// Semaphore is Lock for a key that up to Limit holders share: the same
+// fields, methods and renewal, plus Limit. The first acquirer of a key sets
+// its limit; a different Limit gets ErrLimitMismatch while the key exists.
+type Semaphore struct {
+	Key            string
+	Limit          int
+	AcquireTimeout time.Duration
+	LeaseTTL       int
+	Servers        []string
+	AuthToken      string
+	TLSConfig      *tls.Config
+	Options        []Option
+
+	l lease
+}
+
+func (s *Semaphore) spec() (spec, error) {
+	return newSpec(semCmds, s.Key, s.Limit, s.AcquireTimeout, s.LeaseTTL, s.Servers, s.AuthToken, s.TLSConfig, s.Options)
+}
+
+// Acquire is Lock.Acquire for one slot.
+func (s *Semaphore) Acquire(ctx context.Context) (bool, error) {
+	sp, err := s.spec()
+	return s.l.acquire(ctx, sp, err)
+}
+
+// Enqueue is Lock.Enqueue for one slot.
+func (s *Semaphore) Enqueue(ctx context.Context) (acquired bool, err error) {
+	sp, err := s.spec()
+	return s.l.enqueue(ctx, sp, err)
+}
+
+// Wait is Lock.Wait for one slot.
+func (s *Semaphore) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
+	sp, err := s.spec()
+	if err != nil {
+		return false, err
+	}
+	return s.l.wait(ctx, sp, timeout)
+}
+
+// Release is Lock.Release.
+func (s *Semaphore) Release(ctx context.Context) error { return s.l.release(ctx) }
+
+// Token is Lock.Token.
+func (s *Semaphore) Token() string { return s.l.token() }
+
+// Fence is Lock.Fence.
+func (s *Semaphore) Fence() uint64 { return s.l.fenceNum() }
+
+// Lost is Lock.Lost.
+func (s *Semaphore) Lost() <-chan struct{} { return s.l.lostChan() }
+
+// Err is Lock.Err.
+func (s *Semaphore) Err() error { return s.l.lostErr() }
+
+// Held is Lock.Held.
+func (s *Semaphore) Held() bool { return s.l.holding() }
