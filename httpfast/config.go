@@ -1,0 +1,99 @@
+package httpfast
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config sets the REST server up. Build it from DefaultConfig.
+type Config struct {
+	// Addr is the listen address, host:port; port 0 picks a free one.
+	Addr string
+	// SessionTTL is how long a session lives without a request.
+	SessionTTL time.Duration
+	// AuthToken, when set, must come with every request as
+	// "Authorization: Bearer <token>" (/healthz and /v1/openapi.json
+	// are exempt).
+	AuthToken string
+	// RateLimitPerIP is each client IP's sustained request rate in
+	// requests per second; 0 turns rate limiting off.
+	RateLimitPerIP float64
+	// RateLimitBurst is how many requests an IP may make at once; 0 means
+	// max(1, ceil(RateLimitPerIP)).
+	RateLimitBurst int
+	// RateLimitMaxIPs bounds the number of IPs tracked; the least recently
+	// seen half is forgotten when it fills.
+	RateLimitMaxIPs int
+	// MaxBodyBytes caps a request body; a bigger one gets 413.
+	MaxBodyBytes int
+	// DefaultTTL is the lease a request gets when it names no lease_ttl_s;
+	// 0 means the engine's default.
+	DefaultTTL time.Duration
+	// ReadTimeout bounds reading one request, and the idle time of a
+	// keep-alive connection between requests.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one response.
+	WriteTimeout time.Duration
+	// MaxConnections caps concurrent HTTP connections; 0 means fasthttp's
+	// default (262144).
+	MaxConnections int
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Addr:            "127.0.0.1:6389",
+		SessionTTL:      60 * time.Second,
+		RateLimitMaxIPs: 10000,
+		MaxBodyBytes:    4096,
+		ReadTimeout:     60 * time.Second,
+		WriteTimeout:    10 * time.Second,
+	}
+}
+
+// maxSeconds bounds every duration a request may name, so that now plus
+// the duration cannot overflow int64 nanoseconds.
+const maxSeconds = math.MaxInt32
+
+// Validate reports the first field out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.Addr == "":
+		return fmt.Errorf("httpfast: empty listen address")
+	case c.SessionTTL <= 0:
+		return fmt.Errorf("httpfast: session TTL must be > 0, got %v", c.SessionTTL)
+	case c.SessionTTL > maxSeconds*time.Second:
+		return fmt.Errorf("httpfast: session TTL must be <= %ds, got %v", maxSeconds, c.SessionTTL)
+	case c.RateLimitPerIP < 0 || math.IsNaN(c.RateLimitPerIP) || math.IsInf(c.RateLimitPerIP, 0):
+		return fmt.Errorf("httpfast: rate limit must be a finite number >= 0, got %v", c.RateLimitPerIP)
+	case c.RateLimitBurst < 0:
+		return fmt.Errorf("httpfast: rate limit burst must be >= 0, got %d", c.RateLimitBurst)
+	case c.RateLimitPerIP > 0 && c.RateLimitMaxIPs < 2:
+		return fmt.Errorf("httpfast: rate limit max IPs must be >= 2, got %d", c.RateLimitMaxIPs)
+	case c.MaxBodyBytes < 256:
+		return fmt.Errorf("httpfast: max body bytes must be >= 256, got %d", c.MaxBodyBytes)
+	case c.DefaultTTL < 0 || c.DefaultTTL > maxSeconds*time.Second:
+		return fmt.Errorf("httpfast: default TTL must be in [0, %ds], got %v", maxSeconds, c.DefaultTTL)
+	case c.ReadTimeout <= 0:
+		return fmt.Errorf("httpfast: read timeout must be > 0, got %v", c.ReadTimeout)
+	case c.WriteTimeout <= 0:
+		return fmt.Errorf("httpfast: write timeout must be > 0, got %v", c.WriteTimeout)
+	case c.MaxConnections < 0:
+		return fmt.Errorf("httpfast: max connections must be >= 0, got %d", c.MaxConnections)
+	}
+	return nil
+}
+
+// Option adjusts a Server at construction.
+type Option func(*options)
+
+type options struct {
+	connections func() int
+}
+
+// WithConnections supplies the TCP server's open connection count, which
+// /v1/stats adds to the open sessions and /metrics reports.
+func WithConnections(f func() int) Option {
+	return func(o *options) { o.connections = f }
+}

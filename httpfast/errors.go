@@ -1,0 +1,79 @@
+package httpfast
+
+import (
+	"errors"
+
+	"github.com/latchd/latchd/engine"
+)
+
+var (
+	// ErrStarted means Start was called on a server already started.
+	ErrStarted = errors.New("httpfast: server already started")
+	// ErrNotStarted means Stop was called before Start.
+	ErrNotStarted = errors.New("httpfast: server not started")
+)
+
+// apiErr is an error answer of the REST API: a status code and the
+// "error" string of the JSON body. The OpenAPI document lists every one.
+type apiErr uint8
+
+const (
+	errBadRequest apiErr = iota
+	errUnauthorized
+	errNotFound
+	errMethodNotAllowed
+	errNotHolder
+	errLimitMismatch
+	errAlreadyEnqueued
+	errNotEnqueued
+	errSessionRequired
+	errSessionGone
+	errBodyTooLarge
+	errMaxLocks
+	errMaxWaiters
+	errRateLimited
+	errInternal
+)
+
+var apiErrs = [...]struct {
+	status int
+	code   string
+}{
+	errBadRequest:       {400, "bad_request"},
+	errUnauthorized:     {401, "unauthorized"},
+	errNotFound:         {404, "not_found"},
+	errMethodNotAllowed: {405, "method_not_allowed"},
+	errNotHolder:        {409, "not_holder"},
+	errLimitMismatch:    {409, "limit_mismatch"},
+	errAlreadyEnqueued:  {409, "already_enqueued"},
+	errNotEnqueued:      {409, "not_enqueued"},
+	errSessionRequired:  {400, "session_required"},
+	errSessionGone:      {410, "session_gone"},
+	errBodyTooLarge:     {413, "body_too_large"},
+	errMaxLocks:         {429, "max_locks"},
+	errMaxWaiters:       {429, "max_waiters"},
+	errRateLimited:      {429, "rate_limited"},
+	errInternal:         {500, "internal"},
+}
+
+// apiErrFor maps an engine error to its answer and message. It is the one
+// place where engine errors meet the REST API.
+func apiErrFor(err error) (apiErr, string) {
+	switch {
+	case errors.Is(err, engine.ErrNotHolder):
+		return errNotHolder, "token does not hold the key (released, expired or never granted)"
+	case errors.Is(err, engine.ErrLimitMismatch):
+		return errLimitMismatch, "the key exists with another limit"
+	case errors.Is(err, engine.ErrAlreadyQueued):
+		return errAlreadyEnqueued, "this session already holds or waits on the key"
+	case errors.Is(err, engine.ErrNotQueued):
+		return errNotEnqueued, "this session has not enqueued on the key"
+	case errors.Is(err, engine.ErrMaxKeys):
+		return errMaxLocks, "the server holds its maximum number of keys"
+	case errors.Is(err, engine.ErrMaxWaiters):
+		return errMaxWaiters, "the key's queue is full"
+	case errors.Is(err, engine.ErrBadRequest):
+		return errBadRequest, "request fields out of range"
+	}
+	return errInternal, "internal error"
+}

@@ -1,0 +1,154 @@
+package httpfast
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAuth(t *testing.T) {
+	h := startHTTP(t, func(c *Config) { c.AuthToken = "s3cret" })
+	good := []string{"Authorization", "Bearer s3cret"}
+	tests := []struct {
+		name     string
+		method   string
+		path     string
+		hdr      []string
+		wantCode int
+	}{
+		{name: "no header", method: "POST", path: "/v1/sessions", wantCode: 401},
+		{name: "wrong token", method: "POST", path: "/v1/sessions", hdr: []string{"Authorization", "Bearer nope"}, wantCode: 401},
+		{name: "not bearer", method: "POST", path: "/v1/sessions", hdr: []string{"Authorization", "Basic s3cret"}, wantCode: 401},
+		{name: "right token", method: "POST", path: "/v1/sessions", hdr: good, wantCode: 201},
+		{name: "stats needs auth", method: "GET", path: "/v1/stats", wantCode: 401},
+		{name: "metrics needs auth", method: "GET", path: "/metrics", wantCode: 401},
+		{name: "metrics with auth", method: "GET", path: "/metrics", hdr: good, wantCode: 200},
+		{name: "lock needs auth", method: "POST", path: "/v1/locks/k", wantCode: 401},
+		{name: "healthz exempt", method: "GET", path: "/healthz", wantCode: 200},
+		{name: "openapi exempt", method: "GET", path: "/v1/openapi.json", wantCode: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := h.do(call{method: tt.method, path: tt.path, hdr: tt.hdr, invalid: tt.wantCode == 401})
+			if r.status != tt.wantCode {
+				t.Fatalf("%s %s = %d %s; want %d", tt.method, tt.path, r.status, r.raw, tt.wantCode)
+			}
+			if tt.wantCode == 401 && (r.str("error") != "unauthorized" || r.header.Get("WWW-Authenticate") == "") {
+				t.Fatalf("401 answer %s, WWW-Authenticate %q", r.raw, r.header.Get("WWW-Authenticate"))
+			}
+		})
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	h := startHTTP(t, func(c *Config) {
+		c.RateLimitPerIP = 0.01 // one token per 100 s: no refill during the test
+		c.RateLimitBurst = 3
+	})
+	for i := range 3 {
+		wantStatus(t, "request "+strconv.Itoa(i), h.do(call{method: "GET", path: "/v1/stats"}), http.StatusOK, "")
+	}
+	r := h.do(call{method: "POST", path: "/v1/sessions"})
+	wantStatus(t, "over the limit", r, http.StatusTooManyRequests, "rate_limited")
+	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 100 {
+		t.Fatalf("Retry-After = %q; want 1..100 seconds", r.header.Get("Retry-After"))
+	}
+	wantStatus(t, "healthz exempt", h.do(call{method: "GET", path: "/healthz"}), http.StatusOK, "ok")
+}
+
+func TestIPLimiterBounded(t *testing.T) {
+	l := newIPLimiter(1, 1, 100)
+	now := time.Now()
+	first := netip.MustParseAddr("10.0.0.1")
+	if ok, _ := l.allow(first, now); !ok {
+		t.Fatalf("first request refused")
+	}
+	if ok, wait := l.allow(first, now); ok || wait <= 0 || wait > time.Second {
+		t.Fatalf("second request at once: ok %v, wait %v; want refused with wait in (0, 1s]", ok, wait)
+	}
+	for i := range 1000 {
+		ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+		l.allow(ip, now)
+		if n := l.tracked(); n > 100 {
+			t.Fatalf("tracking %d IPs; bound is 100", n)
+		}
+	}
+}
+
+func TestStatsHealthzOpenAPI(t *testing.T) {
+	h := startHTTP(t, nil)
+	tcp := dialTCP(t, h.ts.Addr)
+	tcp.send("l", "tcpkey", "0")
+	if got := tcp.read(); !strings.HasPrefix(got, "ok ") {
+		t.Fatalf("tcp l = %q", got)
+	}
+	a := h.session()
+	h.session()
+	wantStatus(t, "acquire", h.do(call{method: "POST", path: "/v1/locks/httpkey", session: a}), http.StatusOK, "ok")
+	r := h.do(call{method: "GET", path: "/v1/stats"})
+	wantStatus(t, "stats", r, http.StatusOK, "")
+	var st struct {
+		Connections int `json:"connections"`
+		Locks       []struct {
+			Key   string `json:"key"`
+			Owner uint64 `json:"owner_conn_id"`
+		} `json:"locks"`
+	}
+	if err := json.Unmarshal(r.raw, &st); err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if want := h.ts.TCP.Connections() + 2; st.Connections != want {
+		t.Fatalf("connections = %d; want TCP connections + 2 sessions = %d", st.Connections, want)
+	}
+	if len(st.Locks) != 2 || st.Locks[0].Key != "httpkey" || st.Locks[0].Owner&(1<<63) == 0 || st.Locks[1].Owner&(1<<63) != 0 {
+		t.Fatalf("locks = %+v; want httpkey owned by a session (top bit) and tcpkey by a connection", st.Locks)
+	}
+
+	wantStatus(t, "healthz", h.do(call{method: "GET", path: "/healthz"}), http.StatusOK, "ok")
+	r = h.do(call{method: "GET", path: "/v1/openapi.json"})
+	if r.status != http.StatusOK || !bytes.Equal(r.raw, OpenAPI()) || r.body["openapi"] != "3.1.0" {
+		t.Fatalf("openapi.json = %d, %d bytes; want the embedded 3.1.0 document", r.status, len(r.raw))
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := startHTTP(t, nil)
+	a := h.session()
+	r := h.do(call{method: "POST", path: "/v1/locks/secret-key-name", session: a})
+	wantStatus(t, "acquire", r, http.StatusOK, "ok")
+	h.do(call{method: "POST", path: "/v1/locks/secret-key-name/renew", session: a, body: `{"token":"` + r.str("token") + `"}`})
+	h.do(call{method: "GET", path: "/nowhere"})
+	r = h.do(call{method: "GET", path: "/metrics"})
+	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("metrics = %d %q", r.status, r.header.Get("Content-Type"))
+	}
+	out := string(r.raw)
+	for _, want := range []string{
+		"\nlatchd_http_sessions 1\n",
+		"\nlatchd_held 1\n",
+		"\nlatchd_waiters 0\n",
+		"\nlatchd_grants_total 1\n",
+		"\nlatchd_renewals_total 1\n",
+		"\nlatchd_tcp_connections 0\n",
+		`latchd_http_request_duration_seconds_count{route="lock_acquire"} 1`,
+		`latchd_http_request_duration_seconds_count{route="lock_renew"} 1`,
+		`latchd_http_request_duration_seconds_count{route="session_create"} 1`,
+		`latchd_http_request_duration_seconds_count{route="not_found"} 1`,
+		`latchd_http_request_duration_seconds_bucket{route="lock_acquire",vmrange=`,
+		`latchd_http_responses_total{code="201"} 1`,
+		`latchd_http_responses_total{code="404"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(out, "secret-key-name") {
+		t.Fatalf("a key became a label:\n%s", out)
+	}
+}

@@ -1,0 +1,175 @@
+package httpfast
+
+import (
+	"bytes"
+)
+
+// op is what a request asks for, once its path and method are matched.
+// Its name is the route label of the latency histogram: a key never is.
+type op uint8
+
+const (
+	opNotFound  op = iota // no route
+	opBadMethod           // a route, another method
+	opHealthz
+	opMetrics
+	opStats
+	opOpenAPI
+	opSessionCreate
+	opSessionDelete
+	opSessionKeepalive
+	opLockAcquire
+	opLockRelease
+	opLockRenew
+	opLockEnqueue
+	opLockWait
+	opSemAcquire
+	opSemRelease
+	opSemRenew
+	opSemEnqueue
+	opSemWait
+	opCount
+)
+
+var opNames = [opCount]string{
+	opNotFound:         "not_found",
+	opBadMethod:        "method_not_allowed",
+	opHealthz:          "healthz",
+	opMetrics:          "metrics",
+	opStats:            "stats",
+	opOpenAPI:          "openapi",
+	opSessionCreate:    "session_create",
+	opSessionDelete:    "session_delete",
+	opSessionKeepalive: "session_keepalive",
+	opLockAcquire:      "lock_acquire",
+	opLockRelease:      "lock_release",
+	opLockRenew:        "lock_renew",
+	opLockEnqueue:      "lock_enqueue",
+	opLockWait:         "lock_wait",
+	opSemAcquire:       "semaphore_acquire",
+	opSemRelease:       "semaphore_release",
+	opSemRenew:         "semaphore_renew",
+	opSemEnqueue:       "semaphore_enqueue",
+	opSemWait:          "semaphore_wait",
+}
+
+// semaphore reports whether o is a /v1/semaphores route.
+func (o op) semaphore() bool { return o >= opSemAcquire && o <= opSemWait }
+
+// match maps a method and a raw (still percent-encoded) path to an op and
+// its path parameter: the session id or the key. For a path that exists
+// with other methods it returns opBadMethod and the Allow header's value.
+func match(method, path []byte) (o op, param []byte, allow string) {
+	get := string(method) == "GET"
+	post := string(method) == "POST"
+	del := string(method) == "DELETE"
+	one := func(ok bool, o op, allow string) (op, []byte, string) {
+		if ok {
+			return o, nil, ""
+		}
+		return opBadMethod, nil, allow
+	}
+	switch string(path) {
+	case "/healthz":
+		return one(get, opHealthz, "GET")
+	case "/metrics":
+		return one(get, opMetrics, "GET")
+	case "/v1/stats":
+		return one(get, opStats, "GET")
+	case "/v1/openapi.json":
+		return one(get, opOpenAPI, "GET")
+	case "/v1/sessions":
+		return one(post, opSessionCreate, "POST")
+	}
+	if rest, ok := bytes.CutPrefix(path, []byte("/v1/sessions/")); ok {
+		id, sub, hasSub := bytes.Cut(rest, []byte("/"))
+		switch {
+		case len(id) == 0:
+			return opNotFound, nil, ""
+		case !hasSub:
+			o, _, allow = one(del, opSessionDelete, "DELETE")
+			return o, id, allow
+		case string(sub) == "keepalive":
+			o, _, allow = one(post, opSessionKeepalive, "POST")
+			return o, id, allow
+		}
+		return opNotFound, nil, ""
+	}
+	base := opLockAcquire
+	rest, ok := bytes.CutPrefix(path, []byte("/v1/locks/"))
+	if !ok {
+		if rest, ok = bytes.CutPrefix(path, []byte("/v1/semaphores/")); !ok {
+			return opNotFound, nil, ""
+		}
+		base = opSemAcquire
+	}
+	key, sub, hasSub := bytes.Cut(rest, []byte("/"))
+	if len(key) == 0 {
+		return opNotFound, nil, ""
+	}
+	if !hasSub {
+		switch {
+		case post:
+			return base, key, ""
+		case del:
+			return base + (opLockRelease - opLockAcquire), key, ""
+		}
+		return opBadMethod, nil, "POST, DELETE"
+	}
+	var o2 op
+	switch string(sub) {
+	case "renew":
+		o2 = base + (opLockRenew - opLockAcquire)
+	case "enqueue":
+		o2 = base + (opLockEnqueue - opLockAcquire)
+	case "wait":
+		o2 = base + (opLockWait - opLockAcquire)
+	default:
+		return opNotFound, nil, ""
+	}
+	o, _, allow = one(post, o2, "POST")
+	return o, key, allow
+}
+
+// maxKeyLen is the longest key, as on the TCP protocol's key line.
+const maxKeyLen = 256
+
+// decodeKey percent-decodes a key path segment into dst and checks it
+// against the TCP key rules: non-empty, at most 256 bytes, no space, tab,
+// CR or LF. It reports false for a bad key or bad percent-encoding.
+func decodeKey(dst *[maxKeyLen]byte, raw []byte) ([]byte, bool) {
+	n := 0
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == '%' {
+			if i+2 >= len(raw) {
+				return nil, false
+			}
+			hi, ok1 := unhex(raw[i+1])
+			lo, ok2 := unhex(raw[i+2])
+			if !ok1 || !ok2 {
+				return nil, false
+			}
+			c = hi<<4 | lo
+			i += 2
+		}
+		if c == ' ' || c == '\t' || c == '\r' || c == '\n' || n == maxKeyLen {
+			return nil, false
+		}
+		dst[n] = c
+		n++
+	}
+	return dst[:n], n > 0
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

@@ -1,0 +1,250 @@
+package httpfast
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/engine"
+)
+
+// Server is the REST API over one engine. Build it with New.
+type Server struct {
+	cfg   Config
+	eng   *engine.Engine
+	log   *zap.Logger
+	conns func() int // TCP connections, for stats and metrics
+	auth  []byte     // "Bearer <token>", or nil when auth is off
+	lim   *ipLimiter // nil when rate limiting is off
+	met   *httpMetrics
+	reg   registry
+	sinks sync.Pool // of chanSink
+	srv   *fasthttp.Server
+
+	parked atomic.Int64 // handlers blocked on a grant
+
+	mu       sync.Mutex
+	ln       net.Listener
+	served   chan struct{} // closed when Serve returns
+	stopping chan struct{} // closed by Stop: parked handlers give up
+	stopped  bool
+}
+
+// New returns a server for eng with cfg, which must be valid. It does not
+// listen until Start.
+func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if eng == nil || log == nil {
+		return nil, errors.New("httpfast: nil engine or logger")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.connections == nil {
+		o.connections = func() int { return 0 }
+	}
+	s := &Server{
+		cfg:      cfg,
+		eng:      eng,
+		log:      log,
+		conns:    o.connections,
+		met:      newHTTPMetrics(),
+		stopping: make(chan struct{}),
+	}
+	if cfg.AuthToken != "" {
+		s.auth = []byte("Bearer " + cfg.AuthToken)
+	}
+	if cfg.RateLimitPerIP > 0 {
+		s.lim = newIPLimiter(cfg.RateLimitPerIP, cfg.RateLimitBurst, cfg.RateLimitMaxIPs)
+	}
+	s.reg.init()
+	s.sinks.New = func() any { return make(chanSink, 1) }
+	s.srv = &fasthttp.Server{
+		Handler:              s.handle,
+		ErrorHandler:         s.handleParseError,
+		Name:                 "latchd",
+		Concurrency:          cfg.MaxConnections,
+		ReadTimeout:          cfg.ReadTimeout,
+		WriteTimeout:         cfg.WriteTimeout,
+		IdleTimeout:          cfg.ReadTimeout,
+		MaxRequestBodySize:   cfg.MaxBodyBytes,
+		NoDefaultContentType: true,
+		CloseOnShutdown:      true,
+		Logger:               fasthttpLogger{log.Sugar()},
+	}
+	return s, nil
+}
+
+// Handler returns the request handler, for serving without a listener
+// (fasthttputil.InmemoryListener) in tests.
+func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
+
+// Start listens on Config.Addr and serves in the background. It returns
+// once the socket is bound.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil || s.stopped {
+		return ErrStarted
+	}
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("httpfast: listen %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	s.served = make(chan struct{})
+	go func() {
+		defer close(s.served)
+		if err := s.srv.Serve(ln); err != nil {
+			s.log.Error("http serve", zap.Error(err))
+		}
+	}()
+	s.log.Info("http listening", zap.String("addr", ln.Addr().String()))
+	return nil
+}
+
+// Addr returns the bound address, host:port, or "" before Start.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Sessions returns the number of session names the server holds.
+func (s *Server) Sessions() int { return s.reg.len() }
+
+// Stop stops accepting, makes every parked request give up, closes every
+// session (releasing what it held, as a disconnect does) and waits for
+// in-flight requests until ctx ends.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.ln == nil {
+		s.mu.Unlock()
+		return ErrNotStarted
+	}
+	if s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	close(s.stopping)
+	s.mu.Unlock()
+
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.ShutdownWithContext(ctx) }()
+	s.closeAllSessions()
+	err := <-errc
+	select {
+	case <-s.served:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("httpfast: shutdown: %w", err)
+	}
+	return nil
+}
+
+// handle is the fasthttp handler: match, rate-limit, authenticate,
+// dispatch, and time the request under its route's name.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	o, param, allow := match(ctx.Method(), ctx.URI().PathOriginal())
+	if s.admit(ctx, o, start) {
+		s.dispatch(ctx, o, param, allow)
+	}
+	s.met.observe(o, ctx.Response.StatusCode(), start)
+}
+
+// admit applies the per-IP rate limit and the bearer token. /healthz is
+// exempt from both, /v1/openapi.json from auth only.
+func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, now time.Time) bool {
+	if o == opHealthz {
+		return true
+	}
+	if s.lim != nil {
+		ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
+		if ok, wait := s.lim.allow(ip.Unmap(), now); !ok {
+			secs := max(1, int64((wait+time.Second-1)/time.Second))
+			var buf [20]byte
+			ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], secs, 10))
+			writeError(ctx, errRateLimited, "too many requests from this address")
+			return false
+		}
+	}
+	if s.auth != nil && o != opOpenAPI {
+		got := ctx.Request.Header.Peek("Authorization")
+		if subtle.ConstantTimeCompare(got, s.auth) != 1 {
+			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="latchd"`)
+			writeError(ctx, errUnauthorized, "missing or wrong bearer token")
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow string) {
+	switch o {
+	case opNotFound:
+		writeError(ctx, errNotFound, "no such route")
+	case opBadMethod:
+		ctx.Response.Header.Set("Allow", allow)
+		writeError(ctx, errMethodNotAllowed, "method not allowed on this route")
+	case opHealthz:
+		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+	case opMetrics:
+		s.serveMetrics(ctx)
+	case opStats:
+		s.serveStats(ctx)
+	case opOpenAPI:
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		ctx.Response.Header.SetContentTypeBytes(contentJSON)
+		ctx.SetBody(openAPIDoc)
+	case opSessionCreate:
+		s.createSession(ctx)
+	case opSessionDelete:
+		s.deleteSession(ctx, param)
+	case opSessionKeepalive:
+		s.keepalive(ctx, param)
+	default:
+		s.lockOp(ctx, o, param)
+	}
+}
+
+// handleParseError answers a request fasthttp could not read: a body over
+// MaxBodyBytes, a malformed header or a broken chunked body. fasthttp then
+// closes the connection.
+func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	if ce := s.log.Check(zap.DebugLevel, "http bad request"); ce != nil {
+		ce.Write(zap.Error(err))
+	}
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeError(ctx, errBodyTooLarge, "request body exceeds the limit")
+		return
+	}
+	writeError(ctx, errBadRequest, "malformed HTTP request")
+}
+
+// fasthttpLogger sends fasthttp's own messages to zap at debug level:
+// they are about single connections.
+type fasthttpLogger struct{ l *zap.SugaredLogger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) { f.l.Debugf(format, args...) }
