@@ -25,7 +25,6 @@ type Server struct {
 // Option adjusts the configs before the server starts.
 type Option func(*engine.Config, *server.Config)
 
-
 // StartServer starts an engine and a TCP server on 127.0.0.1:0 and stops
 // both when the test ends. The clock ticks every 5 ms.
 func StartServer(tb testing.TB, opts ...Option) *Server {
