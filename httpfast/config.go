@@ -1,6 +1,7 @@
 package httpfast
 
 import (
+	"crypto/tls"
 	"fmt"
 	"math"
 	"time"
@@ -38,6 +39,8 @@ type Config struct {
 	// MaxConnections caps concurrent HTTP connections; 0 means fasthttp's
 	// default (262144).
 	MaxConnections int
+	// TLS, when set, serves HTTPS.
+	TLS *tls.Config
 }
 
 // DefaultConfig returns the documented defaults.

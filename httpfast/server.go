@@ -2,6 +2,7 @@ package httpfast
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -103,6 +104,9 @@ func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("httpfast: listen %s: %w", s.cfg.Addr, err)
+	}
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
 	s.ln = ln
 	s.served = make(chan struct{})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/server"
 )
 
@@ -139,6 +140,16 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.AutoRelease = o.autoRelease
 	c.TLS = o.tls
 	c.MaxConnectionsPerIP = o.maxConnsPerIP
+	return c, c.Validate()
+}
+
+func (o *options) httpConfig() (httpfast.Config, error) {
+	c := httpfast.DefaultConfig()
+	c.Addr = hostPort(o.host, o.httpPort)
+	c.SessionTTL = secs(o.httpSessionTTL)
+	c.AuthToken = o.authToken
+	c.RateLimitPerIP = o.httpRateLimit
+	c.TLS = o.tls
 	return c, c.Validate()
 }
 

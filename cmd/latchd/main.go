@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/server"
 )
@@ -46,6 +47,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	ecfg, err := o.engineConfig()
 	if err == nil {
 		_, err = o.serverConfig()
+	}
+	if err == nil && o.httpPort != 0 {
+		_, err = o.httpConfig()
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "latchd: %v\n", err)
@@ -89,17 +93,39 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	if err := srv.Start(); err != nil {
 		return err
 	}
+	var web *httpfast.Server
+	if o.httpPort != 0 {
+		hcfg, _ := o.httpConfig() // validated by run
+		if web, err = httpfast.New(hcfg, eng, log.Named("http"), httpfast.WithConnections(srv.Connections)); err == nil {
+			err = web.Start()
+		}
+		if err != nil {
+			stopAll(srv, nil)
+			return err
+		}
+	}
 	if o.debugAddr != "" {
 		startDebug(o.debugAddr, log)
 	}
-	log.Info("latchd listening", zap.String("tcp", srv.Addr()), zap.String("version", version),
-		zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""))
+	log.Info("latchd listening", zap.String("tcp", srv.Addr()), zap.Bool("tls", scfg.TLS != nil),
+		zap.String("version", version), zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""))
 
 	<-ctx.Done()
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return stopAll(srv, web)
+}
+
+// stopAll stops the listeners, releasing everything their clients held,
+// within 10 seconds.
+func stopAll(srv *server.Server, web *httpfast.Server) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return srv.Stop(sctx)
+	var errs []error
+	if web != nil {
+		errs = append(errs, web.Stop(ctx))
+	}
+	errs = append(errs, srv.Stop(ctx))
+	return errors.Join(errs...)
 }
 
 func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
