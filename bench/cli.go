@@ -1,0 +1,347 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options is what the table command of latchd-bench was asked to do.
+type Options struct {
+	Config Config
+	// JSON prints the rows as JSON instead of a table.
+	JSON bool
+	// Plot, when set, is an .svg or .png file to draw.
+	Plot string
+	// NoProgress hides the progress bar even on a terminal.
+	NoProgress bool
+}
+
+// targetList is a repeatable --compare flag.
+type targetList []Target
+
+func (l *targetList) String() string {
+	var s []string
+	for _, t := range *l {
+		s = append(s, t.Name)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *targetList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		t, err := ParseTarget(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		*l = append(*l, t)
+	}
+	return nil
+}
+
+// workerList is the --workers flag.
+type workerList []int
+
+func (l *workerList) String() string {
+	s := make([]string, len(*l))
+	for i, n := range *l {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *workerList) Set(v string) error {
+	w, err := ParseWorkers(v)
+	if err != nil {
+		return err
+	}
+	*l = w
+	return nil
+}
+
+// ParseArgs parses the flags of the table command into Options, checked
+// with Config.Validate. Usage errors are written to usage.
+func ParseArgs(args []string, usage io.Writer) (Options, error) {
+	def := DefaultConfig()
+	fs := flag.NewFlagSet("latchd-bench", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	addr := fs.String("addr", def.Targets[0].Addr, "TCP address of the server (--transport tcp)")
+	httpAddr := fs.String("http-addr", "127.0.0.1:6389", "REST API address (--transport http)")
+	transport := fs.String("transport", "tcp", "tcp (three-line protocol) or http (REST API)")
+	name := fs.String("name", "latchd", "label of the server's rows")
+	workers := workerList(def.Workers)
+	fs.Var(&workers, "workers", "comma-separated worker counts, one row each")
+	rounds := fs.Int("rounds", def.Rounds, "ops (acquire + release) per worker")
+	duration := fs.Duration("duration", 0, "run each row this long instead of --rounds")
+	rate := fs.Float64("rate", 0, "open loop: total ops/s per row, latency from the scheduled start (0 = closed loop)")
+	mode := fs.String("mode", string(def.Mode), "lock (key per worker), contended (one key), sem (--limit slots on one key), twophase (enqueue + wait on one key)")
+	limit := fs.Int("limit", def.Limit, "semaphore slots for --mode sem")
+	timeout := fs.Int("timeout", int(seconds(def.AcquireTimeout)), "acquire timeout sent to the server, seconds")
+	ttl := fs.Int("ttl", 0, "lease TTL, seconds (0 = server default)")
+	prefix := fs.String("key-prefix", def.KeyPrefix, "key prefix")
+	auth := fs.String("auth", "", "auth token for TCP connections")
+	var compare targetList
+	fs.Var(&compare, "compare", "also run [name=]redis://host:port, tcp://host:port or http://host:port (repeatable)")
+	var o Options
+	fs.BoolVar(&o.JSON, "json", false, "print JSON instead of a table")
+	fs.StringVar(&o.Plot, "plot", "", "draw throughput and p99 against workers into FILE.svg or FILE.png")
+	fs.BoolVar(&o.NoProgress, "no-progress", false, "never draw the progress bar")
+	if err := fs.Parse(args); err != nil {
+		return Options{}, err
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	if *rounds < 0 || *duration < 0 {
+		return Options{}, errors.New("bench: --rounds and --duration must be >= 0")
+	}
+	if *timeout < 0 || *ttl < 0 {
+		return Options{}, errors.New("bench: --timeout and --ttl must be >= 0")
+	}
+
+	cfg := def
+	switch *transport {
+	case "tcp":
+		cfg.Targets = []Target{{Name: *name, Kind: KindTCP, Addr: *addr}}
+	case "http":
+		cfg.Targets = []Target{{Name: *name, Kind: KindHTTP, Addr: *httpAddr}}
+	default:
+		return Options{}, fmt.Errorf("bench: --transport %q: want tcp or http", *transport)
+	}
+	cfg.Targets = append(cfg.Targets, compare...)
+	cfg.Workers = workers
+	cfg.Rounds = *rounds
+	cfg.Duration = *duration
+	cfg.Rate = *rate
+	cfg.Mode = Mode(*mode)
+	cfg.Limit = *limit
+	cfg.AcquireTimeout = time.Duration(*timeout) * time.Second
+	cfg.LeaseTTL = time.Duration(*ttl) * time.Second
+	cfg.KeyPrefix = *prefix
+	cfg.AuthToken = *auth
+	if err := cfg.Validate(); err != nil {
+		return Options{}, err
+	}
+	o.Config = cfg
+	return o, nil
+}
+
+// Main is latchd-bench: the table command, or a subcommand (ceiling,
+// selfcheck, freeport, wait). It returns the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var err error
+	if len(args) > 0 {
+		switch args[0] {
+		case "ceiling":
+			err = ceilingMain(ctx, args[1:], stdout, stderr)
+		case "selfcheck":
+			err = selfCheckMain(ctx, args[1:], stdout, stderr)
+		case "freeport":
+			err = freePortMain(stdout)
+		case "wait":
+			err = waitMain(ctx, args[1:], stderr)
+		case "help", "-h", "-help", "--help":
+			fmt.Fprint(stdout, usageText)
+			return 0
+		default:
+			err = tableMain(ctx, args, stdout, stderr)
+		}
+	} else {
+		err = tableMain(ctx, args, stdout, stderr)
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	}
+	fmt.Fprintln(stderr, "latchd-bench:", err)
+	return 1
+}
+
+// errUsage marks a flag error (already printed by the flag package).
+var errUsage = errors.New("usage")
+
+const usageText = `latchd-bench drives a lock server and prints throughput and latency tables.
+
+  latchd-bench [flags]                 the table (latchd-bench -h lists flags)
+  latchd-bench ceiling --port P        a no-op responder: the transport's limit
+  latchd-bench selfcheck [--addr A]    plain client vs harness, side by side
+  latchd-bench freeport                print a free loopback TCP port
+  latchd-bench wait ADDR...            wait until every ADDR accepts connections
+`
+
+func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := ParseArgs(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) || strings.HasPrefix(err.Error(), "bench:") {
+			return err // help, or a check the flag package did not print
+		}
+		return errUsage
+	}
+	var rs []Result
+	if !o.NoProgress && IsTerminal(stderr) {
+		bar := StartProgress(stderr, o.Config)
+		rs, err = Sweep(ctx, o.Config, bar.Counter())
+		bar.Stop()
+	} else {
+		rs, err = Sweep(ctx, o.Config, nil)
+	}
+	if len(rs) > 0 {
+		if o.JSON {
+			if werr := WriteJSON(stdout, rs); werr != nil {
+				return werr
+			}
+		} else {
+			opt := TableOptions{Targets: len(o.Config.Targets) > 1, Ratio: len(o.Config.Targets) > 1}
+			for _, r := range rs {
+				opt.Errors = opt.Errors || r.Errors > 0
+			}
+			if werr := WriteTable(stdout, rs, opt); werr != nil {
+				return werr
+			}
+			if opt.Ratio {
+				fmt.Fprintf(stdout, "\nRatio: %s throughput divided by the row's, at the same worker count.\n", o.Config.Targets[0].Name)
+			}
+		}
+		if o.Plot != "" {
+			if perr := WritePlotFile(o.Plot, rs); perr != nil {
+				return perr
+			}
+		}
+	}
+	return err
+}
+
+func ceilingMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("latchd-bench ceiling", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host := fs.String("host", "127.0.0.1", "listen host")
+	port := fs.Int("port", 0, "listen port (0 = a free port)")
+	loops := fs.Int("loops", 0, "gnet event loops (0 = one per core)")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	c, err := NewCeiling(CeilingConfig{Addr: net.JoinHostPort(*host, strconv.Itoa(*port)), EventLoops: *loops})
+	if err != nil {
+		return err
+	}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "ceiling listening on", c.Addr())
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Stop(sctx)
+}
+
+func selfCheckMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("latchd-bench selfcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "", "server to drive (empty = an in-process ceiling)")
+	workers := workerList{10, 50, 200}
+	fs.Var(&workers, "workers", "comma-separated worker counts")
+	rounds := fs.Int("rounds", 2000, "ops per worker")
+	repeat := fs.Int("repeat", 3, "runs of each client per worker count; the best counts")
+	minRatio := fs.Float64("min-ratio", 0.95, "fail when harness/plain falls below this at any worker count")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	target := *addr
+	if target == "" {
+		c, err := NewCeiling(DefaultCeilingConfig())
+		if err != nil {
+			return err
+		}
+		if err := c.Start(); err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = c.Stop(sctx)
+		}()
+		target = c.Addr()
+		fmt.Fprintln(stdout, "in-process ceiling on", target)
+	}
+	rows, err := SelfCheck(ctx, target, workers, *rounds, *repeat)
+	if err != nil {
+		return err
+	}
+	if err := WriteSelfCheck(stdout, rows); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Ratio < *minRatio {
+			return fmt.Errorf("self-check failed: harness reached %.2fx of the plain client at %d workers (want >= %.2f)", r.Ratio, r.Workers, *minRatio)
+		}
+	}
+	fmt.Fprintf(stdout, "\nself-check passed: harness >= %.2fx of the plain client at every worker count\n", *minRatio)
+	return nil
+}
+
+func usageErr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return errUsage
+}
+
+// freePortMain prints a loopback TCP port that was free a moment ago.
+func freePortMain(stdout io.Writer) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, port)
+	return err
+}
+
+// waitMain waits until every address accepts a TCP connection.
+func waitMain(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("latchd-bench wait", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	for _, addr := range fs.Args() {
+		if err := WaitListening(ctx, addr); err != nil {
+			return fmt.Errorf("wait %s: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+// WaitListening dials addr until it accepts a connection or ctx ends.
+func WaitListening(ctx context.Context, addr string) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var nd net.Dialer
+	for {
+		c, err := nd.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// plotColors tells the targets apart.
+var plotColors = []color.RGBA{
+	{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+}
+
+// WritePlotFile draws throughput and p99 latency against workers, one
+// line per target, into path; the format follows the extension (.svg or
+// .png).
+func WritePlotFile(path string, rs []Result) error {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if format != "svg" && format != "png" {
+		return fmt.Errorf("bench: plot %q: want a .svg or .png file", path)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WritePlot(f, format, rs); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// WritePlot draws the plot of WritePlotFile to w in format "svg" or "png".
+func WritePlot(w io.Writer, format string, rs []Result) error {
+	if len(rs) == 0 {
+		return fmt.Errorf("bench: nothing to plot")
+	}
+	tp := plot.New()
+	tp.Title.Text = "Throughput"
+	tp.X.Label.Text = "workers"
+	tp.Y.Label.Text = "ops/s"
+	lat := plot.New()
+	lat.Title.Text = "p99 latency"
+	lat.X.Label.Text = "workers"
+	lat.Y.Label.Text = "ms"
+	for _, p := range []*plot.Plot{tp, lat} {
+		p.Add(plotter.NewGrid())
+		p.Legend.Top = true
+		p.Legend.Left = true
+		p.Y.Min = 0
+	}
+	if logWorkers(rs) {
+		for _, p := range []*plot.Plot{tp, lat} {
+			p.X.Scale = plot.LogScale{}
+			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		}
+	}
+
+	for i, name := range targetNames(rs) {
+		var tpXY, latXY plotter.XYs
+		for _, r := range rs {
+			if r.Target.Name == name {
+				tpXY = append(tpXY, plotter.XY{X: float64(r.Workers), Y: r.Throughput})
+				latXY = append(latXY, plotter.XY{X: float64(r.Workers), Y: float64(r.P99) / float64(time.Millisecond)})
+			}
+		}
+		c := plotColors[i%len(plotColors)]
+		for _, s := range []struct {
+			p   *plot.Plot
+			xys plotter.XYs
+		}{{tp, tpXY}, {lat, latXY}} {
+			line, points, err := plotter.NewLinePoints(s.xys)
+			if err != nil {
+				return fmt.Errorf("bench: plot: %w", err)
+			}
+			line.Color, points.Color = c, c
+			points.Shape = draw.CircleGlyph{}
+			s.p.Add(line, points)
+			s.p.Legend.Add(name, line, points)
+		}
+	}
+
+	const width, height = 7 * vg.Inch, 8 * vg.Inch
+	var canvas vg.CanvasSizer
+	var writeTo func(io.Writer) (int64, error)
+	switch format {
+	case "svg":
+		c := vgsvg.New(width, height)
+		canvas, writeTo = c, c.WriteTo
+	case "png":
+		c := vgimg.New(width, height)
+		canvas, writeTo = c, vgimg.PngCanvas{Canvas: c}.WriteTo
+	default:
+		return fmt.Errorf("bench: plot format %q: want svg or png", format)
+	}
+	dc := draw.New(canvas)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
+	plots := [][]*plot.Plot{{tp}, {lat}}
+	canvases := plot.Align(plots, tiles, dc)
+	tp.Draw(canvases[0][0])
+	lat.Draw(canvases[1][0])
+	_, err := writeTo(w)
+	return err
+}
+
+// logWorkers reports whether the worker counts span enough to want a log
+// axis (all positive and at least a factor 20 apart).
+func logWorkers(rs []Result) bool {
+	lo, hi := rs[0].Workers, rs[0].Workers
+	for _, r := range rs {
+		lo, hi = min(lo, r.Workers), max(hi, r.Workers)
+	}
+	return lo > 0 && hi >= 20*lo
+}
+
+// targetNames lists the targets of rs in first-seen order.
+func targetNames(rs []Result) []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if !seen[r.Target.Name] {
+			seen[r.Target.Name] = true
+			names = append(names, r.Target.Name)
+		}
+	}
+	return names
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# bench/run.sh: what `make bench` runs. Builds latchd and latchd-bench,
+# starts latchd and the ceiling responder (and redis-server, see REDIS) on
+# free loopback ports, runs the same table against all of them in one sweep
+# (rows alternate targets per worker count) with the latchd/other ratio,
+# and stops everything it started.
+#
+# Environment:
+#   WORKERS  worker counts        (default 1,10,50,100,200,500)
+#   ROUNDS   ops per worker       (default 1000)
+#   MODE     lock|contended|sem|twophase (default lock)
+#   REDIS    1 = compare with redis-server (fail if missing), 0 = never;
+#            unset = compare when redis-server is on PATH
+#   HTTP     1 = also run the table over latchd's REST API
+#   BENCH_ARGS  extra flags for latchd-bench (e.g. "--plot bench.svg")
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+WORKERS=${WORKERS:-1,10,50,100,200,500}
+ROUNDS=${ROUNDS:-1000}
+MODE=${MODE:-lock}
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "building latchd and latchd-bench..." >&2
+go build -o "$tmp/latchd" ./cmd/latchd
+go build -o "$tmp/latchd-bench" ./cmd/latchd-bench
+lb="$tmp/latchd-bench"
+
+port() { "$lb" freeport; }
+
+latchd_port=$(port)
+latchd_args=(--host 127.0.0.1 --port "$latchd_port" --log-level error)
+wait_for=("127.0.0.1:$latchd_port")
+if [ "${HTTP:-0}" = 1 ]; then
+	http_port=$(port)
+	latchd_args+=(--http-port "$http_port")
+	wait_for+=("127.0.0.1:$http_port")
+fi
+"$tmp/latchd" "${latchd_args[@]}" >"$tmp/latchd.log" 2>&1 &
+pids+=($!)
+
+ceiling_port=$(port)
+"$lb" ceiling --host 127.0.0.1 --port "$ceiling_port" >"$tmp/ceiling.log" 2>&1 &
+pids+=($!)
+
+compare=(--compare "ceiling=tcp://127.0.0.1:$ceiling_port")
+wait_for+=("127.0.0.1:$ceiling_port")
+
+use_redis=${REDIS:-auto}
+if [ "$use_redis" = auto ]; then
+	if command -v redis-server >/dev/null; then use_redis=1; else use_redis=0; fi
+fi
+if [ "$use_redis" = 1 ]; then
+	if ! command -v redis-server >/dev/null; then
+		echo "REDIS=1 but redis-server is not on PATH (apt-get install redis-server)" >&2
+		exit 1
+	fi
+	redis_port=$(port)
+	redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+		--protected-mode yes --loglevel warning >"$tmp/redis.log" 2>&1 &
+	pids+=($!)
+	compare+=(--compare "redis=redis://127.0.0.1:$redis_port")
+	wait_for+=("127.0.0.1:$redis_port")
+fi
+
+if ! "$lb" wait --timeout 15s "${wait_for[@]}"; then
+	echo "a server did not start; logs:" >&2
+	tail -n 20 "$tmp"/*.log >&2
+	exit 1
+fi
+
+echo "## latchd-bench: mode $MODE, workers $WORKERS, $ROUNDS rounds ($(nproc) cores)"
+echo
+# shellcheck disable=SC2086 # BENCH_ARGS is split on purpose
+"$lb" --addr "127.0.0.1:$latchd_port" --name latchd --mode "$MODE" \
+	--workers "$WORKERS" --rounds "$ROUNDS" "${compare[@]}" ${BENCH_ARGS:-}
+
+if [ "${HTTP:-0}" = 1 ]; then
+	echo
+	echo "## REST API (HTTP keep-alive, one session per worker)"
+	echo
+	# shellcheck disable=SC2086
+	"$lb" --transport http --http-addr "127.0.0.1:$http_port" --name latchd-http \
+		--mode "$MODE" --workers "$WORKERS" --rounds "$ROUNDS" ${BENCH_ARGS:-}
+fi

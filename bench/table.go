@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"io"
+	"strconv"
+	"time"
+)
+
+// TableOptions chooses the table's extra columns.
+type TableOptions struct {
+	// Targets adds a leading Target column; set it when rows come from
+	// more than one target.
+	Targets bool
+	// Ratio adds a trailing column: the first target's throughput divided
+	// by the row's.
+	Ratio bool
+	// Errors adds an Errors column (refused ops).
+	Errors bool
+}
+
+// WriteTable writes rs as a Markdown table in the shape of dflockd's
+// README: | Workers | Rounds | Ops | Throughput | Mean | p50 | p99 | p99.9 |.
+func WriteTable(w io.Writer, rs []Result, opt TableOptions) error {
+	var b []byte
+	b = appendRow(b, header(opt))
+	b = appendSep(b, len(header(opt)))
+	for _, r := range rs {
+		b = appendRow(b, Row(r, opt))
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+func header(opt TableOptions) []string {
+	h := make([]string, 0, 12)
+	if opt.Targets {
+		h = append(h, "Target")
+	}
+	h = append(h, "Workers", "Rounds", "Ops", "Throughput", "Mean", "p50", "p99", "p99.9")
+	if opt.Errors {
+		h = append(h, "Errors")
+	}
+	if opt.Ratio {
+		h = append(h, "Ratio")
+	}
+	return h
+}
+
+// Row returns the table cells of r.
+func Row(r Result, opt TableOptions) []string {
+	row := make([]string, 0, 12)
+	if opt.Targets {
+		row = append(row, r.Target.Name)
+	}
+	rounds := FormatCount(int64(r.Rounds))
+	if r.Duration > 0 {
+		rounds = r.Duration.String()
+	}
+	row = append(row,
+		FormatCount(int64(r.Workers)),
+		rounds,
+		FormatCount(r.Ops),
+		FormatRate(r.Throughput),
+		FormatMillis(r.Mean),
+		FormatMillis(r.P50),
+		FormatMillis(r.P99),
+		FormatMillis(r.P999),
+	)
+	if opt.Errors {
+		row = append(row, FormatCount(r.Errors))
+	}
+	if opt.Ratio {
+		row = append(row, FormatRatio(r.Ratio))
+	}
+	return row
+}
+
+func appendRow(b []byte, cells []string) []byte {
+	b = append(b, '|')
+	for _, c := range cells {
+		b = append(b, ' ')
+		b = append(b, c...)
+		b = append(b, " |"...)
+	}
+	return append(b, '\n')
+}
+
+func appendSep(b []byte, n int) []byte {
+	b = append(b, '|')
+	for range n {
+		b = append(b, "---|"...)
+	}
+	return append(b, '\n')
+}
+
+// FormatCount writes n with thousands separators: 1,000.
+func FormatCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	out := make([]byte, 0, len(s)+len(s)/3+1)
+	if neg {
+		out = append(out, '-')
+	}
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+// FormatRate writes a throughput rounded to whole ops: "13,440 ops/s".
+func FormatRate(opsPerSec float64) string {
+	return FormatCount(int64(opsPerSec+0.5)) + " ops/s"
+}
+
+// FormatMillis writes a latency in milliseconds with three decimals:
+// "0.074 ms".
+func FormatMillis(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64) + " ms"
+}
+
+// FormatRatio writes a ratio with two decimals: "1.52x"; "-" when unknown.
+func FormatRatio(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(r, 'f', 2, 64) + "x"
+}

@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/latchd/latchd/codec"
+)
+
+// tcpDriver speaks the three-line protocol over one connection. Requests
+// are built with codec.AppendRequest into one reused buffer and answers are
+// read with bufio.Reader.ReadSlice, so an op allocates nothing.
+type tcpDriver struct {
+	conn net.Conn
+	rd   *bufio.Reader
+	out  []byte
+	resp codec.Response
+
+	key      []byte
+	acquire  codec.Cmd // l or sl
+	release  codec.Cmd // r or sr
+	acqArg   []byte    // "timeout [limit] [ttl]"
+	twoPhase bool
+	enqArg   []byte // e: "[ttl]"
+	waitArg  []byte // w: "timeout"
+}
+
+func dialTCP(ctx context.Context, cfg Config, addr string, w int) (driver, error) {
+	var nd net.Dialer
+	conn, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	d := newTCPDriver(conn, cfg, w)
+	if cfg.AuthToken != "" {
+		if err := d.auth(ctx, cfg.AuthToken); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func newTCPDriver(conn net.Conn, cfg Config, w int) *tcpDriver {
+	d := &tcpDriver{
+		conn:    conn,
+		rd:      bufio.NewReaderSize(conn, 4096),
+		out:     make([]byte, 0, 512),
+		key:     cfg.key(w),
+		acquire: codec.CmdLock,
+		release: codec.CmdRelease,
+	}
+	timeout := strconv.FormatInt(seconds(cfg.AcquireTimeout), 10)
+	ttl := ""
+	if cfg.LeaseTTL > 0 {
+		ttl = " " + strconv.FormatInt(seconds(cfg.LeaseTTL), 10)
+	}
+	switch cfg.Mode {
+	case ModeSem:
+		d.acquire, d.release = codec.CmdSemLock, codec.CmdSemRelease
+		d.acqArg = []byte(timeout + " " + strconv.Itoa(cfg.Limit) + ttl)
+	case ModeTwoPhase:
+		d.twoPhase = true
+		if ttl != "" {
+			d.enqArg = []byte(ttl[1:])
+		}
+		d.waitArg = []byte(timeout)
+		d.acqArg = []byte(timeout + ttl)
+	default:
+		d.acqArg = []byte(timeout + ttl)
+	}
+	return d
+}
+
+func (d *tcpDriver) auth(ctx context.Context, secret string) error {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = d.conn.SetDeadline(dl)
+		defer d.conn.SetDeadline(timeZero)
+	}
+	d.out = codec.AppendRequest(d.out[:0], codec.CmdAuth, []byte("_"), []byte(secret))
+	if err := d.roundTrip(); err != nil {
+		return err
+	}
+	if d.resp.Status != codec.StatusOK {
+		return fmt.Errorf("auth refused: %s", d.resp.Status)
+	}
+	return nil
+}
+
+// roundTrip writes d.out and decodes one answer into d.resp. d.resp's
+// slices alias the reader's buffer until the next read.
+func (d *tcpDriver) roundTrip() error {
+	if _, err := d.conn.Write(d.out); err != nil {
+		return err
+	}
+	line, err := d.rd.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if _, err := codec.DecodeResponse(line, &d.resp); err != nil {
+		return fmt.Errorf("%w: %q", err, line)
+	}
+	return nil
+}
+
+func (d *tcpDriver) op() error {
+	if d.twoPhase {
+		if err := d.enqueueWait(); err != nil {
+			return err
+		}
+	} else {
+		d.out = codec.AppendRequest(d.out[:0], d.acquire, d.key, d.acqArg)
+		if err := d.roundTrip(); err != nil {
+			return err
+		}
+		if err := d.granted(codec.StatusOK); err != nil {
+			return err
+		}
+	}
+	// The token aliases the reader's buffer: AppendRequest copies it out
+	// before the next read.
+	d.out = codec.AppendRequest(d.out[:0], d.release, d.key, d.resp.Token)
+	if err := d.roundTrip(); err != nil {
+		return err
+	}
+	if d.resp.Status != codec.StatusOK {
+		return errRefused
+	}
+	return nil
+}
+
+func (d *tcpDriver) enqueueWait() error {
+	d.out = codec.AppendRequest(d.out[:0], codec.CmdEnqueue, d.key, d.enqArg)
+	if err := d.roundTrip(); err != nil {
+		return err
+	}
+	if d.resp.Status == codec.StatusAcquired {
+		return d.granted(codec.StatusAcquired)
+	}
+	if d.resp.Status != codec.StatusQueued {
+		return d.granted(codec.StatusQueued) // reports the refusal
+	}
+	d.out = codec.AppendRequest(d.out[:0], codec.CmdWait, d.key, d.waitArg)
+	if err := d.roundTrip(); err != nil {
+		return err
+	}
+	return d.granted(codec.StatusOK)
+}
+
+// granted checks that d.resp is a grant with status want.
+func (d *tcpDriver) granted(want codec.Status) error {
+	switch {
+	case d.resp.Status == want && len(d.resp.Token) > 0:
+		return nil
+	case d.resp.Status == codec.StatusError && len(d.resp.Body) == 0:
+		// "error" on an acquire means the server sees a protocol
+		// violation; it closes the connection next.
+		return fmt.Errorf("server answered error to %s", d.out[:len(d.out)-1])
+	case d.resp.Status == codec.StatusInvalid || d.resp.Status == codec.StatusErrorAuth:
+		return fmt.Errorf("server answered %q", d.resp.Body)
+	}
+	return errRefused
+}
+
+func (d *tcpDriver) interrupt() { _ = d.conn.SetDeadline(timePast) }
+
+func (d *tcpDriver) close() error { return d.conn.Close() }
