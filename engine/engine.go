@@ -283,7 +283,12 @@ func (e *Engine) Wait(now int64, key []byte, owner OwnerID, timeout time.Duratio
 // Release frees the slot of key held with tok and hands it to the oldest
 // waiter. An unknown key, a wrong token or an expired lease is ErrNotHolder.
 func (e *Engine) Release(now int64, key []byte, tok fence.Token) error {
-	return e.shardFor(key).release(now, key, tok)
+	return e.shardFor(key).release(now, key, tok, nil)
+}
+
+// ReleaseVia is Release with the grants it makes handed to via.
+func (e *Engine) ReleaseVia(now int64, key []byte, tok fence.Token, via Via) error {
+	return e.shardFor(key).release(now, key, tok, via)
 }
 
 // Renew restarts the lease of key held with tok at now+ttl (ttl 0: the
@@ -307,8 +312,13 @@ func (e *Engine) DropOwner(now int64, owner OwnerID) {
 // false the owner's leases stay until they expire or are released by
 // token, and only its waits are withdrawn.
 func (e *Engine) Disconnect(now int64, owner OwnerID, release bool) {
+	e.DisconnectVia(now, owner, release, nil)
+}
+
+// DisconnectVia is Disconnect with the grants it makes handed to via.
+func (e *Engine) DisconnectVia(now int64, owner OwnerID, release bool, via Via) {
 	for i := range e.shards {
-		e.shards[i].dropOwner(now, owner, !release)
+		e.shards[i].dropOwner(now, owner, !release, via)
 	}
 }
 
@@ -345,12 +355,23 @@ type delivery struct {
 
 var deliveryPool = sync.Pool{New: func() any { s := make([]delivery, 0, 16); return &s }}
 
-func deliver(d *[]delivery) {
+// Via receives the Sink calls of the engine call it is passed to, in place
+// of the Sinks: Deliver(sink, out) must eventually lead to sink hearing
+// out. It runs on the calling goroutine after the shard lock is released.
+// A caller that knows which goroutine it is on (an event loop) can use it
+// to answer sinks that live on that goroutine without waking anything.
+type Via interface{ Deliver(Sink, Outcome) }
+
+func deliver(d *[]delivery, via Via) {
 	if d == nil {
 		return
 	}
 	for i := range *d {
-		(*d)[i].sink.Deliver((*d)[i].out)
+		if via != nil {
+			via.Deliver((*d)[i].sink, (*d)[i].out)
+		} else {
+			(*d)[i].sink.Deliver((*d)[i].out)
+		}
 		(*d)[i] = delivery{}
 	}
 	*d = (*d)[:0]

@@ -255,7 +255,7 @@ func (s *shard) wait(now int64, key []byte, owner OwnerID, timeout time.Duration
 	out, err := s.waitLocked(now, key, owner, timeout, sink, &d)
 	s.updateNextLocked()
 	s.mu.Unlock()
-	deliver(d)
+	deliver(d, nil)
 	return out, err
 }
 
@@ -315,7 +315,7 @@ func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]deliv
 	return en
 }
 
-func (s *shard) release(now int64, key []byte, tok fence.Token) error {
+func (s *shard) release(now int64, key []byte, tok fence.Token, via Via) error {
 	var d *[]delivery
 	s.mu.Lock()
 	en := s.holderLocked(now, key, tok, &d)
@@ -327,7 +327,7 @@ func (s *shard) release(now int64, key []byte, tok fence.Token) error {
 	}
 	s.updateNextLocked()
 	s.mu.Unlock()
-	deliver(d)
+	deliver(d, via)
 	if en == nil {
 		return ErrNotHolder
 	}
@@ -348,14 +348,14 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration)
 	}
 	s.updateNextLocked()
 	s.mu.Unlock()
-	deliver(d)
+	deliver(d, nil)
 	if en == nil {
 		return 0, ErrNotHolder
 	}
 	return ttl, nil
 }
 
-func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool) {
+func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 	var d *[]delivery
 	s.mu.Lock()
 	en := s.owners[owner]
@@ -393,7 +393,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool) {
 	s.touched = touched[:0]
 	s.updateNextLocked()
 	s.mu.Unlock()
-	deliver(d)
+	deliver(d, via)
 }
 
 func (s *shard) expire(now int64) {
@@ -425,5 +425,5 @@ func (s *shard) expire(now int64) {
 	}
 	s.updateNextLocked()
 	s.mu.Unlock()
-	deliver(d)
+	deliver(d, nil)
 }

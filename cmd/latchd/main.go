@@ -20,6 +20,7 @@ import (
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/clock"
+	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/server"
 )
 
@@ -73,12 +74,36 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 
 // serve runs until ctx ends, then shuts everything down.
 func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger) error {
-	// Seeding the fence counter from the wall clock keeps tokens rising
-	// across restarts as long as the clock does not step back.
-	ecfg.FenceSeed = uint64(time.Now().UnixNano())
+	var journal *fencefile.Journal
+	if o.fenceFile != "" {
+		var err error
+		journal, err = fencefile.Open(o.fenceFile, fencefile.WithClockFloor(uint64(time.Now().UnixNano())))
+		if err != nil {
+			return err // ErrLocked and ErrCorrupt name the file and say what to do
+		}
+		defer journal.Close() // registered first: runs after Keep and the servers stop
+		if w := journal.Recovered(); w != nil {
+			log.Warn("fence journal fell back to one slot", zap.Error(w))
+		}
+		ecfg.FenceSeed, ecfg.FenceLimit, ecfg.FenceReserve = journal.EngineHooks()
+	} else {
+		// Seeding the fence counter from the wall clock keeps tokens rising
+		// across restarts as long as the clock does not step back.
+		ecfg.FenceSeed = uint64(time.Now().UnixNano())
+	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		return err
+	}
+	if journal != nil {
+		stopKeep, keepDone := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(keepDone)
+			journal.Keep(stopKeep, eng.LastFence, eng.RaiseFenceLimit, func(err error) {
+				log.Error("fence reservation failed", zap.String("file", journal.Path()), zap.Error(err))
+			})
+		}()
+		defer func() { close(stopKeep); <-keepDone }()
 	}
 	scfg, _ := o.serverConfig() // validated by run
 	srv, err := server.New(scfg, eng, log.Named("tcp"))
