@@ -46,9 +46,11 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./codec || exit 1; \
 	done
 
+# Go benchmarks of the hot paths, then the whole-system table: latchd and
+# the no-op ceiling (and Redis, when redis-server is installed) side by side.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./engine ./codec
-	@if [ -x bench/run.sh ]; then bench/run.sh; fi
+	bash bench/run.sh
 
 lint: fmtcheck vet leafcheck
 
