@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/latchd/latchd/internal/metrics"
 )
 
 // Config sets the REST server up. Build it from DefaultConfig.
@@ -93,10 +95,18 @@ type Option func(*options)
 
 type options struct {
 	connections func() int
+	metrics     *metrics.Registry
 }
 
 // WithConnections supplies the TCP server's open connection count, which
 // /v1/stats adds to the open sessions and /metrics reports.
 func WithConnections(f func() int) Option {
 	return func(o *options) { o.connections = f }
+}
+
+// WithMetrics records the REST metrics in reg and serves all of reg on
+// GET /metrics, so one scrape also shows the TCP server's. Without it the
+// server makes a registry of its own (engine and REST metrics only).
+func WithMetrics(reg *metrics.Registry) Option {
+	return func(o *options) { o.metrics = reg }
 }

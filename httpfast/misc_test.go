@@ -2,13 +2,20 @@ package httpfast
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/latchd/latchd/internal/metrics"
+	"github.com/latchd/latchd/internal/testutil"
 )
 
 func TestAuth(t *testing.T) {
@@ -140,7 +147,11 @@ func TestMetrics(t *testing.T) {
 		`latchd_http_request_duration_seconds_count{route="lock_renew"} 1`,
 		`latchd_http_request_duration_seconds_count{route="session_create"} 1`,
 		`latchd_http_request_duration_seconds_count{route="not_found"} 1`,
-		`latchd_http_request_duration_seconds_bucket{route="lock_acquire",vmrange=`,
+		`latchd_http_request_duration_seconds_bucket{route="lock_acquire",le="+Inf"} 1`,
+		`latchd_http_request_duration_seconds_bucket{route="lock_acquire",le="30"} 1`,
+		"# TYPE latchd_http_request_duration_seconds histogram\n",
+		"# TYPE latchd_grants_total counter\n",
+		"# TYPE latchd_held gauge\n",
 		`latchd_http_responses_total{code="201"} 1`,
 		`latchd_http_responses_total{code="404"} 1`,
 	} {
@@ -150,5 +161,67 @@ func TestMetrics(t *testing.T) {
 	}
 	if strings.Contains(out, "secret-key-name") {
 		t.Fatalf("a key became a label:\n%s", out)
+	}
+	if strings.Contains(out, "vmrange") {
+		t.Fatalf("metrics use VictoriaMetrics vmrange buckets, which histogram_quantile cannot read")
+	}
+}
+
+// TestMetricsSharedRegistry checks that WithMetrics records into the
+// given registry and that /metrics serves all of it, the TCP side's
+// metrics included.
+func TestMetricsSharedRegistry(t *testing.T) {
+	ts := testutil.StartServer(t)
+	reg := metrics.NewRegistry(ts.Engine)
+	reg.TCP().Opened() // stands in for a TCP server recording into reg
+	cfg := DefaultConfig()
+	cfg.Addr = "127.0.0.1:0"
+	srv, err := New(cfg, ts.Engine, zaptest.NewLogger(t), WithMetrics(reg))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	hc := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) string {
+		t.Helper()
+		r, err := hc.Get("http://" + srv.Addr() + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer r.Body.Close()
+		b, err := io.ReadAll(r.Body)
+		if err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s = %d, %v", path, r.StatusCode, err)
+		}
+		return string(b)
+	}
+	get("/healthz")
+	out := get("/metrics")
+	for _, want := range []string{
+		"\nlatchd_tcp_connections 1\n",
+		"# TYPE latchd_tcp_request_duration_seconds histogram\n",
+		`latchd_http_request_duration_seconds_count{route="healthz"} 1`,
+		"\ngo_goroutines ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	// The server recorded into reg itself, not into a registry of its own.
+	var buf bytes.Buffer
+	if _, err := reg.WriteTo(&buf); err != nil {
+		t.Fatalf("WriteTo: %v", err)
+	}
+	if !strings.Contains(buf.String(), `latchd_http_request_duration_seconds_count{route="metrics"} 1`) {
+		t.Errorf("the shared registry lacks the /metrics request:\n%s", buf.String())
 	}
 }

@@ -2,8 +2,8 @@ package httpfast
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/metrics"
 )
 
 // Server is the REST API over one engine. Build it with New.
@@ -57,12 +58,15 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 	if o.connections == nil {
 		o.connections = func() int { return 0 }
 	}
+	if o.metrics == nil {
+		o.metrics = metrics.NewRegistry(eng)
+	}
 	s := &Server{
 		cfg:      cfg,
 		eng:      eng,
 		log:      log,
 		conns:    o.connections,
-		met:      newHTTPMetrics(),
+		met:      newHTTPMetrics(o.metrics),
 		stopping: make(chan struct{}),
 	}
 	if cfg.AuthToken != "" {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/metrics"
 )
 
 // Server is the TCP front end of one engine.
@@ -23,6 +24,7 @@ type Server struct {
 	cfg    Config
 	eng    *engine.Engine
 	log    *zap.Logger
+	met    *metrics.TCP // nil: record nothing
 	gnet   gnet.Engine
 	addr   string
 	booted chan struct{}
@@ -44,7 +46,7 @@ type Server struct {
 }
 
 // New returns a server for eng; Start runs it.
-func New(cfg Config, eng *engine.Engine, log *zap.Logger) (*Server, error) {
+func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -53,6 +55,9 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, eng: eng, log: log,
 		booted: make(chan struct{}), done: make(chan error, 1), stop: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
 	s.reg.init()
 	return s, nil
 }
@@ -151,7 +156,7 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 	n := s.conns.Add(1)
 	if max := s.cfg.MaxConnections; max > 0 && n > int64(max) {
 		s.conns.Add(-1)
-		s.refused.Add(1)
+		s.refuse(metrics.RefusedMaxConnections)
 		s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", "max connections"))
 		return nil, false
 	}
@@ -160,13 +165,17 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 		ip = hostOf(remote)
 		if !s.perIP.acquire(ip, s.cfg.MaxConnectionsPerIP) {
 			s.conns.Add(-1)
-			s.refused.Add(1)
+			s.refuse(metrics.RefusedMaxConnectionsPerIP)
 			s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", "max connections per IP"))
 			return nil, false
 		}
 	}
 	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip}
 	s.reg.add(ss)
+	if s.met != nil {
+		s.met.Opened()
+	}
+	s.debug("connection opened", zap.Uint64("conn_id", uint64(ss.id)), zap.String("remote", remote.String()))
 	return ss, true
 }
 
@@ -174,6 +183,9 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 // withdraws its waits) and forgets it.
 func (s *Server) close(ss *session, err error) {
 	s.conns.Add(-1)
+	if s.met != nil {
+		s.met.Closed()
+	}
 	if ss.ip != "" {
 		s.perIP.release(ss.ip)
 	}
@@ -251,7 +263,7 @@ func (s *Server) sweep() {
 		s.reg.each(func(ss *session) {
 			if since := ss.partialSince.Load(); since != 0 && since <= cutoff {
 				ss.partialSince.Store(0)
-				s.violations.Add(1)
+				s.violation(metrics.ReasonReadTimeout)
 				s.debug("protocol error", zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", "read timeout"))
 				_ = ss.conn.Close() // concurrency-safe in gnet v2
 			}

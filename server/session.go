@@ -28,6 +28,11 @@ type session struct {
 	out    []byte // answers of one OnTraffic call, written once
 	ip     string // client IP, kept only when MaxConnectionsPerIP is on
 
+	// Event loop only, set only with metrics on: when the parked request
+	// was decoded, and its command, for its latency.
+	parkedAt  int64
+	parkedCmd codec.Cmd
+
 	// Any goroutine.
 	partialSince atomic.Int64 // Unix ns a partial request has sat since; 0 = none
 	woken        atomic.Bool  // a Wake is pending; merges bursts of Deliver

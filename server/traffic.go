@@ -42,7 +42,10 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 // ss.out) and whether to close the connection after writing it.
 func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNow bool) {
 	out = ss.takeDelivered(ss.out[:0]) // answers to older requests go first
-	t := int64(0)
+	if ss.parkedAt != 0 && !ss.parked {
+		s.unparked(ss) // the parked request's answer was just taken
+	}
+	t, mark := int64(0), int64(0) // mark: when the current request was taken up
 	for !ss.parked && used < len(buf) {
 		var req codec.Request
 		n, err := codec.Decode(buf[used:], &req)
@@ -56,8 +59,16 @@ func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNo
 		used += n
 		if t == 0 {
 			t = now()
+			mark = t
 		}
-		if out, closeNow = s.dispatch(ss, t, &req, out); closeNow {
+		if s.met != nil {
+			s.met.Request(req.Cmd)
+		}
+		out, closeNow = s.dispatch(ss, t, &req, out)
+		if s.met != nil {
+			mark = s.answered(ss, req.Cmd, mark)
+		}
+		if closeNow {
 			return used, out, true
 		}
 	}
@@ -174,7 +185,7 @@ func (s *Server) auth(ss *session, req *codec.Request, out []byte) ([]byte, bool
 }
 
 func (s *Server) protocolError(ss *session, err error) {
-	s.violations.Add(1)
+	s.violation(reasonFor(err))
 	s.debug("protocol error", zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", err.Error()))
 }
 

@@ -1,58 +1,76 @@
 package metrics
 
 import (
-	"strconv"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/latchd/latchd/engine"
 )
 
-// Sample is what one scrape reports about the engine and its listeners.
-type Sample struct {
-	Counters       engine.Counters
-	Gauges         engine.Gauges
-	TCPConnections int
-	LastFence      uint64
+// sample is what one scrape reads from the engine and the TCP server.
+type sample struct {
+	counters       engine.Counters
+	gauges         engine.Gauges
+	tcpConnections int64
+	lastFence      uint64
 }
 
 type family struct {
-	name, kind, help string
-	value            func(*Sample) uint64
+	name, help string
+	kind       prometheus.ValueType
+	value      func(*sample) float64
 }
 
 var families = [...]family{
-	{"latchd_tcp_connections", "gauge", "Open TCP connections.", func(s *Sample) uint64 { return uint64(s.TCPConnections) }},
-	{"latchd_http_sessions", "gauge", "Open REST sessions.", func(s *Sample) uint64 { return uint64(s.Gauges.Sessions) }},
-	{"latchd_keys", "gauge", "Keys in memory, idle ones included.", func(s *Sample) uint64 { return uint64(s.Gauges.Keys) }},
-	{"latchd_held", "gauge", "Slots held.", func(s *Sample) uint64 { return uint64(s.Gauges.Held) }},
-	{"latchd_waiters", "gauge", "Requests waiting in queues.", func(s *Sample) uint64 { return uint64(s.Gauges.Waiting) }},
-	{"latchd_last_fence", "gauge", "Last fence number issued.", func(s *Sample) uint64 { return s.LastFence }},
-	{"latchd_grants_total", "counter", "Slots granted, at once or to a waiter.", func(s *Sample) uint64 { return s.Counters.Grants }},
-	{"latchd_releases_total", "counter", "Slots given back with a token.", func(s *Sample) uint64 { return s.Counters.Releases }},
-	{"latchd_renewals_total", "counter", "Leases renewed.", func(s *Sample) uint64 { return s.Counters.Renewals }},
-	{"latchd_timeouts_total", "counter", "Waits that ended without a grant, try-locks included.", func(s *Sample) uint64 { return s.Counters.Timeouts }},
-	{"latchd_expiries_total", "counter", "Leases that ran out.", func(s *Sample) uint64 { return s.Counters.Expiries }},
-	{"latchd_dropped_total", "counter", "Slots released because their owner went away.", func(s *Sample) uint64 { return s.Counters.Dropped }},
-	{"latchd_pruned_total", "counter", "Idle keys removed.", func(s *Sample) uint64 { return s.Counters.Pruned }},
+	{"latchd_tcp_connections", "Open TCP connections.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.tcpConnections) }},
+	{"latchd_http_sessions", "Open REST sessions.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.gauges.Sessions) }},
+	{"latchd_keys", "Keys in memory, idle ones included.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.gauges.Keys) }},
+	{"latchd_held", "Slots held.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.gauges.Held) }},
+	{"latchd_waiters", "Requests waiting in queues.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.gauges.Waiting) }},
+	{"latchd_last_fence", "Last fence number issued.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.lastFence) }},
+	{"latchd_grants_total", "Slots granted, at once or to a waiter.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Grants) }},
+	{"latchd_releases_total", "Slots given back with a token.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Releases) }},
+	{"latchd_renewals_total", "Leases renewed.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Renewals) }},
+	{"latchd_timeouts_total", "Waits that ended without a grant, try-locks included.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Timeouts) }},
+	{"latchd_expiries_total", "Leases that ran out.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Expiries) }},
+	{"latchd_dropped_total", "Slots released because their owner went away.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Dropped) }},
+	{"latchd_pruned_total", "Idle keys removed.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Pruned) }},
 }
 
-// AppendEngine appends s in the Prometheus text format, with HELP and
-// TYPE lines, to dst.
-func AppendEngine(dst []byte, s *Sample) []byte {
+// engineCollector is a prometheus.Collector that reads the engine once per
+// scrape and reports its counters and gauges as const metrics, with the
+// TCP connection count the server keeps in TCP.
+type engineCollector struct {
+	eng   *engine.Engine
+	tcp   *TCP
+	descs [len(families)]*prometheus.Desc
+}
+
+func newEngineCollector(eng *engine.Engine, tcp *TCP) *engineCollector {
+	c := &engineCollector{eng: eng, tcp: tcp}
+	for i := range families {
+		c.descs[i] = prometheus.NewDesc(families[i].name, families[i].help, nil, nil)
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: one engine.Metrics call (each
+// shard locked briefly in turn, no key copied) and one LastFence.
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	var s sample
+	if c.eng != nil {
+		s.counters, s.gauges = c.eng.Metrics()
+		s.lastFence = c.eng.LastFence()
+	}
+	s.tcpConnections = c.tcp.conns.Load()
 	for i := range families {
 		f := &families[i]
-		dst = append(dst, "# HELP "...)
-		dst = append(dst, f.name...)
-		dst = append(dst, ' ')
-		dst = append(dst, f.help...)
-		dst = append(dst, "\n# TYPE "...)
-		dst = append(dst, f.name...)
-		dst = append(dst, ' ')
-		dst = append(dst, f.kind...)
-		dst = append(dst, '\n')
-		dst = append(dst, f.name...)
-		dst = append(dst, ' ')
-		dst = strconv.AppendUint(dst, f.value(s), 10)
-		dst = append(dst, '\n')
+		ch <- prometheus.MustNewConstMetric(c.descs[i], f.kind, f.value(&s))
 	}
-	return dst
 }

@@ -29,6 +29,13 @@ type Option func(*engine.Config, *server.Config)
 // both when the test ends. The clock ticks every 5 ms.
 func StartServer(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
+	return StartServerWith(tb, nil, opts...)
+}
+
+// StartServerWith is StartServer with options for server.New, such as
+// server.WithMetrics.
+func StartServerWith(tb testing.TB, sopts []server.Option, opts ...Option) *Server {
+	tb.Helper()
 	ecfg := engine.DefaultConfig()
 	scfg := server.DefaultConfig()
 	scfg.Addr = "127.0.0.1:0"
@@ -47,7 +54,7 @@ func StartServer(tb testing.TB, opts ...Option) *Server {
 	} else {
 		log = zap.NewNop()
 	}
-	srv, err := server.New(scfg, eng, log)
+	srv, err := server.New(scfg, eng, log, sopts...)
 	if err != nil {
 		tb.Fatalf("server.New: %v", err)
 	}
