@@ -52,6 +52,11 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./engine ./codec
 	bash bench/run.sh
 
+# The long reliability suite: bounded, loopback only, prints a report per
+# test. `make test` runs the short version (under -race).
+soak:
+	$(GO) test -tags soak -run . -count=1 -timeout 30m -v ./soak/
+
 lint: fmtcheck vet leafcheck
 
 clean:

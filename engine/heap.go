@@ -21,6 +21,9 @@ func (h *deadlines) remove(en *entry) {
 	(*h)[last] = nil
 	*h = (*h)[:last]
 	en.hidx = -1
+	if c := cap(*h); c > shrinkFloor && last < c/4 {
+		*h = append(make(deadlines, 0, c/2), *h...) // give a burst's array back
+	}
 	if i != last {
 		h.fix(i)
 	}

@@ -9,8 +9,17 @@ import (
 	"github.com/latchd/latchd/fence"
 )
 
-// maxFree bounds a shard's pool of spare entries.
-const maxFree = 1024
+// maxFree bounds a shard's pool of spare entries: enough to absorb a burst
+// of churn, small enough that a shard that once held many keys gives the
+// memory back.
+const maxFree = 16
+
+// shrinkFloor is the size below which maps and the heap are never rebuilt.
+// Above it, a map or heap that has fallen to a quarter of its peak is
+// copied into a fresh one: Go maps never shrink on delete, so without this
+// a burst of many keys would pin their buckets for the life of the
+// process.
+const shrinkFloor = 64
 
 // expireBudget bounds the deadlines one Expire call handles per shard, so
 // a mass expiry never holds a shard lock for long; the rest wait for the
@@ -29,6 +38,8 @@ type shard struct {
 	free    []*entry
 	touched []*resource
 	ctr     counters
+	resPeak int // most keys s.res held since it was last rebuilt
+	ownPeak int // most owners s.owners held since it was last rebuilt
 	next    atomic.Int64 // earliest deadline or GC due here; read without mu
 	_       [64]byte     // keep neighbouring shards' locks off this cache line
 }
@@ -83,6 +94,9 @@ func (s *shard) linkOwner(en *entry) {
 		head.oprev = en
 	}
 	s.owners[en.owner] = en
+	if n := len(s.owners); n > s.ownPeak {
+		s.ownPeak = n
+	}
 }
 
 func (s *shard) unlinkOwner(en *entry) {
@@ -92,11 +106,25 @@ func (s *shard) unlinkOwner(en *entry) {
 		s.owners[en.owner] = en.onext
 	} else {
 		delete(s.owners, en.owner)
+		if s.ownPeak > shrinkFloor && len(s.owners) < s.ownPeak/4 {
+			s.owners = rebuilt(s.owners)
+			s.ownPeak = len(s.owners)
+		}
 	}
 	if en.onext != nil {
 		en.onext.oprev = en.oprev
 	}
 	en.oprev, en.onext = nil, nil
+}
+
+// rebuilt copies m into a map sized for its current length. (maps.Clone
+// would keep the old table's size.)
+func rebuilt[K comparable, V any](m map[K]V) map[K]V {
+	n := make(map[K]V, len(m))
+	for k, v := range m {
+		n[k] = v
+	}
+	return n
 }
 
 // findOwned returns owner's entry on res (a two-phase one if twoPhase).
@@ -126,6 +154,9 @@ func (s *shard) resourceLocked(now int64, key []byte, limit int) (*resource, err
 	}
 	r := &resource{key: string(key), limit: limit}
 	s.res[r.key] = r
+	if n := len(s.res); n > s.resPeak {
+		s.resPeak = n
+	}
 	s.idle.pushBack(r, now)
 	return r, nil
 }
@@ -154,6 +185,10 @@ func (s *shard) dropResourceLocked(r *resource) {
 	delete(s.res, r.key)
 	s.e.keys.Add(-1)
 	s.ctr.pruned++
+	if s.resPeak > shrinkFloor && len(s.res) < s.resPeak/4 {
+		s.res = rebuilt(s.res)
+		s.resPeak = len(s.res)
+	}
 }
 
 // grantLocked gives en a slot of its resource and a fresh token.
