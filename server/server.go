@@ -36,6 +36,7 @@ type Server struct {
 	nextID     atomic.Uint64
 	reg        registry
 	perIP      ipCounts
+	loops      loops
 
 	// TLS transport only.
 	ln   net.Listener
@@ -138,6 +139,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if !ok {
 		return []byte("error\n"), gnet.Close
 	}
+	ss.loop = s.loops.of(c)
 	c.SetContext(ss)
 	return nil, gnet.None
 }
@@ -146,6 +148,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 	if ss, ok := c.Context().(*session); ok {
 		s.close(ss, err)
+		s.drain(ss.loop) // waiters on this loop that the disconnect granted
 	}
 	return gnet.None
 }
@@ -190,7 +193,7 @@ func (s *Server) close(ss *session, err error) {
 		s.perIP.release(ss.ip)
 	}
 	s.reg.remove(ss)
-	s.eng.Disconnect(now(), ss.id, s.cfg.AutoRelease)
+	s.eng.DisconnectVia(now(), ss.id, s.cfg.AutoRelease, ss.via())
 	s.debug("connection closed", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
 }
 

@@ -22,6 +22,7 @@ type peer interface {
 type session struct {
 	// Event loop only (the connection's gnet loop, or its TLS goroutine).
 	conn   peer
+	loop   *loop // the gnet loop's context; nil for TLS
 	id     engine.OwnerID
 	parked bool   // a blocking request waits; decoding is paused
 	authed bool   // auth passed, or none is configured
@@ -48,13 +49,28 @@ func (ss *session) Deliver(o engine.Outcome) {
 	if o.Result == engine.Canceled {
 		return // only DropOwner cancels, and only for a closed connection
 	}
+	ss.enqueue(o)
+	if ss.woken.CompareAndSwap(false, true) {
+		_ = ss.conn.Wake(nil) // fails only when the conn is gone; OnClose cleans up
+	}
+}
+
+// enqueue queues the answer to the parked request for the connection's
+// next turn.
+func (ss *session) enqueue(o engine.Outcome) {
 	ss.mu.Lock()
 	ss.inbox = appendOutcome(ss.inbox, codec.StatusOK, o)
 	ss.delivered = true
 	ss.mu.Unlock()
-	if ss.woken.CompareAndSwap(false, true) {
-		_ = ss.conn.Wake(nil) // fails only when the conn is gone; OnClose cleans up
+}
+
+// via returns the engine.Via for requests of this session: its gnet loop,
+// or none for a TLS connection.
+func (ss *session) via() engine.Via {
+	if ss.loop == nil {
+		return nil
 	}
+	return ss.loop
 }
 
 // takeDelivered appends what Deliver queued to out and unparks the session

@@ -20,6 +20,14 @@ func now() int64 { return clock.Now() }
 // buffered requests in order until one parks or the bytes run out.
 func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	ss := c.Context().(*session)
+	action := s.turn(c, ss)
+	s.drain(ss.loop) // waiters on this loop that this turn granted
+	return action
+}
+
+// turn runs one gnet connection's turn: process what it has buffered and
+// write the answers.
+func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 	buf, _ := c.Peek(-1)
 	used, out, closeNow := s.process(ss, buf)
 	if used > 0 {
@@ -127,7 +135,7 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 	case codec.CmdRelease, codec.CmdSemRelease:
 		tok, err := fence.Parse(req.Token)
 		if err == nil {
-			err = s.eng.Release(t, req.Key, tok)
+			err = s.eng.ReleaseVia(t, req.Key, tok, ss.via())
 		}
 		if err != nil {
 			return codec.AppendStatus(out, codec.StatusError), false

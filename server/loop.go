@@ -1,0 +1,77 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/latchd/latchd/engine"
+)
+
+// loop is one gnet event loop's context. When a request on this loop frees
+// a slot (a release, a disconnect), the engine hands the grants to the
+// loop's Via: a waiter on the same loop is answered directly after the
+// current connection's turn, with no Wake and no trip through gnet's task
+// queue; a waiter elsewhere is woken as usual. On a busy key this halves
+// the hand-off time whenever holder and waiter share a loop.
+type loop struct {
+	// Event loop only.
+	pending  []*session // waiters on this loop with an answer in their inbox
+	draining bool
+}
+
+// Deliver implements engine.Via. It runs on this loop's goroutine, inside
+// the turn of the connection whose request freed the slot.
+func (l *loop) Deliver(sink engine.Sink, o engine.Outcome) {
+	w, ok := sink.(*session)
+	if !ok || w.loop != l || o.Result == engine.Canceled {
+		sink.Deliver(o)
+		return
+	}
+	w.enqueue(o)
+	l.pending = append(l.pending, w)
+}
+
+// drain runs the turn of every session that Deliver queued, on this loop.
+// A turn may free more slots and queue more sessions; they run too.
+func (s *Server) drain(l *loop) {
+	if l == nil || l.draining || len(l.pending) == 0 {
+		return
+	}
+	l.draining = true
+	for i := 0; i < len(l.pending); i++ {
+		w := l.pending[i]
+		l.pending[i] = nil
+		if c, ok := w.conn.(gnet.Conn); ok {
+			if s.turn(c, w) == gnet.Close {
+				_ = c.Close()
+			}
+		}
+	}
+	l.pending = l.pending[:0]
+	l.draining = false
+}
+
+// loops maps gnet's event loops to their contexts.
+type loops struct {
+	mu sync.Mutex
+	m  map[gnet.EventLoop]*loop
+}
+
+func (ls *loops) of(c gnet.Conn) *loop {
+	el := c.EventLoop()
+	if el == nil {
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.m == nil {
+		ls.m = make(map[gnet.EventLoop]*loop)
+	}
+	l := ls.m[el]
+	if l == nil {
+		l = &loop{}
+		ls.m[el] = l
+	}
+	return l
+}
