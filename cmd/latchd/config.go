@@ -20,6 +20,7 @@ type options struct {
 	host, authToken, authTokenFile string
 	logLevel, logFormat, debugAddr string
 	tlsCert, tlsKey, fenceFile     string
+	metricsAddr                    string
 	maxConnsPerIP                  int
 	port, httpPort                 int
 	defaultLeaseTTL, readTimeout   int
@@ -65,6 +66,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.IntVar(&o.maxConnsPerIP, "max-connections-per-ip", 0, "cap on open TCP connections from one IP (0 = no cap)")
 	fs.StringVar(&o.fenceFile, "fence-state-file", "", "fence-counter journal: tokens never go back, even across crashes and clock steps")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (the REST port serves it too)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve net/http/pprof on this address (off when empty)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/internal/fencefile"
+	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/server"
 )
 
@@ -106,7 +107,8 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 		defer func() { close(stopKeep); <-keepDone }()
 	}
 	scfg, _ := o.serverConfig() // validated by run
-	srv, err := server.New(scfg, eng, log.Named("tcp"))
+	reg := metrics.NewRegistry(eng)
+	srv, err := server.New(scfg, eng, log.Named("tcp"), server.WithMetrics(reg.TCP()))
 	if err != nil {
 		return err
 	}
@@ -121,13 +123,27 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	var web *httpfast.Server
 	if o.httpPort != 0 {
 		hcfg, _ := o.httpConfig() // validated by run
-		if web, err = httpfast.New(hcfg, eng, log.Named("http"), httpfast.WithConnections(srv.Connections)); err == nil {
+		web, err = httpfast.New(hcfg, eng, log.Named("http"),
+			httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg))
+		if err == nil {
 			err = web.Start()
 		}
 		if err != nil {
-			stopAll(srv, nil)
+			_ = stopAll(srv, nil)
 			return err
 		}
+	}
+	if o.metricsAddr != "" { // the REST port serves /metrics too, when it is on
+		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"))
+		if err != nil {
+			_ = stopAll(srv, web)
+			return err
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = stopMetrics(ctx)
+		}()
 	}
 	if o.debugAddr != "" {
 		startDebug(o.debugAddr, log)
