@@ -12,7 +12,6 @@ import (
 
 var (
 	contentJSON = []byte("application/json")
-	contentText = []byte("text/plain; version=0.0.4; charset=utf-8")
 
 	bodyOK       = []byte(`{"status":"ok"}`)
 	bodyQueued   = []byte(`{"status":"queued"}`)
