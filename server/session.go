@@ -50,6 +50,11 @@ func (ss *session) Deliver(o engine.Outcome) {
 		return // only DropOwner cancels, and only for a closed connection
 	}
 	ss.enqueue(o)
+	ss.wake()
+}
+
+// wake gets the connection's loop to take what was queued, once per burst.
+func (ss *session) wake() {
 	if ss.woken.CompareAndSwap(false, true) {
 		_ = ss.conn.Wake(nil) // fails only when the conn is gone; OnClose cleans up
 	}

@@ -152,13 +152,13 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 		}
 		return codec.AppendRemaining(out, int64(ttl/time.Second)), false
 	case codec.CmdStats:
-		st := s.eng.Snapshot(t)
-		st.Connections = s.Connections()
-		body, err := json.Marshal(st)
-		if err != nil {
-			return codec.AppendStatus(out, codec.StatusError), false
-		}
-		return codec.AppendBody(out, codec.StatusOK, body), false
+		// With many keys the snapshot and its JSON take tens of
+		// milliseconds: build them off the loop, so the other connections
+		// on it are not stalled. The connection parks meanwhile, so
+		// answers keep request order.
+		ss.parked = true
+		go s.stats(ss, t)
+		return out, false
 	}
 	return codec.AppendStatus(out, codec.StatusError), true
 }
@@ -198,3 +198,20 @@ func (s *Server) protocolError(ss *session, err error) {
 }
 
 func seconds(n int64) time.Duration { return time.Duration(n) * time.Second }
+
+// stats answers a stats request on its own goroutine and hands the line to
+// the connection like a grant.
+func (s *Server) stats(ss *session, t int64) {
+	st := s.eng.Snapshot(t)
+	st.Connections = s.Connections()
+	body, err := json.Marshal(st)
+	ss.mu.Lock()
+	if err != nil {
+		ss.inbox = codec.AppendStatus(ss.inbox, codec.StatusError)
+	} else {
+		ss.inbox = codec.AppendBody(ss.inbox, codec.StatusOK, body)
+	}
+	ss.delivered = true
+	ss.mu.Unlock()
+	ss.wake()
+}
