@@ -150,6 +150,14 @@ func (e *Engine) checkInvariants() error {
 }
 
 func (s *shard) checkLocked() error {
+	held, waiting := 0, 0
+	for _, r := range s.res {
+		held += r.holders.n
+		waiting += r.waiters.n
+	}
+	if held != s.held || waiting != s.waiting {
+		return fmt.Errorf("running counts held=%d waiting=%d, lists hold %d and %d", s.held, s.waiting, held, waiting)
+	}
 	onRes := make(map[*entry]bool)
 	idle := make(map[*resource]bool)
 	for r := s.idle.head; r != nil; r = r.inext {

@@ -38,6 +38,8 @@ type shard struct {
 	free    []*entry
 	touched []*resource
 	ctr     counters
+	held    int // slots held on this shard's resources
+	waiting int // entries in this shard's queues
 	resPeak int // most keys s.res held since it was last rebuilt
 	ownPeak int // most owners s.owners held since it was last rebuilt
 	next    atomic.Int64 // earliest deadline or GC due here; read without mu
@@ -196,6 +198,7 @@ func (s *shard) grantLocked(now int64, en *entry) {
 	en.token = fence.Token{Fence: s.e.nextFence(), Salt: en.salt}
 	en.holding = true
 	en.res.holders.pushBack(en)
+	s.held++
 	s.heap.set(en, now+int64(en.ttl))
 	s.ctr.grants++
 }
@@ -206,6 +209,7 @@ func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delive
 	for res.holders.n < res.limit && res.waiters.head != nil {
 		en := res.waiters.head
 		res.waiters.remove(en)
+		s.waiting--
 		s.grantLocked(now, en)
 		if en.sink != nil {
 			d = appendDelivery(d, en.sink, Outcome{Result: Granted, Token: en.token, TTL: en.ttl})
@@ -231,8 +235,10 @@ func appendDelivery(d *[]delivery, sink Sink, out Outcome) *[]delivery {
 func (s *shard) removeLocked(en *entry) {
 	if en.holding {
 		en.res.holders.remove(en)
+		s.held--
 	} else {
 		en.res.waiters.remove(en)
+		s.waiting--
 	}
 	if en.hidx >= 0 {
 		s.heap.remove(en)
@@ -275,6 +281,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	en := s.newEntry(res, req)
 	en.twoPhase = twoPhase
 	res.waiters.pushBack(en)
+	s.waiting++
 	if !twoPhase {
 		en.sink = sink
 		s.heap.set(en, now+int64(req.Timeout))
@@ -461,4 +468,14 @@ func (s *shard) expire(now int64) {
 	s.updateNextLocked()
 	s.mu.Unlock()
 	deliver(d, nil)
+}
+
+// recountLocked recomputes held and waiting from the resources, for code
+// that rebuilds a shard's lists directly (restoring a snapshot).
+func (s *shard) recountLocked() {
+	s.held, s.waiting = 0, 0
+	for _, r := range s.res {
+		s.held += r.holders.n
+		s.waiting += r.waiters.n
+	}
 }
