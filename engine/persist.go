@@ -210,6 +210,7 @@ func (e *Engine) ReadState(r io.Reader) error {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.readStateLocked(d)
+		s.recountLocked() // the lists were rebuilt directly
 		keys += int64(len(s.res))
 		s.mu.Unlock()
 		if d.err != nil {
@@ -373,6 +374,7 @@ func (s *shard) readStateLocked(d *stateReader) {
 			linked++
 		}
 	}
+	s.resPeak, s.ownPeak = len(s.res), len(s.owners) // for the shrink heuristic
 	if d.err == nil && linked != len(ents) {
 		d.fail("%d entries, %d on owner lists", len(ents), linked)
 	}

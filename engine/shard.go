@@ -38,10 +38,10 @@ type shard struct {
 	free    []*entry
 	touched []*resource
 	ctr     counters
-	held    int // slots held on this shard's resources
-	waiting int // entries in this shard's queues
-	resPeak int // most keys s.res held since it was last rebuilt
-	ownPeak int // most owners s.owners held since it was last rebuilt
+	held    int          // slots held on this shard's resources
+	waiting int          // entries in this shard's queues
+	resPeak int          // most keys s.res held since it was last rebuilt
+	ownPeak int          // most owners s.owners held since it was last rebuilt
 	next    atomic.Int64 // earliest deadline or GC due here; read without mu
 	_       [64]byte     // keep neighbouring shards' locks off this cache line
 }

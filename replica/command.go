@@ -1,0 +1,257 @@
+package replica
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/fence"
+)
+
+// Op names an engine operation carried by a log entry.
+type Op uint8
+
+// Ops. Each is one mutating engine call; Restamp is the new leader's
+// first entry (see FSM).
+const (
+	OpAcquire      Op = iota + 1 // engine.Acquire: Owner, Key, Limit, TTL, Timeout, Salt
+	OpEnqueue                    // engine.Enqueue: Owner, Key, Limit, TTL, Salt
+	OpWait                       // engine.Wait: Owner, Key, Timeout
+	OpRelease                    // engine.Release: Key, Token
+	OpRenew                      // engine.Renew: Key, Token, TTL
+	OpDisconnect                 // engine.Disconnect: Owner, Release
+	OpExpire                     // engine.Expire
+	OpOpenSession                // engine.OpenSession: Owner, TTL
+	OpCloseSession               // engine.CloseSession: Owner
+	OpBeginSession               // engine.BeginSession: Owner
+	OpEndSession                 // engine.EndSession: Owner
+	OpRestamp                    // a new leader's clock: Key = its node ID, Addr = its client address
+	opEnd
+)
+
+var opNames = [...]string{"", "acquire", "enqueue", "wait", "release", "renew", "disconnect",
+	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp"}
+
+// String names the op.
+func (o Op) String() string {
+	if o > 0 && o < opEnd {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", o)
+}
+
+// Command is one log entry: an engine call with every input it needs. The
+// proposing Node fills in Now, Salt (for Acquire and Enqueue), Origin and
+// ReqID; the caller fills in the rest.
+type Command struct {
+	Op      Op
+	Now     int64  // the leader's clock, Unix ns
+	Origin  uint64 // the proposing Node's incarnation; its Sinks live there
+	ReqID   uint64 // the request, unique per Origin
+	Owner   engine.OwnerID
+	Key     []byte // aliases the entry's data after DecodeCommand
+	Limit   int
+	TTL     time.Duration
+	Timeout time.Duration
+	Salt    uint64      // the grant's token salt, from the leader's CSPRNG
+	Token   fence.Token // Release, Renew
+	Release bool        // Disconnect: release held leases too
+	Addr    string      // Restamp: the leader's client address
+}
+
+const commandVersion = 1
+
+// field bits of the presence mask: a zero field is not written.
+const (
+	fOrigin = 1 << iota
+	fReqID
+	fNow
+	fOwner
+	fKey
+	fLimit
+	fTTL
+	fTimeout
+	fSalt
+	fFence
+	fTokSalt
+	fRelease
+	fAddr
+	fAll = 1<<iota - 1
+)
+
+// AppendCommand appends c's encoding to b: a version byte, the op, a
+// varint presence mask, then each non-zero field as a varint (durations
+// and times zig-zag, salts fixed 8 bytes, bytes length-prefixed).
+func AppendCommand(b []byte, c *Command) []byte {
+	var mask uint64
+	set := func(bit uint64, on bool) {
+		if on {
+			mask |= bit
+		}
+	}
+	set(fOrigin, c.Origin != 0)
+	set(fReqID, c.ReqID != 0)
+	set(fNow, c.Now != 0)
+	set(fOwner, c.Owner != 0)
+	set(fKey, len(c.Key) != 0)
+	set(fLimit, c.Limit != 0)
+	set(fTTL, c.TTL != 0)
+	set(fTimeout, c.Timeout != 0)
+	set(fSalt, c.Salt != 0)
+	set(fFence, c.Token.Fence != 0)
+	set(fTokSalt, c.Token.Salt != 0)
+	set(fRelease, c.Release)
+	set(fAddr, c.Addr != "")
+	b = append(b, commandVersion, byte(c.Op))
+	b = binary.AppendUvarint(b, mask)
+	if mask&fOrigin != 0 {
+		b = binary.AppendUvarint(b, c.Origin)
+	}
+	if mask&fReqID != 0 {
+		b = binary.AppendUvarint(b, c.ReqID)
+	}
+	if mask&fNow != 0 {
+		b = binary.AppendVarint(b, c.Now)
+	}
+	if mask&fOwner != 0 {
+		b = binary.AppendUvarint(b, uint64(c.Owner))
+	}
+	if mask&fKey != 0 {
+		b = binary.AppendUvarint(b, uint64(len(c.Key)))
+		b = append(b, c.Key...)
+	}
+	if mask&fLimit != 0 {
+		b = binary.AppendVarint(b, int64(c.Limit))
+	}
+	if mask&fTTL != 0 {
+		b = binary.AppendVarint(b, int64(c.TTL))
+	}
+	if mask&fTimeout != 0 {
+		b = binary.AppendVarint(b, int64(c.Timeout))
+	}
+	if mask&fSalt != 0 {
+		b = binary.BigEndian.AppendUint64(b, c.Salt)
+	}
+	if mask&fFence != 0 {
+		b = binary.AppendUvarint(b, c.Token.Fence)
+	}
+	if mask&fTokSalt != 0 {
+		b = binary.BigEndian.AppendUint64(b, c.Token.Salt)
+	}
+	if mask&fAddr != 0 {
+		b = binary.AppendUvarint(b, uint64(len(c.Addr)))
+		b = append(b, c.Addr...)
+	}
+	return b
+}
+
+// DecodeCommand decodes one AppendCommand encoding, all of b. c.Key
+// aliases b.
+func DecodeCommand(b []byte, c *Command) error {
+	*c = Command{}
+	if len(b) < 3 || b[0] != commandVersion {
+		return ErrBadCommand
+	}
+	c.Op = Op(b[1])
+	if c.Op == 0 || c.Op >= opEnd {
+		return ErrBadCommand
+	}
+	d := decoder{b: b[2:]}
+	mask := d.uvarint()
+	if mask&^fAll != 0 {
+		return ErrBadCommand
+	}
+	if mask&fOrigin != 0 {
+		c.Origin = d.uvarint()
+	}
+	if mask&fReqID != 0 {
+		c.ReqID = d.uvarint()
+	}
+	if mask&fNow != 0 {
+		c.Now = d.varint()
+	}
+	if mask&fOwner != 0 {
+		c.Owner = engine.OwnerID(d.uvarint())
+	}
+	if mask&fKey != 0 {
+		c.Key = d.bytes()
+	}
+	if mask&fLimit != 0 {
+		c.Limit = int(d.varint())
+	}
+	if mask&fTTL != 0 {
+		c.TTL = time.Duration(d.varint())
+	}
+	if mask&fTimeout != 0 {
+		c.Timeout = time.Duration(d.varint())
+	}
+	if mask&fSalt != 0 {
+		c.Salt = d.fixed64()
+	}
+	if mask&fFence != 0 {
+		c.Token.Fence = d.uvarint()
+	}
+	if mask&fTokSalt != 0 {
+		c.Token.Salt = d.fixed64()
+	}
+	c.Release = mask&fRelease != 0
+	if mask&fAddr != 0 {
+		c.Addr = string(d.bytes())
+	}
+	if d.bad || len(d.b) != 0 {
+		*c = Command{}
+		return ErrBadCommand
+	}
+	return nil
+}
+
+type decoder struct {
+	b   []byte
+	bad bool
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) fixed64() uint64 {
+	if len(d.b) < 8 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.bad = true
+		d.b = nil
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}

@@ -1,0 +1,129 @@
+package replica
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/latchd/latchd/engine"
+)
+
+// Peer is one voter of the cluster.
+type Peer struct {
+	ID         string // raft server ID, unique in the cluster
+	RaftAddr   string // host:port of its raft transport
+	ClientAddr string // host:port its clients use; named in error_not_leader
+}
+
+// Config sets up a Node. Build it from DefaultConfig.
+type Config struct {
+	// NodeID is this node's raft server ID.
+	NodeID string
+	// BindAddr is the raft transport's listen address (TCP; unused with
+	// an in-memory transport). AdvertiseAddr, if set, is what peers dial.
+	BindAddr      string
+	AdvertiseAddr string
+	// ClientAddr is where this node's clients connect; a new leader
+	// writes it into the log so followers can redirect to it.
+	ClientAddr string
+	// RaftDir holds the raft-wal log and the snapshots (on-disk nodes).
+	RaftDir string
+	// Bootstrap makes this node write the initial configuration, Peers
+	// (which must include the node itself), when its storage is empty.
+	// Bootstrapping every initial peer with the same Peers is safe.
+	Bootstrap bool
+	Peers     []Peer
+	// Engine configures the replicated engine; every node must use the
+	// same Shards (ReadState refuses another) and limits.
+	Engine engine.Config
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// MaxAppendEntries bounds one log write and one AppendEntries RPC:
+	// with batching on, concurrent proposals share a write (group commit).
+	MaxAppendEntries  int
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotRetain    int
+	// ExpireEvery is how often the leader checks for due deadlines.
+	ExpireEvery time.Duration
+	// ApplyTimeout bounds how long a proposal waits to enter the log when
+	// its context has no deadline.
+	ApplyTimeout time.Duration
+	// RaftLogLevel is hashicorp/raft's log level: "off", "error", "warn",
+	// "info", "debug".
+	RaftLogLevel string
+}
+
+// DefaultConfig returns production defaults: raft's LAN timings, batches
+// of up to 256 entries, a snapshot every 8192 entries.
+func DefaultConfig() Config {
+	return Config{
+		Engine:             engine.DefaultConfig(),
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		MaxAppendEntries:   256,
+		SnapshotInterval:   2 * time.Minute,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		SnapshotRetain:     2,
+		ExpireEvery:        10 * time.Millisecond,
+		ApplyTimeout:       5 * time.Second,
+		RaftLogLevel:       "warn",
+	}
+}
+
+// Validate reports the first field out of range. Raft's own checks run
+// again when the Node starts.
+func (c Config) Validate() error {
+	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	if c.Engine.FenceLimit != 0 {
+		// The log is the fence journal: a replicated engine must not
+		// call a node-local FenceReserve.
+		return fmt.Errorf("replica: engine fence limit must be 0, got %d", c.Engine.FenceLimit)
+	}
+	switch {
+	case c.NodeID == "":
+		return fmt.Errorf("replica: node ID is empty")
+	case c.HeartbeatTimeout < 5*time.Millisecond || c.ElectionTimeout < c.HeartbeatTimeout:
+		return fmt.Errorf("replica: heartbeat timeout %v and election timeout %v out of range", c.HeartbeatTimeout, c.ElectionTimeout)
+	case c.LeaderLeaseTimeout < 5*time.Millisecond || c.LeaderLeaseTimeout > c.HeartbeatTimeout:
+		return fmt.Errorf("replica: leader lease timeout %v out of range", c.LeaderLeaseTimeout)
+	case c.CommitTimeout < time.Millisecond:
+		return fmt.Errorf("replica: commit timeout %v too low", c.CommitTimeout)
+	case c.MaxAppendEntries < 1 || c.MaxAppendEntries > 1024:
+		return fmt.Errorf("replica: max append entries must be 1..1024, got %d", c.MaxAppendEntries)
+	case c.SnapshotInterval < 5*time.Millisecond || c.SnapshotThreshold < 1:
+		return fmt.Errorf("replica: snapshot interval %v and threshold %d out of range", c.SnapshotInterval, c.SnapshotThreshold)
+	case c.SnapshotRetain < 1:
+		return fmt.Errorf("replica: snapshot retain must be >= 1, got %d", c.SnapshotRetain)
+	case c.ExpireEvery <= 0 || c.ApplyTimeout <= 0:
+		return fmt.Errorf("replica: expire interval %v and apply timeout %v must be > 0", c.ExpireEvery, c.ApplyTimeout)
+	}
+	switch c.RaftLogLevel {
+	case "off", "error", "warn", "info", "debug", "trace":
+	default:
+		return fmt.Errorf("replica: raft log level %q unknown", c.RaftLogLevel)
+	}
+	if c.Bootstrap {
+		self := false
+		seen := make(map[string]bool)
+		for _, p := range c.Peers {
+			if p.ID == "" || p.RaftAddr == "" || seen[p.ID] {
+				return fmt.Errorf("replica: peer %+v: empty or repeated ID or address", p)
+			}
+			seen[p.ID] = true
+			self = self || p.ID == c.NodeID
+		}
+		if !self {
+			return fmt.Errorf("replica: bootstrap peers must include node %q", c.NodeID)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotLeader means this node is not the leader (or has not yet
+	// taken over as one): mutating commands go to the leader. The error
+	// a Node returns is a *NotLeaderError naming it, when known.
+	ErrNotLeader = errors.New("replica: not leader")
+	// ErrBadCommand means a log entry does not decode as a Command.
+	ErrBadCommand = errors.New("replica: bad command")
+	// ErrBadSnapshot means a snapshot is not one an FSM wrote.
+	ErrBadSnapshot = errors.New("replica: bad snapshot")
+	// ErrClosed means the Node was shut down.
+	ErrClosed = errors.New("replica: node closed")
+)
+
+// NotLeaderError is ErrNotLeader with what this node knows of the leader;
+// the fields are empty when no leader is known (an election is running).
+type NotLeaderError struct {
+	LeaderID   string // the leader's raft server ID
+	RaftAddr   string // its raft address
+	ClientAddr string // where clients reach it: the address error_not_leader names
+}
+
+// Error says who the leader is.
+func (e *NotLeaderError) Error() string {
+	if e.ClientAddr == "" && e.LeaderID == "" {
+		return "replica: not leader; no leader known"
+	}
+	return fmt.Sprintf("replica: not leader; leader is %s at %s", e.LeaderID, e.ClientAddr)
+}
+
+// Is makes errors.Is(err, ErrNotLeader) true.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }

@@ -1,0 +1,337 @@
+package replica
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/latchd/latchd/engine"
+)
+
+// Reply is what applying one Command answered.
+type Reply struct {
+	Outcome engine.Outcome // Acquire, Enqueue, Wait
+	TTL     time.Duration  // Renew: the lease length
+	OK      bool           // BeginSession, CloseSession
+	Err     error          // the engine's error, or ErrBadCommand
+}
+
+// FSM is the engine as a raft.FSM (and raft.BatchingFSM). Every node
+// applies the same entries in the same order to an engine built with the
+// same Config, so every node holds the same state.
+//
+// Time: an entry's now is max(its leader stamp, the last applied now), so
+// time never runs backwards in the state machine even if the leader's
+// clock steps or two proposals are stamped and logged in opposite orders.
+// A Restamp entry (a new leader's first) is the one exception: it moves
+// every deadline so that each keeps the time it had left at the last
+// applied now, measured from the new leader's clock, and then takes the
+// new leader's clock as the last applied now.
+//
+// Sinks: an Acquire or Wait that parks gets a Sink only on the node whose
+// incarnation (Origin) proposed it; that node registered the caller's Sink
+// under the entry's ReqID. Other nodes apply it with no Sink.
+//
+// Apply, ApplyBatch, Snapshot and Restore are called by raft one at a time;
+// the other methods are safe for concurrent use.
+type FSM struct {
+	mu       sync.Mutex // held while applying, snapshotting or reading state
+	cfg      engine.Config
+	origin   uint64
+	eng      atomic.Pointer[engine.Engine]
+	lastNow  int64
+	index    atomic.Uint64 // last applied log index
+	restores atomic.Int64
+
+	addrMu  sync.Mutex
+	leaders map[string]string // node ID -> client address, from Restamp entries
+
+	pendMu  sync.Mutex
+	pending map[uint64]engine.Sink // this incarnation's parked requests by ReqID
+}
+
+// NewFSM returns an FSM over a new engine built with cfg. origin is the
+// local Node's incarnation: Commands carrying it get their Sinks here.
+func NewFSM(cfg engine.Config, origin uint64) (*FSM, error) {
+	e, err := engine.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]string), pending: make(map[uint64]engine.Sink)}
+	f.eng.Store(e)
+	return f, nil
+}
+
+// Engine returns the current engine, for reads (stats, NextDeadline). It
+// must not be mutated outside Apply, and a Restore replaces it.
+func (f *FSM) Engine() *engine.Engine { return f.eng.Load() }
+
+// AppliedIndex returns the index of the last log entry applied.
+func (f *FSM) AppliedIndex() uint64 { return f.index.Load() }
+
+// Restores returns how many snapshots this FSM has restored.
+func (f *FSM) Restores() int64 { return f.restores.Load() }
+
+// LeaderClientAddr returns the client address the node id announced when
+// it last became leader.
+func (f *FSM) LeaderClientAddr(id string) string {
+	f.addrMu.Lock()
+	defer f.addrMu.Unlock()
+	return f.leaders[id]
+}
+
+// WriteState writes the FSM's state (as a snapshot would) and returns the
+// index it reflects. Two FSMs at one index write the same bytes.
+func (f *FSM) WriteState(w io.Writer) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.index.Load(), f.writeLocked(w)
+}
+
+func (f *FSM) register(id uint64, s engine.Sink) {
+	f.pendMu.Lock()
+	f.pending[id] = s
+	f.pendMu.Unlock()
+}
+
+func (f *FSM) unregister(id uint64) {
+	f.pendMu.Lock()
+	delete(f.pending, id)
+	f.pendMu.Unlock()
+}
+
+func (f *FSM) pendingCount() int {
+	f.pendMu.Lock()
+	defer f.pendMu.Unlock()
+	return len(f.pending)
+}
+
+// routeSink is the Sink the engine holds for a parked request proposed on
+// this node: it hands the Outcome to the caller's Sink, once.
+type routeSink struct {
+	f  *FSM
+	id uint64
+}
+
+// Deliver implements engine.Sink. It runs on raft's FSM goroutine.
+func (s *routeSink) Deliver(o engine.Outcome) {
+	s.f.pendMu.Lock()
+	sink := s.f.pending[s.id]
+	delete(s.f.pending, s.id)
+	s.f.pendMu.Unlock()
+	if sink != nil {
+		sink.Deliver(o)
+	}
+}
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applyLocked(l)
+}
+
+// ApplyBatch implements raft.BatchingFSM: one lock for a batch.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, l := range logs {
+		out[i] = f.applyLocked(l)
+	}
+	return out
+}
+
+func (f *FSM) applyLocked(l *raft.Log) any {
+	f.index.Store(l.Index)
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	var c Command
+	if err := DecodeCommand(l.Data, &c); err != nil {
+		return Reply{Err: err}
+	}
+	return f.applyCommand(&c)
+}
+
+// applyCommand runs c on the engine. Everything it decides depends only on
+// c and the state, never on this node's clock or identity, except which
+// Sink (local or none) a parked request gets.
+func (f *FSM) applyCommand(c *Command) Reply {
+	e := f.eng.Load()
+	if c.Op == OpRestamp {
+		if f.lastNow != 0 {
+			e.ShiftDeadlines(c.Now - f.lastNow)
+		}
+		f.lastNow = c.Now
+		f.addrMu.Lock()
+		f.leaders[string(c.Key)] = c.Addr
+		f.addrMu.Unlock()
+		return Reply{}
+	}
+	now := max(c.Now, f.lastNow)
+	f.lastNow = now
+	var sink engine.Sink
+	if (c.Op == OpAcquire || c.Op == OpWait) && c.Origin == f.origin && c.Origin != 0 {
+		sink = &routeSink{f: f, id: c.ReqID}
+	}
+	var r Reply
+	switch c.Op {
+	case OpAcquire:
+		r.Outcome, r.Err = e.Acquire(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
+			TTL: c.TTL, Timeout: c.Timeout, Salt: c.Salt}, sink)
+	case OpEnqueue:
+		r.Outcome, r.Err = e.Enqueue(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
+			TTL: c.TTL, Salt: c.Salt})
+	case OpWait:
+		r.Outcome, r.Err = e.Wait(now, c.Key, c.Owner, c.Timeout, sink)
+	case OpRelease:
+		r.Err = e.Release(now, c.Key, c.Token)
+	case OpRenew:
+		r.TTL, r.Err = e.Renew(now, c.Key, c.Token, c.TTL)
+	case OpDisconnect:
+		e.Disconnect(now, c.Owner, c.Release)
+	case OpExpire:
+		e.Expire(now)
+	case OpOpenSession:
+		r.Err = e.OpenSession(now, c.Owner, c.TTL)
+	case OpCloseSession:
+		r.OK = e.CloseSession(now, c.Owner)
+	case OpBeginSession:
+		r.OK = e.BeginSession(now, c.Owner)
+	case OpEndSession:
+		e.EndSession(now, c.Owner)
+	default:
+		r.Err = ErrBadCommand
+	}
+	return r
+}
+
+// Snapshot implements raft.FSM: it copies the state into memory (raft
+// runs no Apply meanwhile) and lets Persist write it out concurrently with
+// later Applies.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var buf bytes.Buffer
+	if err := f.writeLocked(&buf); err != nil {
+		return nil, err
+	}
+	return &fsmSnapshot{b: buf.Bytes()}, nil
+}
+
+const (
+	snapMagic   = "LTCHFSM"
+	snapVersion = 1
+)
+
+// writeLocked writes the FSM header (magic, version, last applied index
+// and now,
+// the leaders' client addresses sorted by ID) and then the engine state,
+// which carries its own checksum.
+func (f *FSM) writeLocked(w io.Writer) error {
+	b := append([]byte(snapMagic), snapVersion)
+	b = binary.AppendUvarint(b, f.index.Load())
+	b = binary.AppendVarint(b, f.lastNow)
+	f.addrMu.Lock()
+	ids := make([]string, 0, len(f.leaders))
+	for id := range f.leaders {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = appendString(b, id)
+		b = appendString(b, f.leaders[id])
+	}
+	f.addrMu.Unlock()
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	return f.eng.Load().WriteState(w)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// Restore implements raft.FSM: it replaces the state with a snapshot's.
+// The requests this node had parked lose their Sinks (the restored
+// entries have none): each hears Canceled now, and its entry, if still
+// queued, is granted or times out unheard (see engine.ReadState).
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	all, err := io.ReadAll(rc)
+	if err != nil {
+		return err
+	}
+	e, err := engine.New(f.cfg)
+	if err != nil {
+		return err
+	}
+	if len(all) < len(snapMagic)+1 || string(all[:len(snapMagic)]) != snapMagic || all[len(snapMagic)] != snapVersion {
+		return ErrBadSnapshot
+	}
+	d := decoder{b: all[len(snapMagic)+1:]}
+	index := d.uvarint()
+	lastNow := d.varint()
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		return ErrBadSnapshot
+	}
+	leaders := make(map[string]string, n)
+	for range n {
+		id := string(d.bytes())
+		leaders[id] = string(d.bytes())
+	}
+	if d.bad {
+		return ErrBadSnapshot
+	}
+	if err := e.ReadState(bytes.NewReader(d.b)); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
+	f.mu.Lock()
+	f.eng.Store(e)
+	f.index.Store(index)
+	f.lastNow = lastNow
+	f.addrMu.Lock()
+	f.leaders = leaders
+	f.addrMu.Unlock()
+	f.pendMu.Lock()
+	lost := f.pending
+	f.pending = make(map[uint64]engine.Sink)
+	f.pendMu.Unlock()
+	f.restores.Add(1)
+	f.mu.Unlock()
+	ids := make([]uint64, 0, len(lost))
+	for id := range lost {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		lost[id].Deliver(engine.Outcome{Result: engine.Canceled})
+	}
+	return nil
+}
+
+type fsmSnapshot struct{ b []byte }
+
+// Persist implements raft.FSMSnapshot.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.b); err != nil {
+		_ = sink.Cancel() // the write error is the one to report
+		return err
+	}
+	return sink.Close()
+}
+
+// Release implements raft.FSMSnapshot.
+func (s *fsmSnapshot) Release() {}

@@ -1,0 +1,447 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapio"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/fence"
+	"github.com/latchd/latchd/internal/clock"
+)
+
+// Storage is what a Node keeps its raft state in and talks through.
+type Storage struct {
+	Logs      raft.LogStore
+	Stable    raft.StableStore
+	Snapshots raft.SnapshotStore
+	Transport raft.Transport
+	// Close, if set, runs after raft has shut down (closes files, sockets).
+	Close func() error
+}
+
+// InmemStorage returns in-memory stores over trans, for tests.
+func InmemStorage(trans raft.Transport) Storage {
+	st := raft.NewInmemStore()
+	return Storage{Logs: st, Stable: st, Snapshots: raft.NewInmemSnapshotStore(), Transport: trans}
+}
+
+// DiskStorage opens cfg.RaftDir: a raft-wal log and stable store (every
+// append is fsynced before it is acknowledged), file snapshots, and a TCP
+// transport on cfg.BindAddr.
+func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
+	if cfg.RaftDir == "" || cfg.BindAddr == "" {
+		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
+	}
+	walDir := filepath.Join(cfg.RaftDir, "wal")
+	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		return Storage{}, fmt.Errorf("replica: %w", err)
+	}
+	hl := raftLogger(cfg, log)
+	// The WAL does not close a meta store it opened itself, and its bolt
+	// file stays locked until the process ends: own it, to reopen the
+	// directory in one process (a restart in tests, a Node rebuilt).
+	meta := &metadb.BoltMetaDB{}
+	wal, err := raftwal.Open(walDir, raftwal.WithLogger(hl.Named("wal")), raftwal.WithMetaStore(meta))
+	if err != nil {
+		_ = meta.Close() // the open error is the one to report
+		return Storage{}, fmt.Errorf("replica: open wal %s: %w", walDir, err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.RaftDir, cfg.SnapshotRetain, hl.Named("snapshots"))
+	if err != nil {
+		_ = wal.Close() // the snapshot store's error is the one to report
+		_ = meta.Close()
+		return Storage{}, fmt.Errorf("replica: snapshot store: %w", err)
+	}
+	var adv net.Addr
+	if cfg.AdvertiseAddr != "" {
+		if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
+			_ = wal.Close()
+			_ = meta.Close()
+			return Storage{}, fmt.Errorf("replica: advertise address: %w", err)
+		}
+	}
+	trans, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, 10*time.Second, hl.Named("transport"))
+	if err != nil {
+		_ = wal.Close()
+		_ = meta.Close()
+		return Storage{}, fmt.Errorf("replica: transport: %w", err)
+	}
+	return Storage{Logs: wal, Stable: wal, Snapshots: snaps, Transport: trans, Close: func() error {
+		return errors.Join(trans.Close(), wal.Close(), meta.Close())
+	}}, nil
+}
+
+func raftLogger(cfg Config, log *zap.Logger) hclog.Logger {
+	level := hclog.LevelFromString(cfg.RaftLogLevel)
+	if cfg.RaftLogLevel == "off" {
+		level = hclog.Off
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  level,
+		Output: &zapio.Writer{Log: log.With(zap.String("node_id", cfg.NodeID)), Level: zap.InfoLevel},
+	})
+}
+
+// Node is one member of a latchd cluster: a raft.Raft over an FSM. Only
+// the leader accepts commands, stamping each with its clock and its salts;
+// it also runs expiry. Its methods are safe for concurrent use.
+type Node struct {
+	cfg    Config
+	log    *zap.Logger
+	raft   *raft.Raft
+	fsm    *FSM
+	st     Storage
+	origin uint64
+	seq    atomic.Uint64
+	now    func() int64
+
+	readyMu sync.Mutex
+	ready   chan struct{} // closed while this node is leader and has restamped
+	isReady atomic.Bool
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New starts a node on st (see InmemStorage and DiskStorage); log receives
+// raft's log lines. With cfg.Bootstrap, an empty store gets cfg.Peers as
+// its first configuration.
+func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	origin := clock.Salt() | 1 // never 0: 0 means "no origin"
+	fsm, err := NewFSM(cfg.Engine, origin)
+	if err != nil {
+		return nil, err
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	rc.BatchApplyCh = true // group commit: concurrent proposals share a log write
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.Logger = raftLogger(cfg, log)
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	if cfg.Bootstrap {
+		var servers []raft.Server
+		for _, p := range cfg.Peers {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+		err := raft.BootstrapCluster(rc, st.Logs, st.Stable, st.Snapshots, st.Transport, raft.Configuration{Servers: servers})
+		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return nil, fmt.Errorf("replica: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, fsm, st.Logs, st.Stable, st.Snapshots, st.Transport)
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	n := &Node{cfg: cfg, log: log, raft: r, fsm: fsm, st: st, origin: origin, now: clock.Now,
+		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	go n.run()
+	return n, nil
+}
+
+// FSM returns the node's state machine.
+func (n *Node) FSM() *FSM { return n.fsm }
+
+// Raft returns the underlying raft node, for membership changes and
+// observation.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// ID returns the node's ID.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// IsLeader reports whether this node is the leader and ready for commands.
+func (n *Node) IsLeader() bool { return n.isReady.Load() && n.raft.State() == raft.Leader }
+
+// Leader returns what this node knows of the leader (empty if none).
+func (n *Node) Leader() NotLeaderError {
+	addr, id := n.raft.LeaderWithID()
+	e := NotLeaderError{LeaderID: string(id), RaftAddr: string(addr)}
+	if id == "" {
+		return e
+	}
+	for _, p := range n.cfg.Peers {
+		if p.ID == string(id) {
+			e.ClientAddr = p.ClientAddr
+		}
+	}
+	if e.ClientAddr == "" {
+		e.ClientAddr = n.fsm.LeaderClientAddr(string(id))
+	}
+	return e
+}
+
+func (n *Node) notLeader() error {
+	e := n.Leader()
+	return &e
+}
+
+// Shutdown stops the node: raft shuts down (a leader steps down without
+// handing over), the expiry loop ends, storage is closed.
+func (n *Node) Shutdown() error {
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		<-n.done
+		n.closeErr = n.raft.Shutdown().Error()
+		if n.st.Close != nil {
+			n.closeErr = errors.Join(n.closeErr, n.st.Close())
+		}
+	})
+	return n.closeErr
+}
+
+// setReady publishes whether this node may take commands.
+func (n *Node) setReady(ok bool) {
+	n.readyMu.Lock()
+	defer n.readyMu.Unlock()
+	if ok == n.isReady.Load() {
+		return
+	}
+	n.isReady.Store(ok)
+	if ok {
+		close(n.ready)
+	} else {
+		n.ready = make(chan struct{})
+	}
+}
+
+func (n *Node) readyCh() chan struct{} {
+	n.readyMu.Lock()
+	defer n.readyMu.Unlock()
+	return n.ready
+}
+
+// run is the node's one goroutine: on winning an election it proposes a
+// Restamp before taking commands, and while leader it proposes an Expire
+// whenever the engine has a deadline due. Followers never run expiry: an
+// expiry is a state change like any other, so it comes through the log.
+func (n *Node) run() {
+	defer close(n.done)
+	tick := time.NewTicker(n.cfg.ExpireEvery)
+	defer tick.Stop()
+	stamped := false // this leadership has restamped
+	for {
+		select {
+		case <-n.stop:
+			n.setReady(false)
+			return
+		case <-n.raft.LeaderCh():
+			// Any transition (even true after true: lost and regained in
+			// between) needs a fresh Restamp.
+			stamped = false
+			n.setReady(false)
+		case <-tick.C:
+		}
+		if n.raft.State() != raft.Leader {
+			stamped = false
+			n.setReady(false)
+			continue
+		}
+		if !stamped {
+			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr}
+			if _, err := n.apply(context.Background(), &c, nil); err != nil {
+				continue // lost leadership, or a timeout: try again next tick
+			}
+			stamped = true
+			n.setReady(true)
+		}
+		now := n.now()
+		if n.fsm.Engine().NextDeadline() <= now {
+			c := Command{Op: OpExpire}
+			_, _ = n.apply(context.Background(), &c, nil) // retried next tick if it failed
+		}
+	}
+}
+
+// Propose stamps c (Now from the leader's clock, a fresh Salt for Acquire
+// and Enqueue, this node's Origin and a new ReqID), appends it to the log,
+// and returns what applying it answered, the engine's error included.
+//
+// sink, for an Acquire or Wait, hears the final Outcome of a request that
+// came back Queued, once, on raft's FSM goroutine; it may hear it before
+// Propose returns. It must not block.
+//
+// A node that is not the leader returns a *NotLeaderError; so does a new
+// leader that has not yet restamped when ctx ends. An error after the
+// command entered the log (leadership lost, shutdown) leaves its fate
+// unknown: it may still be applied. ctx bounds the wait to enter the log;
+// once in, the wait ends when the entry commits or leadership is lost.
+func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply, error) {
+	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
+		return Reply{}, ErrBadCommand // a Restamp is the node's own business
+	}
+	if !n.isReady.Load() {
+		if n.raft.State() != raft.Leader {
+			return Reply{}, n.notLeader()
+		}
+		select {
+		case <-n.readyCh():
+		case <-ctx.Done():
+			return Reply{}, n.notLeader()
+		case <-n.stop:
+			return Reply{}, ErrClosed
+		}
+	}
+	c.Now = n.now()
+	if c.Op == OpAcquire || c.Op == OpEnqueue {
+		c.Salt = clock.Salt()
+	}
+	r, err := n.apply(ctx, &c, sink)
+	if err != nil {
+		return r, err
+	}
+	return r, r.Err
+}
+
+// apply appends c and waits for its Reply. It sets Origin and ReqID.
+func (n *Node) apply(ctx context.Context, c *Command, sink engine.Sink) (Reply, error) {
+	c.Origin = n.origin
+	c.ReqID = n.seq.Add(1)
+	if c.Op == OpRestamp || c.Op == OpExpire {
+		c.Now = n.now()
+	}
+	parks := sink != nil && (c.Op == OpAcquire || c.Op == OpWait)
+	if parks {
+		n.fsm.register(c.ReqID, sink)
+	}
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			if parks {
+				n.fsm.unregister(c.ReqID)
+			}
+			return Reply{}, ctx.Err()
+		}
+	}
+	f := n.raft.Apply(AppendCommand(nil, c), timeout)
+	if err := f.Error(); err != nil {
+		if parks {
+			n.fsm.unregister(c.ReqID)
+		}
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+			errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return Reply{}, n.notLeader()
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return Reply{}, ErrClosed
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return Reply{}, context.DeadlineExceeded
+		}
+		return Reply{}, fmt.Errorf("replica: apply: %w", err)
+	}
+	r, _ := f.Response().(Reply)
+	if parks && (r.Err != nil || r.Outcome.Result != engine.Queued) {
+		n.fsm.unregister(c.ReqID)
+	}
+	return r, nil
+}
+
+// Acquire proposes engine.Acquire; req.Salt is replaced by the leader's.
+func (n *Node) Acquire(ctx context.Context, req engine.AcquireReq, sink engine.Sink) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpAcquire, Owner: req.Owner, Key: req.Key, Limit: req.Limit,
+		TTL: req.TTL, Timeout: req.Timeout}, sink)
+	return r.Outcome, err
+}
+
+// Enqueue proposes engine.Enqueue.
+func (n *Node) Enqueue(ctx context.Context, req engine.AcquireReq) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpEnqueue, Owner: req.Owner, Key: req.Key, Limit: req.Limit,
+		TTL: req.TTL}, nil)
+	return r.Outcome, err
+}
+
+// Wait proposes engine.Wait.
+func (n *Node) Wait(ctx context.Context, key []byte, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpWait, Owner: owner, Key: key, Timeout: timeout}, sink)
+	return r.Outcome, err
+}
+
+// Release proposes engine.Release.
+func (n *Node) Release(ctx context.Context, key []byte, tok fence.Token) error {
+	_, err := n.Propose(ctx, Command{Op: OpRelease, Key: key, Token: tok}, nil)
+	return err
+}
+
+// Renew proposes engine.Renew and returns the lease length.
+func (n *Node) Renew(ctx context.Context, key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error) {
+	r, err := n.Propose(ctx, Command{Op: OpRenew, Key: key, Token: tok, TTL: ttl}, nil)
+	return r.TTL, err
+}
+
+// Disconnect proposes engine.Disconnect.
+func (n *Node) Disconnect(ctx context.Context, owner engine.OwnerID, release bool) error {
+	_, err := n.Propose(ctx, Command{Op: OpDisconnect, Owner: owner, Release: release}, nil)
+	return err
+}
+
+// OpenSession proposes engine.OpenSession.
+func (n *Node) OpenSession(ctx context.Context, owner engine.OwnerID, ttl time.Duration) error {
+	_, err := n.Propose(ctx, Command{Op: OpOpenSession, Owner: owner, TTL: ttl}, nil)
+	return err
+}
+
+// CloseSession proposes engine.CloseSession.
+func (n *Node) CloseSession(ctx context.Context, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpCloseSession, Owner: owner}, nil)
+	return r.OK, err
+}
+
+// BeginSession proposes engine.BeginSession.
+func (n *Node) BeginSession(ctx context.Context, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpBeginSession, Owner: owner}, nil)
+	return r.OK, err
+}
+
+// EndSession proposes engine.EndSession.
+func (n *Node) EndSession(ctx context.Context, owner engine.OwnerID) error {
+	_, err := n.Propose(ctx, Command{Op: OpEndSession, Owner: owner}, nil)
+	return err
+}
+
+// AddVoter adds a node to the cluster; only the leader can.
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeout).Error()
+	if errors.Is(err, raft.ErrNotLeader) {
+		return n.notLeader()
+	}
+	return err
+}
+
+// WriteState writes the FSM's state; see FSM.WriteState.
+func (n *Node) WriteState(w io.Writer) (uint64, error) { return n.fsm.WriteState(w) }
