@@ -4,7 +4,12 @@ import "errors"
 
 // Reasons a connection is closed, for the debug log.
 var (
-	errNotAuthed      = errors.New("server: request before auth")
-	errBadAuth        = errors.New("server: wrong auth token")
-	errParkedOverflow = errors.New("server: too many bytes pipelined behind a waiting request")
+	errNotAuthed        = errors.New("server: request before auth")
+	errBadAuth          = errors.New("server: wrong auth token")
+	errParkedOverflow   = errors.New("server: too many bytes pipelined behind a waiting request")
+	errOutboundOverflow = errors.New("server: client does not read its answers")
 )
+
+// maxOutbound caps the answers buffered for a client that does not read
+// them; past it the connection is closed.
+const maxOutbound = 4 << 20

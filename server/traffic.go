@@ -37,6 +37,12 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 		_, _ = c.Write(out)
 	}
 	ss.out = out[:0]
+	if c.OutboundBuffered() > maxOutbound {
+		// A client that sends but never reads would grow this buffer
+		// without bound.
+		s.protocolError(ss, errOutboundOverflow)
+		return gnet.Close
+	}
 	if closeNow {
 		return gnet.Close
 	}
@@ -86,7 +92,9 @@ func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNo
 		s.protocolError(ss, errParkedOverflow)
 		return used, out, true
 	case rest > 0 && !ss.parked:
-		if ss.partialSince.Load() == 0 {
+		// Progress counts as activity: only a connection that completes
+		// no request for ReadTimeout is idle.
+		if used > 0 || ss.partialSince.Load() == 0 {
 			ss.partialSince.Store(now())
 		}
 	default:
