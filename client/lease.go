@@ -201,6 +201,11 @@ func (l *lease) release(ctx context.Context) error {
 	}
 	close(h.stop)
 	<-h.done
+	// The renewer may have closed lost while it stopped: reset again now
+	// that it is gone, so the next grant never inherits a closed channel.
+	l.mu.Lock()
+	l.resetLostLocked()
+	l.mu.Unlock()
 	defer h.conn.Close() // after the release, or to let the server release
 	if h.isLost() {
 		return fmt.Errorf("%w: %w", ErrLost, h.err)
