@@ -205,10 +205,10 @@ func (c *Ceiling) OnTraffic(conn gnet.Conn) gnet.Action {
 	if used > 0 {
 		_, _ = conn.Discard(used) // never Discard(0): it empties the whole buffer
 	}
+	c.reqs.Add(n) // before the answers leave: a client that has them sees them counted
 	if len(out) > 0 {
 		_, _ = conn.Write(out)
 	}
-	c.reqs.Add(n)
 	cc.out = out[:0]
 	return action
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -133,7 +134,7 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 }
 
 // Main is latchd-bench: the table command, or a subcommand (ceiling,
-// selfcheck, freeport, wait). It returns the process exit code.
+// selfcheck, freeport, wait, leader). It returns the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	if len(args) > 0 {
@@ -146,6 +147,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = freePortMain(stdout)
 		case "wait":
 			err = waitMain(ctx, args[1:], stderr)
+		case "leader":
+			err = leaderMain(ctx, args[1:], stdout, stderr)
 		case "help", "-h", "-help", "--help":
 			fmt.Fprint(stdout, usageText)
 			return 0
@@ -176,6 +179,7 @@ const usageText = `latchd-bench drives a lock server and prints throughput and l
   latchd-bench ceiling --port P        a no-op responder: the transport's limit
   latchd-bench selfcheck [--addr A]    plain client vs harness, side by side
   latchd-bench freeport                print a free loopback TCP port
+  latchd-bench leader ADDR...          print the address of the cluster member that leads
   latchd-bench wait ADDR...            wait until every ADDR accepts connections
 `
 
@@ -326,6 +330,51 @@ func waitMain(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// leaderMain prints the address of the cluster member that leads: the
+// one that answers a try-lock rather than error_not_leader.
+func leaderMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("latchd-bench leader", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 15*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return usageErr(err)
+	}
+	if fs.NArg() == 0 {
+		return usageErr(errors.New("leader: name the members' addresses"))
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	for i := 0; ; i++ {
+		for _, addr := range fs.Args() {
+			if leads(ctx, addr, fmt.Sprint("bench-leader-probe-", i)) {
+				fmt.Fprintln(stdout, addr)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("leader: none of %v leads", fs.Args())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// leads sends a try-lock on key to addr and reports whether it was run.
+func leads(ctx context.Context, addr, key string) bool {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := fmt.Fprintf(c, "l\n%s\n0 1\n", key); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && (strings.HasPrefix(line, "ok ") || line == "timeout\n")
 }
 
 // WaitListening dials addr until it accepts a connection or ctx ends.

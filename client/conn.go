@@ -153,7 +153,7 @@ func (c *Conn) fail(cause error) error {
 }
 
 func (c *Conn) auth(ctx context.Context) error {
-	r, err := c.roundTrip(ctx, codec.CmdAuth, "_", []byte(c.opts.authToken), 0)
+	r, err := c.roundTrip(ctx, codec.CmdAuth, "_", []byte(c.opts.authToken), 0, nil)
 	if err != nil {
 		return err
 	}
@@ -174,8 +174,9 @@ type reply struct {
 
 // roundTrip sends one request and reads its answer. wait is how long the
 // server may legitimately take (a blocking request's timeout); the I/O
-// timeout comes on top.
-func (c *Conn) roundTrip(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
+// timeout comes on top. sent, if not nil, is set once the whole request
+// has been written: until then the server cannot have run it.
+func (c *Conn) roundTrip(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration, sent *bool) (reply, error) {
 	select {
 	case c.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -203,7 +204,7 @@ func (c *Conn) roundTrip(ctx context.Context, cmd codec.Cmd, key string, arg []b
 		_ = c.nc.SetDeadline(time.Unix(1, 0)) // wakes the blocked read; its error is reported below
 		close(interrupted)
 	})
-	r, err := c.exchange(cmd, key, arg)
+	r, err := c.exchange(cmd, key, arg, sent)
 	if !stop() {
 		<-interrupted // its SetDeadline must not land on a later request
 		if err != nil {
@@ -218,10 +219,15 @@ func (c *Conn) roundTrip(ctx context.Context, cmd codec.Cmd, key string, arg []b
 
 // exchange writes one request and reads one response line. Turn holder
 // only.
-func (c *Conn) exchange(cmd codec.Cmd, key string, arg []byte) (reply, error) {
+func (c *Conn) exchange(cmd codec.Cmd, key string, arg []byte, sent *bool) (reply, error) {
 	c.wbuf = codec.AppendRequest(c.wbuf[:0], cmd, []byte(key), arg)
+	// A failed Write wrote less than the request: without its last newline
+	// the server cannot run it.
 	if _, err := c.nc.Write(c.wbuf); err != nil {
 		return reply{}, err
+	}
+	if sent != nil {
+		*sent = true
 	}
 	line, err := c.readLine()
 	if err != nil {
@@ -314,7 +320,7 @@ func (c *Conn) SemWait(ctx context.Context, key string, timeout time.Duration) (
 
 // Stats returns the server's state (the stats command).
 func (c *Conn) Stats(ctx context.Context) (*Stats, error) {
-	r, err := c.roundTrip(ctx, codec.CmdStats, "_", []byte("_"), 0)
+	r, err := c.roundTrip(ctx, codec.CmdStats, "_", []byte("_"), 0, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -340,6 +346,10 @@ var (
 )
 
 func (c *Conn) acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
+	return c.acquireSent(ctx, k, key, limit, timeout, ttl, nil)
+}
+
+func (c *Conn) acquireSent(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration, sent *bool) (Grant, error) {
 	if err := checkKey(key, limit); err != nil {
 		return Grant{}, err
 	}
@@ -350,7 +360,7 @@ func (c *Conn) acquire(ctx context.Context, k cmds, key string, limit int, timeo
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
 	arg = appendTTL(arg, ttl)
-	r, err := c.roundTrip(ctx, k.acquire, key, arg, time.Duration(seconds(timeout))*time.Second)
+	r, err := c.roundTrip(ctx, k.acquire, key, arg, time.Duration(seconds(timeout))*time.Second, sent)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -358,6 +368,10 @@ func (c *Conn) acquire(ctx context.Context, k cmds, key string, limit int, timeo
 }
 
 func (c *Conn) enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error) {
+	return c.enqueueSent(ctx, k, key, limit, ttl, nil)
+}
+
+func (c *Conn) enqueueSent(ctx context.Context, k cmds, key string, limit int, ttl time.Duration, sent *bool) (Grant, bool, error) {
 	if err := checkKey(key, limit); err != nil {
 		return Grant{}, false, err
 	}
@@ -367,7 +381,7 @@ func (c *Conn) enqueue(ctx context.Context, k cmds, key string, limit int, ttl t
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
 	arg = appendTTL(arg, ttl)
-	r, err := c.roundTrip(ctx, k.enqueue, key, arg, 0)
+	r, err := c.roundTrip(ctx, k.enqueue, key, arg, 0, sent)
 	if err != nil {
 		return Grant{}, false, err
 	}
@@ -379,12 +393,16 @@ func (c *Conn) enqueue(ctx context.Context, k cmds, key string, limit int, ttl t
 }
 
 func (c *Conn) wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error) {
+	return c.waitSent(ctx, k, key, timeout, nil)
+}
+
+func (c *Conn) waitSent(ctx context.Context, k cmds, key string, timeout time.Duration, sent *bool) (Grant, error) {
 	if err := checkKey(key, 1); err != nil {
 		return Grant{}, err
 	}
 	var b [24]byte
 	arg := strconv.AppendInt(b[:0], seconds(timeout), 10)
-	r, err := c.roundTrip(ctx, k.wait, key, arg, time.Duration(seconds(timeout))*time.Second)
+	r, err := c.roundTrip(ctx, k.wait, key, arg, time.Duration(seconds(timeout))*time.Second, sent)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -395,7 +413,7 @@ func (c *Conn) release(ctx context.Context, k cmds, key, token string) error {
 	if err := checkKeyToken(key, token); err != nil {
 		return err
 	}
-	r, err := c.roundTrip(ctx, k.release, key, []byte(token), 0)
+	r, err := c.roundTrip(ctx, k.release, key, []byte(token), 0, nil)
 	if err != nil {
 		return err
 	}
@@ -410,7 +428,7 @@ func (c *Conn) renew(ctx context.Context, k cmds, key, token string, ttl time.Du
 		return 0, err
 	}
 	arg := appendTTL([]byte(token), ttl)
-	r, err := c.roundTrip(ctx, k.renew, key, arg, 0)
+	r, err := c.roundTrip(ctx, k.renew, key, arg, 0, nil)
 	if err != nil {
 		return 0, err
 	}

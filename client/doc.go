@@ -11,6 +11,12 @@
 //     TTL, and Lost tells the holder when the lease is gone so it stops
 //     touching the resource.
 //
+// In cluster mode, Cluster (from DialCluster) is a Conn that follows the
+// raft leader: it reconnects on error_not_leader and on connection
+// failures and retries within a budget, never retrying an acquire whose
+// outcome is unknown (ErrUnknownOutcome). Lock, Semaphore and Election
+// with Cluster set use one per grant, so renewals reach a new leader.
+//
 // Outcomes are not failures: a Conn returns ErrTimeout when a wait ends
 // without a grant (the connection stays usable), and Lock, Semaphore and
 // Election turn that into a false return. Failures are the other sentinel

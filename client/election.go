@@ -29,6 +29,7 @@ type Election struct {
 	// default. A dead leader is replaced within about this long.
 	LeaseTTL  int
 	Servers   []string
+	Cluster   []string // seeds of a cluster; see Lock.Cluster
 	AuthToken string
 	TLSConfig *tls.Config
 	Options   []Option
@@ -39,14 +40,33 @@ type Election struct {
 // Campaign blocks until this process leads, or ctx is done (then it
 // returns ctx's error and leaves the queue). It returns nil at once if the
 // process already leads; after a lost leadership it campaigns afresh.
+// Over a Cluster, a failover while Campaign waits in the queue returns an
+// error wrapping ErrUnknownOutcome: call Campaign again (a grant the old
+// leader may have made to the broken connection expires with its lease).
 func (e *Election) Campaign(ctx context.Context) error {
 	if e.l.holding() {
 		return nil
 	}
 	for {
-		sp, err := newSpec(lockCmds, e.Name, 1, campaignWait, e.LeaseTTL, e.Servers, e.AuthToken, e.TLSConfig, e.Options)
+		sp, err := newSpec(lockCmds, e.Name, 1, campaignWait, e.LeaseTTL, e.Servers, e.Cluster, e.AuthToken, e.TLSConfig, e.Options)
 		won, err := e.l.acquire(ctx, sp, err)
 		switch {
+		case errors.Is(err, ErrHeld):
+			// The lease reached its local end while a renewal was in
+			// flight: it is lost, or renewed, within moments.
+			t := time.NewTimer(10 * time.Millisecond)
+			select {
+			case <-e.l.lostChan():
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			if e.l.holding() {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 		case err != nil:
 			return err
 		case won:

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/latchd/latchd/codec"
 )
@@ -50,6 +51,17 @@ var (
 	// ErrLost reports that the lease was lost before Release: renewal
 	// failed or the connection broke. Err tells why.
 	ErrLost = errors.New("client: lease lost")
+	// ErrUnknownOutcome reports an acquire, enqueue or wait whose
+	// connection broke after the request was sent: the server may or may
+	// not have run it. A Cluster does not retry such a request, since a
+	// retry could take a second grant; a grant the server did make is
+	// released when it sees the disconnect, or expires with its lease. The
+	// error wraps the cause.
+	ErrUnknownOutcome = errors.New("client: outcome unknown: the connection broke after the request was sent")
+	// ErrNoLeader reports that a Cluster spent its retry budget (attempts
+	// or the context's deadline) without an answer from the leader. The
+	// error wraps the last cause: a *NotLeaderError, a dial or I/O error.
+	ErrNoLeader = errors.New("client: no cluster leader answered within the retry budget")
 )
 
 // NotLeaderError is the answer of a cluster follower to a mutating request:
@@ -81,7 +93,7 @@ func errorFor(r reply, onError error) error {
 	case codec.StatusErrorAuth:
 		return ErrAuth
 	case codec.StatusErrorNotLeader:
-		return &NotLeaderError{Leader: r.Body}
+		return &NotLeaderError{Leader: strings.TrimSpace(r.Body)}
 	case codec.StatusError:
 		return onError
 	}

@@ -17,6 +17,19 @@ func KillElection(e *Election) {
 	e.l.mu.Lock()
 	defer e.l.mu.Unlock()
 	if e.l.cur != nil {
-		_ = e.l.cur.conn.nc.Close() // a dead process closes no further
+		killConn(e.l.cur.conn)
+	}
+}
+
+func killConn(lc leaseConn) {
+	switch c := lc.(type) {
+	case *Conn:
+		_ = c.nc.Close() // a dead process closes no further
+	case *Cluster:
+		c.mu.Lock()
+		if c.conn != nil {
+			_ = c.conn.nc.Close()
+		}
+		c.mu.Unlock()
 	}
 }

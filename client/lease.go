@@ -28,6 +28,18 @@ func FenceFromToken(token string) (uint64, error) {
 	return fence.FenceOf(token)
 }
 
+// leaseConn is what a lease needs of its connection: *Conn (one server)
+// or *Cluster (whichever node leads, across failovers: the engine renews
+// and releases by key and token, whatever the connection).
+type leaseConn interface {
+	acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error)
+	enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error)
+	wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error)
+	renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error)
+	release(ctx context.Context, k cmds, key, token string) error
+	Close() error
+}
+
 // spec is what a Lock or Semaphore asks the server for.
 type spec struct {
 	k       cmds
@@ -35,12 +47,21 @@ type spec struct {
 	limit   int
 	timeout time.Duration
 	ttl     time.Duration
-	server  string
+	server  string   // without cluster: the shard's server
+	cluster []string // seeds of a cluster, or nil
 	opts    []Option
 }
 
+// dial opens the connection of one grant.
+func (sp *spec) dial(ctx context.Context) (leaseConn, error) {
+	if len(sp.cluster) > 0 {
+		return DialCluster(ctx, sp.cluster, sp.opts...)
+	}
+	return Dial(ctx, sp.server, sp.opts...)
+}
+
 func newSpec(k cmds, key string, limit int, timeout time.Duration, ttlSeconds int,
-	servers []string, auth string, tlsCfg *tls.Config, extra []Option) (spec, error) {
+	servers, cluster []string, auth string, tlsCfg *tls.Config, extra []Option) (spec, error) {
 	if ttlSeconds < 0 {
 		return spec{}, fmt.Errorf("%w: lease TTL %d s < 0", ErrBadRequest, ttlSeconds)
 	}
@@ -58,6 +79,7 @@ func newSpec(k cmds, key string, limit int, timeout time.Duration, ttlSeconds in
 		timeout: timeout,
 		ttl:     time.Duration(ttlSeconds) * time.Second,
 		server:  ServerFor(servers, key),
+		cluster: cluster,
 		opts:    append(opts, extra...),
 	}, nil
 }
@@ -72,7 +94,7 @@ type lease struct {
 	op sync.Mutex
 
 	mu     sync.Mutex
-	queued *Conn         // enqueued, waiting for Wait
+	queued leaseConn     // enqueued, waiting for Wait
 	cur    *held         // the current grant, possibly lost
 	lost   chan struct{} // the current grant's, or the next one's
 
@@ -81,11 +103,14 @@ type lease struct {
 
 // held is one grant and its renewal goroutine.
 type held struct {
-	conn  *Conn
+	conn  leaseConn
 	k     cmds
 	key   string
 	grant Grant
 	fence uint64
+
+	dmu sync.Mutex
+	end time.Time // the lease's local end: a request's send time + its TTL
 
 	stop chan struct{} // closed by Release
 	done chan struct{} // closed when the renewal goroutine exits
@@ -99,6 +124,19 @@ func (h *held) markLost(err error) {
 		h.err = err
 		close(h.lost)
 	})
+}
+
+// until returns the lease's local end.
+func (h *held) until() time.Time {
+	h.dmu.Lock()
+	defer h.dmu.Unlock()
+	return h.end
+}
+
+func (h *held) extend(end time.Time) {
+	h.dmu.Lock()
+	h.end = end
+	h.dmu.Unlock()
 }
 
 func (h *held) isLost() bool {
@@ -119,19 +157,22 @@ func (l *lease) acquire(ctx context.Context, sp spec, specErr error) (bool, erro
 	if err := l.idle(); err != nil {
 		return false, err
 	}
-	c, err := Dial(ctx, sp.server, sp.opts...)
+	c, err := sp.dial(ctx)
 	if err != nil {
 		return false, err
 	}
+	sent := time.Now()
 	g, err := c.acquire(ctx, sp.k, sp.key, sp.limit, sp.timeout, sp.ttl)
 	if err != nil {
-		_ = c.Close() // nothing is held on it
+		_ = c.Close() // nothing is held on it, or (outcome unknown) the server releases it
 		if isTimeout(err) {
 			return false, nil
 		}
 		return false, err
 	}
-	l.start(c, sp, g)
+	if err := l.start(ctx, c, sp, g, sent); err != nil {
+		return false, err
+	}
 	return true, nil
 }
 
@@ -144,17 +185,20 @@ func (l *lease) enqueue(ctx context.Context, sp spec, specErr error) (bool, erro
 	if err := l.idle(); err != nil {
 		return false, err
 	}
-	c, err := Dial(ctx, sp.server, sp.opts...)
+	c, err := sp.dial(ctx)
 	if err != nil {
 		return false, err
 	}
+	sent := time.Now()
 	g, acquired, err := c.enqueue(ctx, sp.k, sp.key, sp.limit, sp.ttl)
 	switch {
 	case err != nil:
 		_ = c.Close() // nothing is held on it
 		return false, err
 	case acquired:
-		l.start(c, sp, g)
+		if err := l.start(ctx, c, sp, g, sent); err != nil {
+			return false, err
+		}
 		return true, nil
 	}
 	l.mu.Lock()
@@ -173,6 +217,7 @@ func (l *lease) wait(ctx context.Context, sp spec, timeout time.Duration) (bool,
 	if c == nil {
 		return false, ErrNotHeld
 	}
+	sent := time.Now()
 	g, err := c.wait(ctx, sp.k, sp.key, timeout)
 	if err != nil {
 		_ = c.Close() // the queue entry is gone (timeout) or the Conn is
@@ -181,7 +226,9 @@ func (l *lease) wait(ctx context.Context, sp spec, timeout time.Duration) (bool,
 		}
 		return false, err
 	}
-	l.start(c, sp, g)
+	if err := l.start(ctx, c, sp, g, sent); err != nil {
+		return false, err
+	}
 	return true, nil
 }
 
@@ -251,14 +298,33 @@ func (l *lease) lostChan() chan struct{} {
 	return l.lost
 }
 
-// start records a grant and starts renewing it.
-func (l *lease) start(c *Conn, sp spec, g Grant) {
+// start records a grant and starts renewing it. sent is when the request
+// that got g was sent: the server started the lease no earlier, so the
+// lease's local end, sent + TTL, is never later than the server's.
+//
+// A grant that arrives with less than half of that left (it waited in the
+// queue: the lease began at some unknown time since sent) is renewed at
+// once, so the lease's end is known again before the caller is told it
+// holds. If that renewal fails, the grant is dropped and start returns an
+// error wrapping ErrLost.
+func (l *lease) start(ctx context.Context, c leaseConn, sp spec, g Grant, sent time.Time) error {
+	end := sent.Add(g.TTL)
+	if time.Until(end) < g.TTL/2 {
+		now := time.Now()
+		rem, err := c.renew(ctx, sp.k, sp.key, g.Token, g.TTL)
+		if err != nil {
+			_ = c.Close() // the server releases what is left
+			return fmt.Errorf("%w: renewing %s after a late grant: %w", ErrLost, sp.key, err)
+		}
+		end = now.Add(rem)
+	}
 	h := &held{
 		conn:  c,
 		k:     sp.k,
 		key:   sp.key,
 		grant: g,
 		fence: g.Fence(),
+		end:   end,
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		lost:  l.lostChan(),
@@ -267,19 +333,19 @@ func (l *lease) start(c *Conn, sp spec, g Grant) {
 	l.cur = h
 	hook := l.renewHook
 	l.mu.Unlock()
-	go h.renew(time.Now(), hook)
+	go h.renew(hook)
+	return nil
 }
 
 // renew keeps the lease alive, renewing at half its TTL, until Release
 // stops it or a renewal fails. A renewal must finish before the lease's
-// local end (measured from when the grant or the last renewal was sent or
-// received, whichever is earlier), or the lease counts as lost: by then the
-// server may have granted it to someone else.
-func (h *held) renew(granted time.Time, hook func(context.Context)) {
+// local end (measured from when the grant's request or the last renewal
+// was sent), or the lease counts as lost: by then the server may have
+// granted it to someone else.
+func (h *held) renew(hook func(context.Context)) {
 	defer close(h.done)
 	ttl := h.grant.TTL
-	last, end := granted, granted.Add(ttl)
-	t := time.NewTimer(ttl / 2)
+	t := time.NewTimer(time.Until(h.until().Add(-ttl / 2)))
 	defer t.Stop()
 	for {
 		select {
@@ -287,7 +353,7 @@ func (h *held) renew(granted time.Time, hook func(context.Context)) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), end)
+		ctx, cancel := context.WithDeadline(context.Background(), h.until())
 		if hook != nil {
 			hook(ctx)
 		}
@@ -299,8 +365,8 @@ func (h *held) renew(granted time.Time, hook func(context.Context)) {
 			_ = h.conn.Close() // let the server drop whatever is left
 			return
 		}
-		last, end = sent, sent.Add(rem)
-		t.Reset(time.Until(last.Add(rem / 2)))
+		h.extend(sent.Add(rem))
+		t.Reset(time.Until(sent.Add(rem / 2)))
 	}
 }
 
@@ -332,10 +398,12 @@ func (l *lease) lostErr() error {
 	return l.cur.err
 }
 
+// holding reports a grant that is not lost and whose local end has not
+// passed: a renewal that is late but not yet failed does not count.
 func (l *lease) holding() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.cur != nil && !l.cur.isLost()
+	return l.cur != nil && !l.cur.isLost() && time.Now().Before(l.cur.until())
 }
 
 func isTimeout(err error) bool { return errors.Is(err, ErrTimeout) }

@@ -10,11 +10,22 @@ import (
 // background. Set the fields, then call Acquire (or Enqueue and Wait) and
 // Release. Fields must not change while the Lock holds or waits.
 //
-// Each grant uses its own connection, to ServerFor(Servers, Key). While
-// held, a goroutine renews the lease every half TTL; if a renewal fails,
-// or cannot finish before the lease would run out, the lease is lost: Lost
-// is closed, Err says why, and the holder must stop touching the resource
-// (fencing with Fence is what makes a late write harmless).
+// Each grant uses its own connection: to ServerFor(Servers, Key), or with
+// Cluster set, a Cluster (DialCluster) that follows the cluster's leader,
+// so that renewals after a failover reach the new leader with the same
+// token. While held, a goroutine renews the lease every half TTL; if a
+// renewal fails (over a Cluster: once its retry budget is spent), or
+// cannot finish before the lease would run out, the lease is lost: Lost is
+// closed, Err says why, and the holder must stop touching the resource
+// (fencing with Fence is what makes a late write harmless). A lost lease
+// is never re-acquired behind the holder's back.
+//
+// The lease's end is measured on the local clock from when the request
+// that got the grant (or the last renewal) was sent, never from when the
+// answer arrived, so the Lock never believes it holds longer than the
+// server does. A grant that arrives with less than half its TTL left on
+// that measure (it waited in the queue) is renewed before Acquire or Wait
+// returns.
 //
 // Acquire, Enqueue, Wait and Release are serialised; Token, Fence, Lost and
 // Err may be called from any goroutine at any time. A Lock must not be
@@ -31,6 +42,12 @@ type Lock struct {
 	// Servers are the servers keys are sharded over; empty means
 	// DefaultAddr.
 	Servers []string
+	// Cluster, if not empty, are seed addresses of one latchd cluster;
+	// each grant then uses a Cluster instead of a Conn, and Servers is
+	// ignored. The Options' retry budget (WithMaxAttempts, WithBackoff)
+	// applies to every call, bounded as well by the lease's end for
+	// renewals.
+	Cluster []string
 	// AuthToken is the shared secret, if the servers require one.
 	AuthToken string
 	// TLSConfig, if set, makes the connections use TLS.
@@ -42,7 +59,7 @@ type Lock struct {
 }
 
 func (l *Lock) spec() (spec, error) {
-	return newSpec(lockCmds, l.Key, 1, l.AcquireTimeout, l.LeaseTTL, l.Servers, l.AuthToken, l.TLSConfig, l.Options)
+	return newSpec(lockCmds, l.Key, 1, l.AcquireTimeout, l.LeaseTTL, l.Servers, l.Cluster, l.AuthToken, l.TLSConfig, l.Options)
 }
 
 // Acquire waits up to AcquireTimeout for the lock. It returns true when it
@@ -93,7 +110,9 @@ func (l *Lock) Lost() <-chan struct{} { return l.l.lostChan() }
 // Err returns why the current grant was lost, or nil.
 func (l *Lock) Err() error { return l.l.lostErr() }
 
-// Held reports whether the Lock holds a grant that is not lost.
+// Held reports whether the Lock holds a grant that is not lost and whose
+// lease has not run out on the local clock: while a renewal is late, Held
+// is already false though Lost is not yet closed.
 func (l *Lock) Held() bool { return l.l.holding() }
 
 // Semaphore is Lock for a key that up to Limit holders share: the same
@@ -105,6 +124,7 @@ type Semaphore struct {
 	AcquireTimeout time.Duration
 	LeaseTTL       int
 	Servers        []string
+	Cluster        []string
 	AuthToken      string
 	TLSConfig      *tls.Config
 	Options        []Option
@@ -113,7 +133,7 @@ type Semaphore struct {
 }
 
 func (s *Semaphore) spec() (spec, error) {
-	return newSpec(semCmds, s.Key, s.Limit, s.AcquireTimeout, s.LeaseTTL, s.Servers, s.AuthToken, s.TLSConfig, s.Options)
+	return newSpec(semCmds, s.Key, s.Limit, s.AcquireTimeout, s.LeaseTTL, s.Servers, s.Cluster, s.AuthToken, s.TLSConfig, s.Options)
 }
 
 // Acquire is Lock.Acquire for one slot.

@@ -16,7 +16,14 @@ const (
 	DefaultIOTimeout   = 10 * time.Second
 )
 
-// Option configures Dial.
+// Default retry budget of a Cluster; see WithMaxAttempts and WithBackoff.
+const (
+	DefaultMaxAttempts = 8
+	DefaultBackoffBase = 50 * time.Millisecond
+	DefaultBackoffMax  = 2 * time.Second
+)
+
+// Option configures Dial and DialCluster.
 type Option func(*options)
 
 type options struct {
@@ -25,10 +32,21 @@ type options struct {
 	dialTimeout time.Duration
 	ioTimeout   time.Duration
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// Cluster only.
+	maxAttempts int
+	backoffBase time.Duration
+	backoffMax  time.Duration
 }
 
 func defaultOptions() options {
-	return options{dialTimeout: DefaultDialTimeout, ioTimeout: DefaultIOTimeout}
+	return options{
+		dialTimeout: DefaultDialTimeout,
+		ioTimeout:   DefaultIOTimeout,
+		maxAttempts: DefaultMaxAttempts,
+		backoffBase: DefaultBackoffBase,
+		backoffMax:  DefaultBackoffMax,
+	}
 }
 
 // WithTLS makes Dial speak TLS with cfg. A cfg without ServerName gets the
@@ -52,4 +70,22 @@ func WithIOTimeout(d time.Duration) Option { return func(o *options) { o.ioTimeo
 // WithDialer replaces the TCP dialer, for proxies and tests.
 func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
 	return func(o *options) { o.dial = dial }
+}
+
+// WithMaxAttempts bounds how many times a Cluster tries one operation,
+// counting every dial and every request (DefaultMaxAttempts; values < 1
+// mean 1). The context's deadline bounds it too. Dial ignores it.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) { o.maxAttempts = max(n, 1) }
+}
+
+// WithBackoff sets a Cluster's pause between attempts: base doubled after
+// every attempt, at most maxDelay, of which a random half is taken off (equal
+// jitter). A redirect to a leader an answer names is tried at once.
+// Defaults: DefaultBackoffBase, DefaultBackoffMax. Dial ignores it.
+func WithBackoff(base, maxDelay time.Duration) Option {
+	return func(o *options) {
+		o.backoffBase = base
+		o.backoffMax = maxDelay
+	}
 }

@@ -233,7 +233,8 @@ func (e *Engine) Acquire(now int64, req AcquireReq, sink Sink) (Outcome, error) 
 // Enqueue is the first phase of a two-phase acquire: it takes a slot at
 // once if one is free and nobody is queued (Granted), and otherwise joins
 // the queue without blocking (Queued; no Sink is called). Wait completes
-// it. An owner that already holds or waits on the key gets ErrAlreadyQueued.
+// it, in both cases. An owner that already holds or waits on the key gets
+// ErrAlreadyQueued.
 func (e *Engine) Enqueue(now int64, req AcquireReq) (Outcome, error) {
 	if err := e.check(&req); err != nil {
 		return Outcome{}, err
@@ -270,9 +271,12 @@ func (e *Engine) evictIdle(skip *shard) bool {
 }
 
 // Wait is the second phase: if the owner's enqueued request has been
-// granted it answers Granted with the lease restarted at now; otherwise it
+// granted, by Enqueue itself or later, it answers Granted with the same
+// token and the lease restarted at now for its full TTL; otherwise it
 // parks until timeout (0 = answer TimedOut at once). A wait that times out
-// leaves the queue. Without an earlier Enqueue it returns ErrNotQueued.
+// leaves the queue. Wait collects an Enqueue once: without one not yet
+// collected, or when its lease ran out or was released first, it returns
+// ErrNotQueued.
 func (e *Engine) Wait(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink) (Outcome, error) {
 	if timeout < 0 {
 		return Outcome{}, ErrBadRequest

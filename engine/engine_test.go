@@ -380,3 +380,40 @@ func TestMaxKeysEvictsIdleKeyOfAnotherShard(t *testing.T) {
 		t.Fatalf("fourth key with nothing idle: %v, want ErrMaxKeys", err)
 	}
 }
+
+// TestWaitCollectsFastPathGrant: a Wait after an Enqueue that was granted
+// at once answers that grant (same token, full TTL, lease restarted at
+// the wait), once; a Wait for an Acquire grant or a second Wait does not.
+func TestWaitCollectsFastPathGrant(t *testing.T) {
+	e := newTestEngine(t, nil)
+	key := []byte("k")
+	en, err := e.Enqueue(0, AcquireReq{Key: key, Owner: 1, Limit: 1, TTL: 10 * time.Second, Salt: 7})
+	if err != nil || en.Result != Granted {
+		t.Fatalf("Enqueue = %v, %v; want granted", en.Result, err)
+	}
+	w, err := e.Wait(4*sec, key, 1, 0, nil)
+	if err != nil || w.Result != Granted || w.Token != en.Token || w.TTL != 10*time.Second {
+		t.Fatalf("Wait = %+v, %v; want granted with %s and TTL 10s", w, err, en.Token)
+	}
+	if dl, _ := e.deadlineOf("k", 1); dl != 14*sec {
+		t.Fatalf("lease deadline after Wait = %d; want %d (restarted at the wait)", dl, 14*sec)
+	}
+	if c, _ := e.Metrics(); c.Grants != 1 {
+		t.Fatalf("grants = %d; want 1 (the wait grants nothing new)", c.Grants)
+	}
+	if _, err := e.Wait(5*sec, key, 1, time.Second, nil); !errors.Is(err, ErrNotQueued) {
+		t.Fatalf("second Wait = %v; want ErrNotQueued", err)
+	}
+	if err := e.Release(5*sec, key, en.Token); err != nil {
+		t.Fatalf("Release of the collected grant: %v", err)
+	}
+
+	// An Acquire grant is not an enqueue.
+	mustGrant(t, e, 6*sec, AcquireReq{Key: []byte("a"), Owner: 2, Limit: 1})
+	if _, err := e.Wait(6*sec, []byte("a"), 2, 0, nil); !errors.Is(err, ErrNotQueued) {
+		t.Fatalf("Wait after Acquire = %v; want ErrNotQueued", err)
+	}
+	if err := e.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

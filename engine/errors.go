@@ -18,6 +18,9 @@ var (
 	// ErrNotQueued means Wait found no two-phase enqueue of the owner on
 	// the key.
 	ErrNotQueued = errors.New("engine: owner has not enqueued on key")
+	// ErrMaxSessions means OpenSessionMax found its cap of open sessions
+	// reached.
+	ErrMaxSessions = errors.New("engine: max sessions reached")
 	// ErrBadRequest means a request's fields are out of range (an empty
 	// key, a limit < 1, a negative duration).
 	ErrBadRequest = errors.New("engine: bad request")

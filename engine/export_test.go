@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,6 +146,60 @@ func (e *Engine) checkInvariants() error {
 	}
 	if max := e.cfg.MaxKeys; max > 0 && keys > max {
 		return fmt.Errorf("%d keys over MaxKeys %d", keys, max)
+	}
+	return e.sess.check()
+}
+
+// check reports the first broken invariant of the sessions: exactly the
+// idle ones are filed, once, at lastSeen+ttl; the list is linked, holds
+// only listTTL sessions and is in (deadline, owner) order; the heap is in
+// order; and next is the earliest deadline.
+func (ss *sessions) check() error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for id, s := range ss.m {
+		switch {
+		case s.owner != id:
+			return fmt.Errorf("session %d filed under %d", s.owner, id)
+		case s.busy < 0:
+			return fmt.Errorf("session %d busy %d", id, s.busy)
+		case s.listed && s.hidx >= 0:
+			return fmt.Errorf("session %d both listed and in the heap", id)
+		case (s.busy == 0) != (s.listed || s.hidx >= 0):
+			return fmt.Errorf("session %d busy %d, listed %v, heap index %d", id, s.busy, s.listed, s.hidx)
+		case s.busy == 0 && s.deadline != addSat(s.lastSeen, int64(s.ttl)):
+			return fmt.Errorf("session %d deadline %d, last seen %d + ttl %v", id, s.deadline, s.lastSeen, s.ttl)
+		}
+	}
+	var prev *session
+	for s := ss.head; s != nil; s = s.next {
+		switch {
+		case !s.listed || s.prev != prev || ss.m[s.owner] != s:
+			return fmt.Errorf("session list broken at %d", s.owner)
+		case s.ttl != ss.listTTL:
+			return fmt.Errorf("listed session %d has ttl %v, list %v", s.owner, s.ttl, ss.listTTL)
+		case prev != nil && !sessionBefore(prev, s):
+			return fmt.Errorf("session list order broken at %d", s.owner)
+		}
+		prev = s
+	}
+	if ss.tail != prev {
+		return fmt.Errorf("session list tail broken")
+	}
+	for i, s := range ss.heap {
+		if s.hidx != i || ss.m[s.owner] != s {
+			return fmt.Errorf("session heap slot %d broken", i)
+		}
+		if i > 0 && ss.heap.less(i, (i-1)/2) {
+			return fmt.Errorf("session heap order broken at %d", i)
+		}
+	}
+	next := int64(math.MaxInt64)
+	if s := ss.firstLocked(); s != nil {
+		next = s.deadline
+	}
+	if got := ss.next.Load(); got != next {
+		return fmt.Errorf("session next %d, earliest deadline %d", got, next)
 	}
 	return nil
 }

@@ -153,7 +153,10 @@ func appendEntry(b []byte, en *entry) []byte {
 func (ss *sessions) appendState(b []byte) []byte {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	b = binary.AppendVarint(b, ss.lastScan)
+	// A reserved field (the last session scan, before sessions had a
+	// deadline heap), then the earliest session deadline. Both depend on
+	// the sessions alone, so equal states still write equal bytes.
+	b = binary.AppendVarint(b, 0)
 	b = binary.AppendVarint(b, ss.next.Load())
 	ids := make([]OwnerID, 0, len(ss.m))
 	for id := range ss.m {
@@ -389,11 +392,13 @@ func (s *shard) readStateLocked(d *stateReader) {
 func (ss *sessions) readState(d *stateReader) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.lastScan = d.varint()
-	ss.next.Store(d.varint())
+	// The reserved field and the next deadline are recomputed from the
+	// sessions (a state written before the heap holds a scan time there).
+	_ = d.varint()
+	_ = d.varint()
 	for range d.count() {
 		id := OwnerID(d.uvarint())
-		s := &session{ttl: time.Duration(d.varint()), lastSeen: d.varint(), busy: int(d.varint())}
+		s := &session{owner: id, ttl: time.Duration(d.varint()), lastSeen: d.varint(), busy: int(d.varint()), hidx: -1}
 		if d.err != nil {
 			return
 		}
@@ -401,8 +406,18 @@ func (ss *sessions) readState(d *stateReader) {
 			d.fail("session %d twice", id)
 			return
 		}
+		if s.ttl <= 0 {
+			d.fail("session %d with ttl %v", id, s.ttl)
+			return
+		}
+		if s.busy < 0 {
+			// Only an older engine wrote this (an EndSession after a
+			// reopen), and that session could never expire: it can now.
+			s.busy = 0
+		}
 		ss.m[id] = s
 	}
+	ss.rebuildLocked()
 }
 
 // stateReader decodes WriteState's fields; the first error sticks and
@@ -544,12 +559,9 @@ func (e *Engine) ShiftDeadlines(delta int64) {
 	for _, s := range ss.m {
 		s.lastSeen = addSat(s.lastSeen, delta)
 	}
-	if ss.lastScan != 0 {
-		ss.lastScan = addSat(ss.lastScan, delta)
-	}
-	if n := ss.next.Load(); n != math.MaxInt64 {
-		ss.next.Store(addSat(n, delta))
-	}
+	// Saturation can turn two deadlines into one, and ties go by owner:
+	// file the sessions anew (a rare call, like the loops above).
+	ss.rebuildLocked()
 	ss.mu.Unlock()
 }
 

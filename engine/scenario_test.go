@@ -38,7 +38,8 @@ import (
 //	state   <key>                                         -> gone|idle|h=1,2 w=3
 //
 // release and renew use the owner's latest token on the key (bad: the same
-// with a wrong salt). <error> is not_holder, not_queued, already_queued,
+// with a wrong salt). A wait that answers the owner's latest token again
+// (the grant its enqueue already returned) renders as "granted same". <error> is not_holder, not_queued, already_queued,
 // limit_mismatch, max_keys, max_waiters or bad_request. After '|' come the
 // Outcomes the step delivered to Sinks, as owner:result (the step's key) or
 // owner:key:result; they must be exactly those, in order per key. Every
@@ -245,6 +246,13 @@ func (sc *scenario) do(where string, now int64, op string, a stepArgs) string {
 		return sc.outcome(where, a, out, err)
 	case "wait":
 		out, err := sc.e.Wait(now, key, a.owner, timeout, sc.rec.sink(a.owner, a.key))
+		if err == nil && out.Result == Granted && out.Token == tok {
+			// The grant the owner's enqueue already returned.
+			if out.TTL <= 0 {
+				sc.t.Fatalf("%s: collected grant with TTL %v", where, out.TTL)
+			}
+			return "granted same"
+		}
 		return sc.outcome(where, a, out, err)
 	case "release":
 		return errName(sc.e.Release(now, key, tok), "ok")

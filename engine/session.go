@@ -8,25 +8,57 @@ import (
 	"time"
 )
 
-// sessionScanEvery is how often Expire looks for idle sessions: a session
-// lives at least its TTL and at most one scan interval more.
-const sessionScanEvery = int64(time.Second)
+// sessionExpireBudget bounds the sessions one Expire call ends. Each costs
+// a DropOwner (one lock of every shard), so a mass expiry is spread over
+// a few ticks; next stays <= now, so the clock comes straight back.
+const sessionExpireBudget = 1024
+
+// listWalkMax bounds how far back from the tail an idle session may be
+// inserted into the list; one that belongs further back goes to the heap.
+const listWalkMax = 16
 
 // session is a REST owner kept alive by requests.
 type session struct {
+	owner    OwnerID
 	ttl      time.Duration
 	lastSeen int64
-	busy     int // requests in flight; a busy session never expires
+	busy     int   // requests in flight; a busy session never expires
+	deadline int64 // lastSeen+ttl, kept while idle (busy == 0)
+	hidx     int   // index in sessions.heap, or -1
+	listed   bool  // on the sessions' list
+	prev     *session
+	next     *session
 }
 
 // sessions are owners with an idle TTL, for callers that cannot hold a
-// connection open. They share one mutex: they are touched once per HTTP
-// request, far less often than shards.
+// connection open. They share one mutex, taken twice per HTTP request.
+//
+// Only idle sessions (no request in flight) have a deadline, and they are
+// kept ordered by (deadline, owner) so that Expire pops only what is due:
+// O(expired · log n) work at worst, none at all while NextDeadline is in
+// the future.
+// Nearly every session has the same TTL (the REST server gives them all
+// its own) and the clock only moves forward, so a session that goes idle
+// at now has the latest deadline there is: an intrusive list in deadline
+// order takes it at the tail, and a touch (BeginSession unlinks,
+// EndSession appends) is O(1). The list holds the sessions of one TTL,
+// listTTL; a session with another TTL, or one that would have to go more
+// than listWalkMax places back from the tail (callers' clocks read a
+// little out of order), goes to a min-heap instead, O(log n). Expire takes
+// the smaller head of the two.
+//
+// The owner breaks ties, so the order in which sessions expire, and so
+// the order of the grants their drops make, is a function of the sessions
+// alone, not of which structure holds them: a restored engine, which
+// rebuilds both, expires sessions exactly as the original would.
 type sessions struct {
-	mu       sync.Mutex
-	m        map[OwnerID]*session
-	lastScan int64
-	next     atomic.Int64 // when Expire should scan next
+	mu      sync.Mutex
+	m       map[OwnerID]*session
+	listTTL time.Duration // TTL of the listed sessions; any while the list is empty
+	head    *session      // idle sessions of listTTL, earliest first
+	tail    *session
+	heap    sessionHeap  // the other idle sessions
+	next    atomic.Int64 // earliest idle deadline, or MaxInt64; read without mu
 }
 
 func (ss *sessions) init() {
@@ -40,20 +72,164 @@ func (ss *sessions) count() int {
 	return len(ss.m)
 }
 
+// sessionBefore orders idle sessions: by deadline, then owner.
+func sessionBefore(a, b *session) bool {
+	return a.deadline < b.deadline || (a.deadline == b.deadline && a.owner < b.owner)
+}
+
+// firstLocked returns the idle session that expires first, or nil.
+func (ss *sessions) firstLocked() *session {
+	s := ss.head
+	if len(ss.heap) > 0 && (s == nil || sessionBefore(ss.heap[0], s)) {
+		s = ss.heap[0]
+	}
+	return s
+}
+
+// updateNextLocked publishes the earliest session deadline.
+func (ss *sessions) updateNextLocked() {
+	next := int64(math.MaxInt64)
+	if s := ss.firstLocked(); s != nil {
+		next = s.deadline
+	}
+	ss.next.Store(next)
+}
+
+// idleLocked starts s's idle TTL at s.lastSeen. s must be busy or new:
+// on neither the list nor the heap.
+func (ss *sessions) idleLocked(s *session) {
+	s.deadline = addSat(s.lastSeen, int64(s.ttl))
+	if ss.head == nil {
+		ss.listTTL = s.ttl
+	}
+	if s.ttl == ss.listTTL && ss.listInsert(s) {
+		return
+	}
+	ss.heap.set(s, s.deadline)
+}
+
+// unidleLocked takes s off the list or out of the heap.
+func (ss *sessions) unidleLocked(s *session) {
+	switch {
+	case s.listed:
+		ss.listRemove(s)
+	case s.hidx >= 0:
+		ss.heap.remove(s)
+	}
+}
+
+// listInsert puts s in its place on the list, looking back at most
+// listWalkMax sessions from the tail, and reports whether it found it.
+func (ss *sessions) listInsert(s *session) bool {
+	p := ss.tail
+	for range listWalkMax {
+		if p == nil || !sessionBefore(s, p) {
+			break
+		}
+		p = p.prev
+	}
+	if p != nil && sessionBefore(s, p) {
+		return false
+	}
+	// s goes right after p (at the head when p is nil).
+	s.prev = p
+	if p != nil {
+		s.next, p.next = p.next, s
+	} else {
+		s.next, ss.head = ss.head, s
+	}
+	if s.next != nil {
+		s.next.prev = s
+	} else {
+		ss.tail = s
+	}
+	s.listed = true
+	return true
+}
+
+func (ss *sessions) listRemove(s *session) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		ss.head = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	} else {
+		ss.tail = s.prev
+	}
+	s.prev, s.next, s.listed = nil, nil, false
+}
+
+// rebuildLocked files every idle session anew, for code that changed
+// deadlines or sessions directly (restoring a state, shifting deadlines).
+// The list gets the most common TTL (the shortest of equals).
+func (ss *sessions) rebuildLocked() {
+	idle := make([]*session, 0, len(ss.m))
+	ttls := make(map[time.Duration]int)
+	for _, s := range ss.m {
+		s.hidx, s.listed, s.prev, s.next = -1, false, nil, nil
+		if s.busy == 0 {
+			s.deadline = addSat(s.lastSeen, int64(s.ttl))
+			idle = append(idle, s)
+			ttls[s.ttl]++
+		}
+	}
+	slices.SortFunc(idle, func(a, b *session) int {
+		if sessionBefore(a, b) {
+			return -1
+		}
+		return 1 // owners differ, so a and b are never equal
+	})
+	ss.head, ss.tail, ss.heap = nil, nil, ss.heap[:0]
+	ss.listTTL = 0
+	for ttl, n := range ttls {
+		if n > ttls[ss.listTTL] || (n == ttls[ss.listTTL] && ttl < ss.listTTL) {
+			ss.listTTL = ttl
+		}
+	}
+	for _, s := range idle {
+		if s.ttl == ss.listTTL {
+			ss.listInsert(s) // in order: at the tail
+		} else {
+			ss.heap.set(s, s.deadline)
+		}
+	}
+	ss.updateNextLocked()
+}
+
 // OpenSession registers owner as a session that ends ttl after its last
-// request. Reopening an open session resets it.
+// request. Reopening an open session resets its TTL and idle clock; its
+// requests in flight stay counted.
 func (e *Engine) OpenSession(now int64, owner OwnerID, ttl time.Duration) error {
-	if ttl <= 0 {
+	return e.OpenSessionMax(now, owner, ttl, 0)
+}
+
+// OpenSessionMax is OpenSession with a cap: when max > 0 and max sessions
+// are open, a new session is refused with ErrMaxSessions (reopening an
+// open one is not). The check and the insert are one step.
+func (e *Engine) OpenSessionMax(now int64, owner OwnerID, ttl time.Duration, max int) error {
+	if ttl <= 0 || max < 0 {
 		return ErrBadRequest
 	}
 	ss := &e.sess
 	ss.mu.Lock()
-	ss.m[owner] = &session{ttl: ttl, lastSeen: now}
-	if ss.lastScan == 0 {
-		ss.lastScan = now
+	defer ss.mu.Unlock()
+	s := ss.m[owner]
+	if s == nil {
+		if max > 0 && len(ss.m) >= max {
+			return ErrMaxSessions
+		}
+		s = &session{owner: owner, hidx: -1}
+		ss.m[owner] = s
+	} else {
+		ss.unidleLocked(s)
 	}
-	ss.next.Store(ss.lastScan + sessionScanEvery)
-	ss.mu.Unlock()
+	s.ttl, s.lastSeen = ttl, now
+	if s.busy == 0 {
+		ss.idleLocked(s)
+	}
+	ss.updateNextLocked()
 	return nil
 }
 
@@ -67,20 +243,31 @@ func (e *Engine) BeginSession(now int64, owner OwnerID) bool {
 	if s == nil {
 		return false
 	}
+	if s.busy == 0 {
+		ss.unidleLocked(s)
+		ss.updateNextLocked()
+	}
 	s.busy++
 	s.lastSeen = now
 	return true
 }
 
-// EndSession ends a request begun with BeginSession; the idle TTL restarts.
+// EndSession ends a request begun with BeginSession; once none is left
+// the idle TTL restarts.
 func (e *Engine) EndSession(now int64, owner OwnerID) {
 	ss := &e.sess
 	ss.mu.Lock()
-	if s := ss.m[owner]; s != nil {
-		s.busy--
-		s.lastSeen = now
+	defer ss.mu.Unlock()
+	s := ss.m[owner]
+	if s == nil || s.busy == 0 { // no request in flight: nothing to end
+		return
 	}
-	ss.mu.Unlock()
+	s.busy--
+	s.lastSeen = now
+	if s.busy == 0 {
+		ss.idleLocked(s)
+		ss.updateNextLocked()
+	}
 }
 
 // SessionTTL returns owner's idle TTL, and false if it has no session.
@@ -94,13 +281,20 @@ func (e *Engine) SessionTTL(owner OwnerID) (time.Duration, bool) {
 	return 0, false
 }
 
+// Sessions returns the number of open sessions.
+func (e *Engine) Sessions() int { return e.sess.count() }
+
 // CloseSession ends owner's session and drops everything it held, as a
 // disconnect does. It reports false if there was no such session.
 func (e *Engine) CloseSession(now int64, owner OwnerID) bool {
 	ss := &e.sess
 	ss.mu.Lock()
-	_, ok := ss.m[owner]
-	delete(ss.m, owner)
+	s, ok := ss.m[owner]
+	if ok {
+		delete(ss.m, owner)
+		ss.unidleLocked(s)
+		ss.updateNextLocked()
+	}
 	ss.mu.Unlock()
 	if ok {
 		e.DropOwner(now, owner)
@@ -108,30 +302,109 @@ func (e *Engine) CloseSession(now int64, owner OwnerID) bool {
 	return ok
 }
 
-// expireSessions drops sessions idle for longer than their TTL, in owner
-// order so that replicas agree. It scans once per sessionScanEvery.
+// expireSessions drops idle sessions whose deadline is <= now, earliest
+// first (ties by owner), at most sessionExpireBudget per call. The
+// sessions leave the map under the mutex; their owners are dropped after
+// it is released (a DropOwner takes shard locks).
 func (e *Engine) expireSessions(now int64) {
 	ss := &e.sess
 	if ss.next.Load() > now {
 		return
 	}
-	var dead []OwnerID
+	var buf [32]OwnerID
+	dead := buf[:0]
 	ss.mu.Lock()
-	for id, s := range ss.m {
-		if s.busy == 0 && s.lastSeen+int64(s.ttl) <= now {
-			delete(ss.m, id)
-			dead = append(dead, id)
+	for len(dead) < sessionExpireBudget {
+		s := ss.firstLocked()
+		if s == nil || s.deadline > now {
+			break
 		}
+		ss.unidleLocked(s)
+		delete(ss.m, s.owner)
+		dead = append(dead, s.owner)
 	}
-	ss.lastScan = now
-	if len(ss.m) == 0 {
-		ss.next.Store(math.MaxInt64)
-	} else {
-		ss.next.Store(now + sessionScanEvery)
-	}
+	ss.updateNextLocked()
 	ss.mu.Unlock()
-	slices.Sort(dead)
 	for _, id := range dead {
 		e.DropOwner(now, id)
 	}
+}
+
+// sessionHeap is a min-heap of idle sessions by (deadline, owner). Each
+// session keeps its index (hidx) so a touch can take it out in O(log n).
+type sessionHeap []*session
+
+func (h sessionHeap) less(i, j int) bool { return sessionBefore(h[i], h[j]) }
+
+// set gives s a new deadline, adding it to the heap if it is not there.
+func (h *sessionHeap) set(s *session, deadline int64) {
+	s.deadline = deadline
+	if s.hidx < 0 {
+		s.hidx = len(*h)
+		*h = append(*h, s)
+		h.up(s.hidx)
+		return
+	}
+	h.fix(s.hidx)
+}
+
+// remove takes s out of the heap.
+func (h *sessionHeap) remove(s *session) {
+	i := s.hidx
+	last := len(*h) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	(*h)[last] = nil
+	*h = (*h)[:last]
+	s.hidx = -1
+	if c := cap(*h); c > shrinkFloor && last < c/4 {
+		*h = append(make(sessionHeap, 0, c/2), *h...) // give a burst's array back
+	}
+	if i != last {
+		h.fix(i)
+	}
+}
+
+func (h sessionHeap) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h sessionHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx = i
+	h[j].hidx = j
+}
+
+func (h sessionHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h sessionHeap) down(i int) bool {
+	start := i
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			break
+		}
+		h.swap(i, m)
+		i = m
+	}
+	return i > start
 }

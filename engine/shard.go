@@ -263,6 +263,9 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 			s.idle.remove(res)
 		}
 		en := s.newEntry(res, req)
+		// A two-phase grant stays marked until a Wait collects it, as
+		// dflockd's w answers the grant its e already took.
+		en.twoPhase = twoPhase
 		s.grantLocked(now, en)
 		out := Outcome{Result: Granted, Token: en.token, TTL: en.ttl}
 		s.updateNextLocked()

@@ -5,9 +5,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
+	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/server"
 )
 
@@ -32,6 +34,36 @@ func TestSessionLifecycle(t *testing.T) {
 	wantStatus(t, "keepalive deleted", h.do(call{method: "POST", path: "/v1/sessions/" + id + "/keepalive"}), http.StatusGone, "session_gone")
 	wantStatus(t, "acquire deleted", h.do(call{method: "POST", path: "/v1/locks/k", session: id}), http.StatusGone, "session_gone")
 	wantStatus(t, "never existed", h.do(call{method: "DELETE", path: "/v1/sessions/" + strings.Repeat("0", 32)}), http.StatusGone, "session_gone")
+}
+
+// TestMaxSessions fills the session cap: the next POST /v1/sessions is
+// 429 max_sessions and opens no engine owner; a DELETE or an expiry frees
+// a slot.
+func TestMaxSessions(t *testing.T) {
+	h := startHTTP(t, func(c *Config) { c.MaxSessions = 2 })
+	a := h.session()
+	h.session()
+	r := h.do(call{method: "POST", path: "/v1/sessions"})
+	wantStatus(t, "create over the cap", r, http.StatusTooManyRequests, "max_sessions")
+	if got := r.header.Get("Retry-After"); got != "1" {
+		t.Fatalf("Retry-After = %q; want 1", got)
+	}
+	if n := h.ts.Engine.Sessions(); n != 2 {
+		t.Fatalf("engine has %d sessions after a refusal; want 2", n)
+	}
+	if n := h.srv.Sessions(); n != 2 {
+		t.Fatalf("server names %d sessions after a refusal; want 2", n)
+	}
+	wantStatus(t, "delete a", h.do(call{method: "DELETE", path: "/v1/sessions/" + a}), http.StatusOK, "ok")
+	c := h.session() // the freed slot
+	wantStatus(t, "create over the cap again", h.do(call{method: "POST", path: "/v1/sessions"}), http.StatusTooManyRequests, "max_sessions")
+	wantStatus(t, "c works", h.do(call{method: "POST", path: "/v1/locks/k", session: c}), http.StatusOK, "ok")
+
+	// Expiry frees slots too: jump the engine's clock past the TTL.
+	h.ts.Engine.Expire(clock.Now() + int64(61*time.Second))
+	h.session()
+	h.session()
+	wantStatus(t, "create over the cap after expiry", h.do(call{method: "POST", path: "/v1/sessions"}), http.StatusTooManyRequests, "max_sessions")
 }
 
 func TestLockAcquireRenewRelease(t *testing.T) {
@@ -95,6 +127,13 @@ func TestEnqueueWait(t *testing.T) {
 		t.Fatalf("enqueue free = %s", r.raw)
 	}
 	wantStatus(t, "enqueue again", h.do(call{method: "POST", path: "/v1/locks/q/enqueue", session: a}), http.StatusConflict, "already_enqueued")
+	// A wait collects the grant the enqueue already took, once.
+	r = h.do(call{method: "POST", path: "/v1/locks/q/wait", session: a})
+	wantStatus(t, "wait after acquired", r, http.StatusOK, "ok")
+	if r.str("token") != tokA || r.num("lease_ttl_s") != 20 {
+		t.Fatalf("wait after acquired = %s; want token %s and lease_ttl_s 20", r.raw, tokA)
+	}
+	wantStatus(t, "second wait after acquired", h.do(call{method: "POST", path: "/v1/locks/q/wait", session: a}), http.StatusConflict, "not_enqueued")
 	wantStatus(t, "enqueue busy", h.do(call{method: "POST", path: "/v1/locks/q/enqueue", session: b}), http.StatusOK, "queued")
 	wantStatus(t, "wait 0 leaves queue", h.do(call{method: "POST", path: "/v1/locks/q/wait", session: b, body: `{"wait_timeout_s":0}`}), http.StatusConflict, "timeout")
 	wantStatus(t, "wait after timeout", h.do(call{method: "POST", path: "/v1/locks/q/wait", session: b}), http.StatusConflict, "not_enqueued")

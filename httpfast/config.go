@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/internal/metrics"
+	"github.com/latchd/latchd/replica"
 )
 
 // Config sets the REST server up. Build it from DefaultConfig.
@@ -15,6 +16,10 @@ type Config struct {
 	Addr string
 	// SessionTTL is how long a session lives without a request.
 	SessionTTL time.Duration
+	// MaxSessions caps the open sessions. At the cap POST /v1/sessions
+	// answers 429 max_sessions (Retry-After: 1) and opens nothing, until
+	// a session is deleted or expires. 0 means no cap.
+	MaxSessions int
 	// AuthToken, when set, must come with every request as
 	// "Authorization: Bearer <token>" (/healthz and /v1/openapi.json
 	// are exempt).
@@ -50,6 +55,7 @@ func DefaultConfig() Config {
 	return Config{
 		Addr:            "127.0.0.1:6389",
 		SessionTTL:      60 * time.Second,
+		MaxSessions:     100000,
 		RateLimitMaxIPs: 10000,
 		MaxBodyBytes:    4096,
 		ReadTimeout:     60 * time.Second,
@@ -70,6 +76,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpfast: session TTL must be > 0, got %v", c.SessionTTL)
 	case c.SessionTTL > maxSeconds*time.Second:
 		return fmt.Errorf("httpfast: session TTL must be <= %ds, got %v", maxSeconds, c.SessionTTL)
+	case c.MaxSessions < 0:
+		return fmt.Errorf("httpfast: max sessions must be >= 0, got %d", c.MaxSessions)
 	case c.RateLimitPerIP < 0 || math.IsNaN(c.RateLimitPerIP) || math.IsInf(c.RateLimitPerIP, 0):
 		return fmt.Errorf("httpfast: rate limit must be a finite number >= 0, got %v", c.RateLimitPerIP)
 	case c.RateLimitBurst < 0:
@@ -96,6 +104,13 @@ type Option func(*options)
 type options struct {
 	connections func() int
 	metrics     *metrics.Registry
+	node        *replica.Node // WithCluster
+	admin       *adminOptions // WithAdmin
+}
+
+type adminOptions struct {
+	node  *replica.Node
+	token string
 }
 
 // WithConnections supplies the TCP server's open connection count, which

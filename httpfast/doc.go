@@ -7,12 +7,17 @@
 // ID, which counts up from 1; its session_id is 128 crypto-random bits in
 // hex, mapped to the owner ID here. Every request of a session calls
 // engine.BeginSession first and engine.EndSession last, so a session that
-// is waiting never expires; the engine expires idle sessions from Expire.
+// is waiting never expires; the engine expires idle sessions from Expire,
+// which this package never calls: whoever owns the engine drives it.
 //
 // The package is thin: it decodes JSON, makes one engine call with the
 // session's owner ID and encodes the answer by appending (no fmt on the
 // lock routes). It never imports codec or server, and never decides lock
-// semantics: that is the engine's job.
+// semantics: that is the engine's job. The calls go through a backend:
+// the engine itself, or with WithCluster a replica.Node that proposes
+// each one through raft (see cluster.go; owner IDs then carry a
+// per-process random prefix). WithAdmin adds the cluster admin API
+// (admin.go).
 //
 // Concurrency: fasthttp runs each connection on its own goroutine. A
 // blocking acquire or wait parks in the engine with a one-slot channel Sink

@@ -31,8 +31,12 @@ const (
 	errBodyTooLarge
 	errMaxLocks
 	errMaxWaiters
+	errMaxSessions
 	errRateLimited
 	errInternal
+	errNotLeader      // cluster mode: a follower; writeNotLeader adds "leader"
+	errUnknownOutcome // cluster mode: logged, then leadership lost
+	errUnavailable    // cluster mode: not taken in; it did not take effect
 )
 
 var apiErrs = [...]struct {
@@ -52,8 +56,12 @@ var apiErrs = [...]struct {
 	errBodyTooLarge:     {413, "body_too_large"},
 	errMaxLocks:         {429, "max_locks"},
 	errMaxWaiters:       {429, "max_waiters"},
+	errMaxSessions:      {429, "max_sessions"},
 	errRateLimited:      {429, "rate_limited"},
 	errInternal:         {500, "internal"},
+	errNotLeader:        {503, "not_leader"},
+	errUnknownOutcome:   {503, "unknown_outcome"},
+	errUnavailable:      {503, "unavailable"},
 }
 
 // apiErrFor maps an engine error to its answer and message. It is the one
@@ -72,6 +80,8 @@ func apiErrFor(err error) (apiErr, string) {
 		return errMaxLocks, "the server holds its maximum number of keys"
 	case errors.Is(err, engine.ErrMaxWaiters):
 		return errMaxWaiters, "the key's queue is full"
+	case errors.Is(err, engine.ErrMaxSessions):
+		return errMaxSessions, "the server holds its maximum number of sessions"
 	case errors.Is(err, engine.ErrBadRequest):
 		return errBadRequest, "request fields out of range"
 	}

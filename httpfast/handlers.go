@@ -2,6 +2,8 @@ package httpfast
 
 import (
 	"encoding/json"
+	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -26,10 +28,22 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
-	id, owner, err := s.reg.create(s.eng, clock.Now(), s.cfg.SessionTTL)
+	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions)
 	if err != nil {
-		s.log.Error("open session", zap.Error(err))
-		writeError(ctx, errInternal, "cannot open session")
+		e, msg := apiErrFor(err)
+		if e != errMaxSessions {
+			if s.node != nil && failCluster(ctx, err) {
+				return
+			}
+			s.log.Error("open session", zap.Error(err))
+			writeError(ctx, errInternal, "cannot open session")
+			return
+		}
+		// Counted in latchd_http_responses_total{code="429"}.
+		if ce := s.log.Check(zap.DebugLevel, "session refused"); ce != nil {
+			ce.Write(zap.Int("max_sessions", s.cfg.MaxSessions))
+		}
+		writeError(ctx, e, msg)
 		return
 	}
 	if ce := s.log.Check(zap.DebugLevel, "session opened"); ce != nil {
@@ -46,9 +60,21 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 
 // deleteSession answers DELETE /v1/sessions/{id}: it releases everything
 // the session held and cancels its parked requests, as a disconnect does.
+// The name is forgotten once the close is done (or found done): a close
+// that failed in cluster mode can be retried.
 func (s *Server) deleteSession(ctx *fasthttp.RequestCtx, id []byte) {
-	owner, ok := s.reg.remove(string(id))
-	if !ok || !s.eng.CloseSession(clock.Now(), owner) {
+	owner, ok := s.reg.lookup(id)
+	if !ok {
+		writeError(ctx, errSessionGone, "no such session (expired or deleted)")
+		return
+	}
+	closed, err := s.be.closeSession(owner)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.reg.remove(string(id))
+	if !closed {
 		writeError(ctx, errSessionGone, "no such session (expired or deleted)")
 		return
 	}
@@ -65,8 +91,13 @@ func (s *Server) keepalive(ctx *fasthttp.RequestCtx, id []byte) {
 	if !ok {
 		return
 	}
-	s.eng.EndSession(clock.Now(), owner)
-	ttl, _ := s.eng.SessionTTL(owner) // a session just begun has a TTL
+	s.be.endSession(owner)
+	ttl, ok := s.be.engine().SessionTTL(owner) // a session just begun has a TTL
+	if !ok {
+		// Closed by a DELETE or Stop between the begin and now.
+		writeError(ctx, errSessionGone, "session deleted during the request")
+		return
+	}
 	var buf [respBufLen]byte
 	b := append(buf[:0], `{"status":"ok","ttl_s":`...)
 	b = appendSeconds(b, ttl)
@@ -91,7 +122,12 @@ func (s *Server) begin(ctx *fasthttp.RequestCtx, id []byte) (engine.OwnerID, boo
 		writeError(ctx, errSessionGone, "no such session (expired or deleted)")
 		return 0, false
 	}
-	if !s.eng.BeginSession(clock.Now(), owner) {
+	begun, err := s.be.beginSession(owner)
+	if err != nil {
+		s.fail(ctx, err)
+		return 0, false
+	}
+	if !begun {
 		s.reg.remove(string(id))
 		writeError(ctx, errSessionGone, "session expired or deleted")
 		return 0, false
@@ -101,14 +137,22 @@ func (s *Server) begin(ctx *fasthttp.RequestCtx, id []byte) (engine.OwnerID, boo
 
 // alive reports whether owner's session is still open.
 func (s *Server) alive(owner engine.OwnerID) bool {
-	_, ok := s.eng.SessionTTL(owner)
+	_, ok := s.be.engine().SessionTTL(owner)
 	return ok
 }
 
-// closeAllSessions closes every session, as Stop does.
+// closeAllSessions closes every session, as Stop does. In cluster mode it
+// only forgets their names: the sessions stay in the replicated state, and
+// what they hold stays held until it is released by token or the session
+// expires on the leader, as the TCP server leaves its connections' grants
+// to the next leader. (Their parked requests are withdrawn by park.)
 func (s *Server) closeAllSessions() {
-	for _, owner := range s.reg.drain() {
-		s.eng.CloseSession(clock.Now(), owner)
+	owners := s.reg.drain()
+	if s.node != nil {
+		return
+	}
+	for _, owner := range owners {
+		_, _ = s.be.closeSession(owner) // a localBackend never fails
 	}
 }
 
@@ -130,8 +174,13 @@ var allowed = [opCount]fields{
 // the key and the body before it touches the session, so a bad request
 // changes nothing.
 func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
-	var keyBuf [maxKeyLen]byte
-	key, ok := decodeKey(&keyBuf, rawKey)
+	// The key goes to the backend behind an interface, where escape
+	// analysis loses it: a pooled buffer keeps it off the heap per call.
+	// Neither backend keeps it after returning (the engine copies keys it
+	// stores, the replica encodes them into the log entry).
+	keyBuf := keyBufs.Get().(*[maxKeyLen]byte)
+	defer keyBufs.Put(keyBuf)
+	key, ok := decodeKey(keyBuf, rawKey)
 	if !ok {
 		writeError(ctx, errBadRequest, "bad key: must be 1-256 bytes after URL-decoding, with no space, tab, CR or LF")
 		return
@@ -181,7 +230,7 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	if !ok {
 		return
 	}
-	defer func() { s.eng.EndSession(clock.Now(), owner) }()
+	defer s.be.endSession(owner)
 	req.Owner = owner
 
 	switch o {
@@ -192,17 +241,15 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	case opLockWait, opSemWait:
 		s.wait(ctx, req)
 	case opLockRelease, opSemRelease:
-		if err := s.eng.Release(clock.Now(), key, tok); err != nil {
-			e, msg := apiErrFor(err)
-			writeError(ctx, e, msg)
+		if err := s.be.release(key, tok); err != nil {
+			s.fail(ctx, err)
 			return
 		}
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
 	case opLockRenew, opSemRenew:
-		ttl, err := s.eng.Renew(clock.Now(), key, tok, req.TTL)
+		ttl, err := s.be.renew(key, tok, req.TTL)
 		if err != nil {
-			e, msg := apiErrFor(err)
-			writeError(ctx, e, msg)
+			s.fail(ctx, err)
 			return
 		}
 		var buf [respBufLen]byte
@@ -240,28 +287,25 @@ func (s *Server) token(ctx *fasthttp.RequestCtx, field *string) (fence.Token, bo
 }
 
 func (s *Server) acquire(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
-	req.Salt = clock.Salt()
 	var sink chanSink
 	if req.Timeout > 0 {
 		sink = s.sinks.Get().(chanSink)
 	}
-	out, err := s.eng.Acquire(clock.Now(), req, sinkOrNil(sink))
-	s.answer(ctx, req.Owner, out, err, sink)
+	out, err := s.be.acquire(req, sinkOrNil(sink))
+	s.answer(ctx, req.Owner, req.Timeout, out, err, sink)
 }
 
 func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
-	req.Salt = clock.Salt()
-	out, err := s.eng.Enqueue(clock.Now(), req)
+	out, err := s.be.enqueue(req)
 	if err == nil && !s.alive(req.Owner) {
 		// Closed while we enqueued: its DropOwner may have run first.
-		s.eng.DropOwner(clock.Now(), req.Owner)
+		_ = s.be.disconnect(req.Owner, true)
 		writeError(ctx, errSessionGone, "session deleted during the request")
 		return
 	}
 	switch {
 	case err != nil:
-		e, msg := apiErrFor(err)
-		writeError(ctx, e, msg)
+		s.fail(ctx, err)
 	case out.Result == engine.Granted:
 		writeGrant(ctx, "acquired", out.Token, out.TTL)
 	default:
@@ -274,8 +318,8 @@ func (s *Server) wait(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
 	if req.Timeout > 0 {
 		sink = s.sinks.Get().(chanSink)
 	}
-	out, err := s.eng.Wait(clock.Now(), req.Key, req.Owner, req.Timeout, sinkOrNil(sink))
-	s.answer(ctx, req.Owner, out, err, sink)
+	out, err := s.be.wait(req.Key, req.Owner, req.Timeout, sinkOrNil(sink))
+	s.answer(ctx, req.Owner, req.Timeout, out, err, sink)
 }
 
 // sinkOrNil keeps a nil chanSink from becoming a non-nil engine.Sink.
@@ -289,22 +333,31 @@ func sinkOrNil(c chanSink) engine.Sink {
 // answer finishes an acquire or wait: it parks on sink when the engine
 // queued the request, and checks the session survived the engine call.
 // A session deleted meanwhile has its grant released and gets 410.
-func (s *Server) answer(ctx *fasthttp.RequestCtx, owner engine.OwnerID, out engine.Outcome, err error, sink chanSink) {
+func (s *Server) answer(ctx *fasthttp.RequestCtx, owner engine.OwnerID, timeout time.Duration, out engine.Outcome, err error, sink chanSink) {
+	how := parkedHeard
 	if err == nil && out.Result == engine.Queued {
-		out = s.park(owner, sink)
+		out, how = s.park(owner, sink, timeout)
 	}
-	if sink != nil && (err != nil || out.Result != engine.Queued) {
-		s.sinks.Put(sink) // drained: the engine owes it nothing
+	// The sink goes back to the pool once nothing can deliver into it: the
+	// engine gave its one Outcome or never took the sink. A proposal that
+	// failed in cluster mode may still have its sink registered a moment
+	// (a grant applied as the error came back), so that sink is dropped.
+	if sink != nil && how == parkedHeard && out.Result != engine.Queued && (err == nil || s.node == nil) {
+		s.sinks.Put(sink)
 	}
 	if err != nil {
-		e, msg := apiErrFor(err)
-		writeError(ctx, e, msg)
+		s.fail(ctx, err)
 		return
 	}
-	if out.Result == engine.Canceled || !s.alive(owner) {
+	if how == parkedLost {
+		writeError(ctx, errUnknownOutcome, msgUnknownOutcome)
+		return
+	}
+	alive := s.alive(owner)
+	if !alive || (out.Result == engine.Canceled && s.node == nil) {
 		// A DELETE raced the request; its DropOwner may have run before
 		// our grant, so drop again: what the session holds is released.
-		s.eng.DropOwner(clock.Now(), owner)
+		_ = s.be.disconnect(owner, true)
 		writeError(ctx, errSessionGone, "session deleted during the request")
 		return
 	}
@@ -313,45 +366,114 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, owner engine.OwnerID, out engi
 		writeGrant(ctx, "ok", out.Token, out.TTL)
 	case engine.TimedOut:
 		writeJSON(ctx, fasthttp.StatusConflict, bodyTimedOut)
+	case engine.Canceled: // cluster mode, the session still open
+		if how == parkedWithdrawn {
+			writeError(ctx, errUnavailable, "the server is stopping: the request was withdrawn; retry on the leader")
+			return
+		}
+		// A snapshot restore on this node dropped the sinks of its parked
+		// requests; the request may still be queued and granted unheard.
+		writeError(ctx, errUnknownOutcome, msgUnknownOutcome)
 	default:
 		s.log.Error("unexpected engine result", zap.Stringer("result", out.Result))
 		writeError(ctx, errInternal, "unexpected engine result")
 	}
 }
 
+// parked says how a park ended.
+type parked uint8
+
+const (
+	parkedHeard     parked = iota // the sink heard the request's outcome
+	parkedWithdrawn               // cluster mode, Stop: withdrawn through the log, then heard
+	parkedLost                    // cluster mode: gave up on the sink; the outcome is unknown
+)
+
+// parkGrace is how long past its own timeout a parked request waits in
+// cluster mode before it gives up on hearing its outcome: the timeout
+// comes through the log from the leader's expiry, and a failover moves
+// deadlines later by the election's length (see docs/cluster.md).
+const parkGrace = 10 * time.Second
+
 // park blocks until the engine delivers the parked request's outcome. If
 // the session is closed first (by DELETE, or by Stop), the close's
 // DropOwner delivers Canceled. Before blocking it checks the session is
 // still open: a DELETE that ran before the request was queued would leave
 // nobody to cancel it.
-func (s *Server) park(owner engine.OwnerID, sink chanSink) engine.Outcome {
+func (s *Server) park(owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
 	if !s.alive(owner) {
-		s.eng.DropOwner(clock.Now(), owner)
+		_ = s.be.disconnect(owner, true)
 	}
 	s.parked.Add(1)
 	defer s.parked.Add(-1)
+	if s.node != nil {
+		return s.parkCluster(owner, sink, timeout)
+	}
 	select {
 	case o := <-sink:
-		return o
+		return o, parkedHeard
 	case <-s.stopping:
-		s.eng.CloseSession(clock.Now(), owner)
+		_, _ = s.be.closeSession(owner)
 		// Either the close's DropOwner cancels us, or a grant won the
 		// race and the close released it; one outcome comes either way.
-		return <-sink
+		return <-sink, parkedHeard
+	}
+}
+
+// parkCluster is park in cluster mode. The outcome comes from an entry
+// the node applies (a grant, the leader's expiry, a Disconnect), so a
+// node cut off from the log may never hear it: after the request's
+// timeout and parkGrace it gives up. On Stop it withdraws the session's
+// waits through the log (Disconnect without release: the session and
+// what it holds stay, see closeAllSessions) and hears the Canceled.
+func (s *Server) parkCluster(owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
+	t := time.NewTimer(timeout + parkGrace)
+	defer t.Stop()
+	select {
+	case o := <-sink:
+		return o, parkedHeard
+	case <-t.C:
+		return engine.Outcome{}, parkedLost
+	case <-s.stopping:
+	}
+	if err := s.be.disconnect(owner, false); err != nil {
+		select {
+		case o := <-sink: // heard meanwhile
+			return o, parkedHeard
+		default:
+			return engine.Outcome{}, parkedLost
+		}
+	}
+	// Applied on this node before Disconnect returned: the Canceled (or
+	// a grant that won the race) is in the sink, barring a restore.
+	select {
+	case o := <-sink:
+		return o, parkedWithdrawn
+	case <-time.After(proposeWait):
+		return engine.Outcome{}, parkedLost
 	}
 }
 
 // serveStats answers GET /v1/stats: the TCP stats JSON, with connections
-// counting TCP connections plus open REST sessions.
+// counting TCP connections plus open REST sessions, and in cluster mode
+// the node's raft state under "cluster".
 func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
-	now := clock.Now()
-	st := s.eng.Snapshot(now)
-	_, g := s.eng.Metrics()
+	eng := s.be.engine()
+	st := eng.Snapshot(clock.Now())
+	_, g := eng.Metrics()
 	st.Connections = s.conns() + g.Sessions
-	body, err := json.Marshal(st)
+	var v any = st
+	if s.node != nil {
+		cs := s.node.Status()
+		v = clusterStats{Stats: st, Cluster: &cs}
+	}
+	body, err := json.Marshal(v)
 	if err != nil {
 		writeError(ctx, errInternal, "cannot encode stats")
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, body)
 }
+
+// keyBufs holds the buffers lock routes decode keys into.
+var keyBufs = sync.Pool{New: func() any { return new([maxKeyLen]byte) }}

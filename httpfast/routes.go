@@ -28,6 +28,10 @@ const (
 	opSemRenew
 	opSemEnqueue
 	opSemWait
+	opAdminCluster     // GET /v1/admin/cluster
+	opAdminAddVoter    // POST /v1/admin/voters
+	opAdminRemoveVoter // DELETE /v1/admin/voters/{id}
+	opAdminTransfer    // POST /v1/admin/leadership-transfer
 	opCount
 )
 
@@ -51,10 +55,18 @@ var opNames = [opCount]string{
 	opSemRenew:         "semaphore_renew",
 	opSemEnqueue:       "semaphore_enqueue",
 	opSemWait:          "semaphore_wait",
+	opAdminCluster:     "admin_cluster",
+	opAdminAddVoter:    "admin_add_voter",
+	opAdminRemoveVoter: "admin_remove_voter",
+	opAdminTransfer:    "admin_leadership_transfer",
 }
 
 // semaphore reports whether o is a /v1/semaphores route.
 func (o op) semaphore() bool { return o >= opSemAcquire && o <= opSemWait }
+
+// proposes reports whether o changes engine state: a session, lock or
+// semaphore route. In cluster mode only the leader serves them.
+func (o op) proposes() bool { return o >= opSessionCreate && o <= opSemWait }
 
 // match maps a method and a raw (still percent-encoded) path to an op and
 // its path parameter: the session id or the key. For a path that exists

@@ -18,12 +18,15 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/metrics"
+	"github.com/latchd/latchd/replica"
 )
 
-// Server is the REST API over one engine. Build it with New.
+// Server is the REST API over one engine, or over a replica.Node's
+// replicated engine (WithCluster). Build it with New.
 type Server struct {
 	cfg   Config
-	eng   *engine.Engine
+	be    backend       // every engine mutation and read goes here
+	node  *replica.Node // cluster mode, else nil
 	log   *zap.Logger
 	conns func() int // TCP connections, for stats and metrics
 	auth  []byte     // "Bearer <token>", or nil when auth is off
@@ -32,6 +35,9 @@ type Server struct {
 	reg   registry
 	sinks sync.Pool // of chanSink
 	srv   *fasthttp.Server
+
+	admin     *replica.Node // WithAdmin, else nil: the admin routes are 404
+	adminAuth []byte        // "Bearer <admin token>"
 
 	parked atomic.Int64 // handlers blocked on a grant
 
@@ -43,27 +49,35 @@ type Server struct {
 }
 
 // New returns a server for eng with cfg, which must be valid. It does not
-// listen until Start.
+// listen until Start. With WithCluster, eng is unused and may be nil.
 func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if eng == nil || log == nil {
-		return nil, errors.New("httpfast: nil engine or logger")
 	}
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if (eng == nil && o.node == nil) || log == nil {
+		return nil, errors.New("httpfast: nil engine or logger")
+	}
+	if o.admin != nil && (o.admin.node == nil || o.admin.token == "") {
+		return nil, errors.New("httpfast: the admin API needs a node and a non-empty token")
+	}
 	if o.connections == nil {
 		o.connections = func() int { return 0 }
 	}
+	var be backend = &localBackend{eng: eng}
+	if o.node != nil {
+		be = &clusterBackend{n: o.node, log: log}
+	}
 	if o.metrics == nil {
-		o.metrics = metrics.NewRegistry(eng)
+		o.metrics = metrics.NewRegistryFunc(be.engine)
 	}
 	s := &Server{
 		cfg:      cfg,
-		eng:      eng,
+		be:       be,
+		node:     o.node,
 		log:      log,
 		conns:    o.connections,
 		met:      newHTTPMetrics(o.metrics),
@@ -72,10 +86,14 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 	if cfg.AuthToken != "" {
 		s.auth = []byte("Bearer " + cfg.AuthToken)
 	}
+	if o.admin != nil {
+		s.admin = o.admin.node
+		s.adminAuth = []byte("Bearer " + o.admin.token)
+	}
 	if cfg.RateLimitPerIP > 0 {
 		s.lim = newIPLimiter(cfg.RateLimitPerIP, cfg.RateLimitBurst, cfg.RateLimitMaxIPs)
 	}
-	s.reg.init()
+	s.reg.init(o.node != nil)
 	s.sinks.New = func() any { return make(chanSink, 1) }
 	s.srv = &fasthttp.Server{
 		Handler:              s.handle,
@@ -139,7 +157,9 @@ func (s *Server) Sessions() int { return s.reg.len() }
 
 // Stop stops accepting, makes every parked request give up, closes every
 // session (releasing what it held, as a disconnect does) and waits for
-// in-flight requests until ctx ends.
+// in-flight requests until ctx ends. In cluster mode the sessions stay
+// open in the replicated state (see closeAllSessions) and the parked
+// requests are withdrawn through the log, so the node must still run.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.ln == nil {
@@ -176,15 +196,21 @@ func (s *Server) Stop(ctx context.Context) error {
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	o, param, allow := match(ctx.Method(), ctx.URI().PathOriginal())
-	if s.admit(ctx, o, start) {
+	admin := false
+	if o == opNotFound && s.admin != nil {
+		o, param, allow = matchAdmin(ctx.Method(), ctx.URI().PathOriginal())
+		admin = o != opNotFound // an admin route, or one with another method
+	}
+	if s.admit(ctx, o, admin, start) {
 		s.dispatch(ctx, o, param, allow)
 	}
 	s.met.observe(o, ctx.Response.StatusCode(), start)
 }
 
-// admit applies the per-IP rate limit and the bearer token. /healthz is
+// admit applies the per-IP rate limit and the bearer token: the admin
+// token on the admin routes, the client token on the others. /healthz is
 // exempt from both, /v1/openapi.json from auth only.
-func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, now time.Time) bool {
+func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, admin bool, now time.Time) bool {
 	if o == opHealthz {
 		return true
 	}
@@ -198,9 +224,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, now time.Time) bool {
 			return false
 		}
 	}
-	if s.auth != nil && o != opOpenAPI {
+	want := s.auth
+	if admin {
+		want = s.adminAuth
+	}
+	if want != nil && o != opOpenAPI {
 		got := ctx.Request.Header.Peek("Authorization")
-		if subtle.ConstantTimeCompare(got, s.auth) != 1 {
+		if subtle.ConstantTimeCompare(got, want) != 1 {
 			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="latchd"`)
 			writeError(ctx, errUnauthorized, "missing or wrong bearer token")
 			return false
@@ -210,6 +240,10 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, now time.Time) bool {
 }
 
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow string) {
+	if s.node != nil && o.proposes() && !s.node.IsLeader() {
+		notLeader(ctx, s.node)
+		return
+	}
 	switch o {
 	case opNotFound:
 		writeError(ctx, errNotFound, "no such route")
@@ -232,6 +266,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.deleteSession(ctx, param)
 	case opSessionKeepalive:
 		s.keepalive(ctx, param)
+	case opAdminCluster, opAdminAddVoter, opAdminRemoveVoter, opAdminTransfer:
+		s.adminOp(ctx, o, param)
 	default:
 		s.lockOp(ctx, o, param)
 	}

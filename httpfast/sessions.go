@@ -3,72 +3,139 @@ package httpfast
 import (
 	crand "crypto/rand"
 	"encoding/hex"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/clock"
 )
 
 // sessionBit marks HTTP session owner IDs. TCP connections count up from
 // 1 and never reach it, so the two kinds of owner never collide.
+//
+// A single node's session owners are sessionBit | counter. In cluster mode
+// owners must be unique across the cluster (and across the process
+// incarnations whose owners are still in the replicated state), so they
+// are sessionBit | prefix<<32 | counter, with a 31-bit random prefix drawn
+// when the process starts and again every 2^32-1 sessions, so the counter
+// never carries into it (docs/cluster.md, "Owner IDs across the cluster";
+// the TCP server does the same with bit 63 clear).
 const sessionBit = engine.OwnerID(1) << 63
 
 // sessionIDLen is the length of a session_id: 128 random bits in hex.
 const sessionIDLen = 32
 
-// minSweep is the registry size below which no sweep runs.
-const minSweep = 64
+// sweepPerCreate is how many names each create checks against the
+// engine. A round over the n names there are, plus the names its own
+// creates add (one per two checks), takes at most n creates; so a name
+// whose session expired is forgotten within about as many creates as the
+// registry holds names, the registry stays within a small multiple of
+// the live sessions, and lookups never wait for a full scan.
+const sweepPerCreate = 2
 
 // registry maps session_id strings to engine owners. The engine owns a
 // session's life (its TTL and expiry); the registry only names it, and
 // forgets names whose session the engine has dropped: at once when a
-// request finds the session gone, and in a sweep when the map has doubled
-// since the last one, so it never holds more than about twice the live
-// sessions.
+// request finds the session gone, and otherwise by a sweep that checks a
+// few names per create, round-robin.
 type registry struct {
 	mu     sync.Mutex
-	ids    map[string]engine.OwnerID
-	next   atomic.Uint64 // last owner counter issued
-	sweepN int           // size at which the next sweep runs
+	ids    map[string]int // session_id -> index in names
+	names  []regName
+	cursor int           // the next name the sweep checks
+	next   atomic.Uint64 // last owner counter issued (single node)
+
+	// Cluster mode: owners carry a random prefix (see sessionBit).
+	prefixed bool
+	ownerMu  sync.Mutex
+	prefix   uint64 // 31 bits
+	count    uint64 // last counter issued under prefix; 0: draw a prefix
 }
 
-func (r *registry) init() {
-	r.ids = make(map[string]engine.OwnerID)
-	r.sweepN = minSweep
+type regName struct {
+	id    string
+	owner engine.OwnerID
 }
 
-// create opens a session in eng and names it.
-func (r *registry) create(eng *engine.Engine, now int64, ttl time.Duration) (string, engine.OwnerID, error) {
+// init readies the registry; prefixed (cluster mode) makes owner IDs
+// carry a per-process random prefix.
+func (r *registry) init(prefixed bool) {
+	r.ids = make(map[string]int)
+	r.prefixed = prefixed
+}
+
+// newOwner returns a session owner ID never issued before by this process.
+func (r *registry) newOwner() engine.OwnerID {
+	if !r.prefixed {
+		return sessionBit | engine.OwnerID(r.next.Add(1))
+	}
+	r.ownerMu.Lock()
+	defer r.ownerMu.Unlock()
+	if r.count == 0 || r.count == math.MaxUint32 {
+		r.prefix = clock.Salt() & 0x7fff_ffff
+		r.count = 0
+	}
+	r.count++
+	return sessionBit | engine.OwnerID(r.prefix<<32|r.count)
+}
+
+// create opens a session through b, within max open sessions (0: no cap),
+// and names it. At the cap it returns engine.ErrMaxSessions.
+func (r *registry) create(b backend, ttl time.Duration, max int) (string, engine.OwnerID, error) {
+	// Open before naming: a sweep running between the two would forget a
+	// name whose session the engine does not know yet.
+	owner := r.newOwner()
+	if err := b.openSession(owner, ttl, max); err != nil {
+		return "", 0, err
+	}
 	var raw [sessionIDLen / 2]byte
 	_, _ = crand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
 	id := hex.EncodeToString(raw[:])
 
-	// Open before naming: a sweep running between the two would forget a
-	// name whose session the engine does not know yet.
-	owner := sessionBit | engine.OwnerID(r.next.Add(1))
-	if err := eng.OpenSession(now, owner, ttl); err != nil {
-		return "", 0, err
-	}
 	r.mu.Lock()
-	if len(r.ids) >= r.sweepN {
-		r.sweepLocked(eng)
-	}
-	r.ids[id] = owner
+	r.sweepLocked(b.engine())
+	r.ids[id] = len(r.names)
+	r.names = append(r.names, regName{id: id, owner: owner})
 	r.mu.Unlock()
 	return id, owner, nil
 }
 
-// sweepLocked forgets every name whose session the engine no longer has.
-// It takes the engine's session mutex once per name, never the other way
-// round, so the two locks cannot deadlock.
+// sweepLocked checks the next sweepPerCreate names and forgets those
+// whose session the engine no longer has. It takes the engine's session
+// mutex once per name, never the other way round, so the two locks
+// cannot deadlock.
 func (r *registry) sweepLocked(eng *engine.Engine) {
-	for id, owner := range r.ids {
-		if _, ok := eng.SessionTTL(owner); !ok {
-			delete(r.ids, id)
+	for range sweepPerCreate {
+		if len(r.names) == 0 {
+			return
 		}
+		if r.cursor >= len(r.names) {
+			r.cursor = 0
+		}
+		n := r.names[r.cursor]
+		if _, ok := eng.SessionTTL(n.owner); ok {
+			r.cursor++
+			continue
+		}
+		delete(r.ids, n.id)
+		r.removeAtLocked(r.cursor) // the last name moves here: checked next
 	}
-	r.sweepN = max(minSweep, 2*len(r.ids))
+}
+
+// removeAtLocked drops names[i], moving the last name into its place.
+func (r *registry) removeAtLocked(i int) {
+	last := len(r.names) - 1
+	if i != last {
+		r.names[i] = r.names[last]
+		r.ids[r.names[i].id] = i
+	}
+	r.names[last] = regName{}
+	r.names = r.names[:last]
+	if c := cap(r.names); c > 64 && last < c/4 {
+		r.names = append(make([]regName, 0, c/2), r.names...) // give a burst's array back
+	}
 }
 
 // lookup returns the owner named id.
@@ -77,7 +144,11 @@ func (r *registry) lookup(id []byte) (engine.OwnerID, bool) {
 		return 0, false
 	}
 	r.mu.Lock()
-	owner, ok := r.ids[string(id)] // no copy: map index with string(b)
+	i, ok := r.ids[string(id)] // no copy: map index with string(b)
+	var owner engine.OwnerID
+	if ok {
+		owner = r.names[i].owner
+	}
 	r.mu.Unlock()
 	return owner, ok
 }
@@ -85,20 +156,26 @@ func (r *registry) lookup(id []byte) (engine.OwnerID, bool) {
 // remove forgets id and returns the owner it named.
 func (r *registry) remove(id string) (engine.OwnerID, bool) {
 	r.mu.Lock()
-	owner, ok := r.ids[id]
+	defer r.mu.Unlock()
+	i, ok := r.ids[id]
+	if !ok {
+		return 0, false
+	}
+	owner := r.names[i].owner
 	delete(r.ids, id)
-	r.mu.Unlock()
-	return owner, ok
+	r.removeAtLocked(i)
+	return owner, true
 }
 
 // drain forgets every name and returns the owners.
 func (r *registry) drain() []engine.OwnerID {
 	r.mu.Lock()
-	owners := make([]engine.OwnerID, 0, len(r.ids))
-	for id, owner := range r.ids {
-		owners = append(owners, owner)
-		delete(r.ids, id)
+	owners := make([]engine.OwnerID, 0, len(r.names))
+	for _, n := range r.names {
+		owners = append(owners, n.owner)
 	}
+	clear(r.ids)
+	r.names, r.cursor = nil, 0
 	r.mu.Unlock()
 	return owners
 }
@@ -106,5 +183,5 @@ func (r *registry) drain() []engine.OwnerID {
 func (r *registry) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.ids)
+	return len(r.names)
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/latchd/latchd/engine"
 )
 
 func TestMatch(t *testing.T) {
@@ -116,6 +118,8 @@ func TestConfigValidate(t *testing.T) {
 		{name: "negative default TTL", mod: func(c *Config) { c.DefaultTTL = -time.Second }, wantErr: true},
 		{name: "zero read timeout", mod: func(c *Config) { c.ReadTimeout = 0 }, wantErr: true},
 		{name: "negative max connections", mod: func(c *Config) { c.MaxConnections = -1 }, wantErr: true},
+		{name: "negative max sessions", mod: func(c *Config) { c.MaxSessions = -1 }, wantErr: true},
+		{name: "no session cap", mod: func(c *Config) { c.MaxSessions = 0 }},
 		{name: "rate limit on", mod: func(c *Config) { c.RateLimitPerIP = 100; c.RateLimitBurst = 10 }},
 	}
 	for _, tt := range tests {
@@ -126,5 +130,62 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v; want error %v", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestRegistryForgetsDropped: names whose session the engine dropped behind the
+// registry's back are forgotten by the sweeps of later creates, a few per
+// create, and the names that stay still resolve.
+func TestRegistryForgetsDropped(t *testing.T) {
+	eng, err := engine.New(engine.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r registry
+	r.init(false)
+	b := &localBackend{eng: eng}
+	ids := make(map[string]engine.OwnerID)
+	for range 100 {
+		id, owner, err := r.create(b, time.Minute, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = owner
+	}
+	closed := 0
+	for id, owner := range ids {
+		if owner%2 == 0 {
+			eng.CloseSession(0, owner) // as an expiry would
+			delete(ids, id)
+			closed++
+		}
+	}
+	// Creates check two names each: 100 creates make 200 checks, enough
+	// for the 100 names there were plus the 100 they add.
+	for range 100 {
+		id, owner, err := r.create(b, time.Minute, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = owner
+	}
+	if got, want := r.len(), 100-closed+100; got != want {
+		t.Fatalf("registry holds %d names; want %d (the %d dropped sessions forgotten)", got, want, closed)
+	}
+	for id, owner := range ids {
+		if got, ok := r.lookup([]byte(id)); !ok || got != owner {
+			t.Fatalf("lookup(%s) = %d, %v; want %d", id, got, ok, owner)
+		}
+	}
+	if _, ok := r.remove(func() string {
+		for id := range ids {
+			return id
+		}
+		return ""
+	}()); !ok {
+		t.Fatal("remove of a live name failed")
+	}
+	if got := len(r.drain()); got != len(ids)-1 {
+		t.Fatalf("drain returned %d owners; want %d", got, len(ids)-1)
 	}
 }

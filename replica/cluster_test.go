@@ -172,8 +172,8 @@ func TestFollowerRedirect(t *testing.T) {
 			}
 			// The peers carry no client address: it is learned from the
 			// leader's Restamp entry once the follower has applied it.
-			return nl.LeaderID == l.ID() && nl.ClientAddr == "client-"+l.ID()
-		}, func() string { return nl.Error() })
+			return nl.LeaderID == l.ID() && nl.ClientAddr == "client-"+l.ID() && nl.HTTPAddr == "http-"+l.ID()
+		}, func() string { return nl.Error() + " http " + nl.HTTPAddr })
 	}
 	_, g := l.FSM().Engine().Metrics()
 	if g.Keys != 0 {

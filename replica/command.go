@@ -3,6 +3,7 @@ package replica
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/latchd/latchd/engine"
@@ -26,7 +27,7 @@ const (
 	OpCloseSession               // engine.CloseSession: Owner
 	OpBeginSession               // engine.BeginSession: Owner
 	OpEndSession                 // engine.EndSession: Owner
-	OpRestamp                    // a new leader's clock: Key = its node ID, Addr = its client address
+	OpRestamp                    // a new leader's clock: Key = its node ID, Addr = its client address, HTTPAddr = its REST address
 	opEnd
 )
 
@@ -58,6 +59,10 @@ type Command struct {
 	Token   fence.Token // Release, Renew
 	Release bool        // Disconnect: release held leases too
 	Addr    string      // Restamp: the leader's client address
+	// HTTPAddr is, in a Restamp, where the leader serves the REST API
+	// (empty when it does not). It is the last field of the encoding and
+	// optional: entries written before it existed decode unchanged.
+	HTTPAddr string
 }
 
 const commandVersion = 1
@@ -77,7 +82,8 @@ const (
 	fTokSalt
 	fRelease
 	fAddr
-	fAll = 1<<iota - 1
+	fHTTPAddr // added after version 1 shipped: optional, always last
+	fAll      = 1<<iota - 1
 )
 
 // AppendCommand appends c's encoding to b: a version byte, the op, a
@@ -103,6 +109,7 @@ func AppendCommand(b []byte, c *Command) []byte {
 	set(fTokSalt, c.Token.Salt != 0)
 	set(fRelease, c.Release)
 	set(fAddr, c.Addr != "")
+	set(fHTTPAddr, c.HTTPAddr != "")
 	b = append(b, commandVersion, byte(c.Op))
 	b = binary.AppendUvarint(b, mask)
 	if mask&fOrigin != 0 {
@@ -142,6 +149,10 @@ func AppendCommand(b []byte, c *Command) []byte {
 	if mask&fAddr != 0 {
 		b = binary.AppendUvarint(b, uint64(len(c.Addr)))
 		b = append(b, c.Addr...)
+	}
+	if mask&fHTTPAddr != 0 {
+		b = binary.AppendUvarint(b, uint64(len(c.HTTPAddr)))
+		b = append(b, c.HTTPAddr...)
 	}
 	return b
 }
@@ -199,11 +210,35 @@ func DecodeCommand(b []byte, c *Command) error {
 	if mask&fAddr != 0 {
 		c.Addr = string(d.bytes())
 	}
-	if d.bad || len(d.b) != 0 {
+	if mask&fHTTPAddr != 0 {
+		c.HTTPAddr = string(d.bytes())
+	}
+	if d.bad || len(d.b) != 0 || !canonical(mask, c) {
 		*c = Command{}
 		return ErrBadCommand
 	}
 	return nil
+}
+
+// canonical reports whether every field whose bit is set is non-zero, as
+// AppendCommand writes them: so decoding then encoding is the identity
+// (FuzzDecodeCommand), and one command has one encoding.
+func canonical(mask uint64, c *Command) bool {
+	zero := [...]struct {
+		bit  uint64
+		zero bool
+	}{
+		{fOrigin, c.Origin == 0}, {fReqID, c.ReqID == 0}, {fNow, c.Now == 0}, {fOwner, c.Owner == 0},
+		{fKey, len(c.Key) == 0}, {fLimit, c.Limit == 0}, {fTTL, c.TTL == 0}, {fTimeout, c.Timeout == 0},
+		{fSalt, c.Salt == 0}, {fFence, c.Token.Fence == 0}, {fTokSalt, c.Token.Salt == 0},
+		{fAddr, c.Addr == ""}, {fHTTPAddr, c.HTTPAddr == ""},
+	}
+	for _, z := range zero {
+		if mask&z.bit != 0 && z.zero {
+			return false
+		}
+	}
+	return true
 }
 
 type decoder struct {
@@ -211,9 +246,13 @@ type decoder struct {
 	bad bool
 }
 
+// varintLen is the length of x's shortest uvarint encoding: the only one
+// the decoder accepts, so that one value has one encoding.
+func varintLen(x uint64) int { return max(1, (bits.Len64(x)+6)/7) }
+
 func (d *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	if n <= 0 || n != varintLen(v) {
 		d.bad = true
 		d.b = nil
 		return 0
@@ -224,7 +263,7 @@ func (d *decoder) uvarint() uint64 {
 
 func (d *decoder) varint() int64 {
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
+	if n <= 0 || n != varintLen(uint64(v)<<1^uint64(v>>63)) {
 		d.bad = true
 		d.b = nil
 		return 0

@@ -12,7 +12,7 @@ import (
 	"github.com/latchd/latchd/internal/clock"
 )
 
-// startDiskNode starts a one-node cluster on raft-wal, file snapshots and
+// startDiskNode starts a one-node cluster on the bolt log store, file snapshots and
 // TCP in dir, bound to bind ("127.0.0.1:0" the first time).
 func startDiskNode(t *testing.T, dir, bind string) *Node {
 	t.Helper()
@@ -67,8 +67,8 @@ func TestDiskRestart(t *testing.T) {
 	if snaps, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*")); len(snaps) == 0 {
 		t.Fatal("no snapshot on disk")
 	}
-	if segs, _ := os.ReadDir(filepath.Join(dir, "wal")); len(segs) == 0 {
-		t.Fatal("no wal segment on disk")
+	if fi, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil || fi.Size() == 0 {
+		t.Fatalf("no log store on disk: %v", err)
 	}
 
 	n = startDiskNode(t, dir, bind)

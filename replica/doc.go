@@ -18,6 +18,10 @@
 // FSM there routes the engine's delivery to it by the request's ID; other
 // nodes apply the entry with no Sink.
 //
+// A Node also offers membership changes and leadership transfer (leader
+// only) and a Status for observation. With Config.AuthToken, DiskStorage's
+// raft transport admits only peers that prove they share the token.
+//
 // The package never reads flags or the environment and logs only through
 // the *zap.Logger it is given. See docs/cluster.md.
 package replica

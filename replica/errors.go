@@ -24,6 +24,10 @@ type NotLeaderError struct {
 	LeaderID   string // the leader's raft server ID
 	RaftAddr   string // its raft address
 	ClientAddr string // where clients reach it: the address error_not_leader names
+	// HTTPAddr is where the leader serves the REST API, as it announced
+	// in its Restamp entry; empty if it serves none or this node has not
+	// applied that entry yet. The REST API's 503 not_leader names it.
+	HTTPAddr string
 }
 
 // Error says who the leader is.

@@ -51,7 +51,7 @@ type FSM struct {
 	restores atomic.Int64
 
 	addrMu  sync.Mutex
-	leaders map[string]string // node ID -> client address, from Restamp entries
+	leaders map[string]leaderAddrs // node ID -> its addresses, from Restamp entries
 
 	pendMu  sync.Mutex
 	pending map[uint64]engine.Sink // this incarnation's parked requests by ReqID
@@ -64,7 +64,7 @@ func NewFSM(cfg engine.Config, origin uint64) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]string), pending: make(map[uint64]engine.Sink)}
+	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]leaderAddrs), pending: make(map[uint64]engine.Sink)}
 	f.eng.Store(e)
 	return f, nil
 }
@@ -84,7 +84,21 @@ func (f *FSM) Restores() int64 { return f.restores.Load() }
 func (f *FSM) LeaderClientAddr(id string) string {
 	f.addrMu.Lock()
 	defer f.addrMu.Unlock()
-	return f.leaders[id]
+	return f.leaders[id].client
+}
+
+// LeaderHTTPAddr returns the REST address the node id announced when it
+// last became leader ("" if it announced none).
+func (f *FSM) LeaderHTTPAddr(id string) string {
+	f.addrMu.Lock()
+	defer f.addrMu.Unlock()
+	return f.leaders[id].http
+}
+
+// leaderAddrs is what a leader announced about itself in its Restamp.
+type leaderAddrs struct {
+	client string // Command.Addr
+	http   string // Command.HTTPAddr
 }
 
 // WriteState writes the FSM's state (as a snapshot would) and returns the
@@ -154,6 +168,9 @@ func (f *FSM) applyLocked(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	if len(l.Data) > 0 && l.Data[0] == batchVersion {
+		return f.applyBatch(l.Data)
+	}
 	var c Command
 	if err := DecodeCommand(l.Data, &c); err != nil {
 		return Reply{Err: err}
@@ -172,7 +189,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 		}
 		f.lastNow = c.Now
 		f.addrMu.Lock()
-		f.leaders[string(c.Key)] = c.Addr
+		f.leaders[string(c.Key)] = leaderAddrs{client: c.Addr, http: c.HTTPAddr}
 		f.addrMu.Unlock()
 		return Reply{}
 	}
@@ -227,29 +244,42 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	return &fsmSnapshot{b: buf.Bytes()}, nil
 }
 
+// Snapshot header versions. Version 1 lists each leader's ID and client
+// address; version 2 adds its REST address. A snapshot is written as
+// version 1 while no leader has announced a REST address, so clusters
+// that serve no REST API keep writing what older nodes read; Restore
+// reads both.
 const (
-	snapMagic   = "LTCHFSM"
-	snapVersion = 1
+	snapMagic     = "LTCHFSM"
+	snapVersion   = 1
+	snapVersionV2 = 2
 )
 
 // writeLocked writes the FSM header (magic, version, last applied index
-// and now,
-// the leaders' client addresses sorted by ID) and then the engine state,
-// which carries its own checksum.
+// and now, the leaders' client addresses, and from version 2 their REST
+// addresses, sorted by ID) and then the engine state, which carries its
+// own checksum.
 func (f *FSM) writeLocked(w io.Writer) error {
-	b := append([]byte(snapMagic), snapVersion)
-	b = binary.AppendUvarint(b, f.index.Load())
-	b = binary.AppendVarint(b, f.lastNow)
 	f.addrMu.Lock()
 	ids := make([]string, 0, len(f.leaders))
-	for id := range f.leaders {
+	version := byte(snapVersion)
+	for id, a := range f.leaders {
 		ids = append(ids, id)
+		if a.http != "" {
+			version = snapVersionV2
+		}
 	}
 	slices.Sort(ids)
+	b := append([]byte(snapMagic), version)
+	b = binary.AppendUvarint(b, f.index.Load())
+	b = binary.AppendVarint(b, f.lastNow)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = appendString(b, id)
-		b = appendString(b, f.leaders[id])
+		b = appendString(b, f.leaders[id].client)
+		if version >= snapVersionV2 {
+			b = appendString(b, f.leaders[id].http)
+		}
 	}
 	f.addrMu.Unlock()
 	if _, err := w.Write(b); err != nil {
@@ -277,7 +307,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	if len(all) < len(snapMagic)+1 || string(all[:len(snapMagic)]) != snapMagic || all[len(snapMagic)] != snapVersion {
+	if len(all) < len(snapMagic)+1 || string(all[:len(snapMagic)]) != snapMagic {
+		return ErrBadSnapshot
+	}
+	version := all[len(snapMagic)]
+	if version != snapVersion && version != snapVersionV2 {
 		return ErrBadSnapshot
 	}
 	d := decoder{b: all[len(snapMagic)+1:]}
@@ -287,10 +321,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if n > uint64(len(d.b)) {
 		return ErrBadSnapshot
 	}
-	leaders := make(map[string]string, n)
+	leaders := make(map[string]leaderAddrs, n)
 	for range n {
 		id := string(d.bytes())
-		leaders[id] = string(d.bytes())
+		a := leaderAddrs{client: string(d.bytes())}
+		if version >= snapVersionV2 {
+			a.http = string(d.bytes())
+		}
+		leaders[id] = a
 	}
 	if d.bad {
 		return ErrBadSnapshot

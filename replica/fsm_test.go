@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"testing"
@@ -25,6 +26,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{name: "release", c: Command{Op: OpRelease, Now: -5, Key: []byte("a"), Token: fence.Token{Fence: 1 << 40, Salt: 5}}},
 		{name: "disconnect", c: Command{Op: OpDisconnect, Owner: 1<<64 - 1, Release: true}},
 		{name: "restamp", c: Command{Op: OpRestamp, Now: 1, Key: []byte("n0"), Addr: "10.0.0.1:7000"}},
+		{name: "restamp with HTTP address", c: Command{Op: OpRestamp, Now: 1, Key: []byte("n0"), Addr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:6389"}},
+		{name: "restamp with only an HTTP address", c: Command{Op: OpRestamp, Now: 1, Key: []byte("n0"), HTTPAddr: "h:1"}},
 		{name: "expire, all zero", c: Command{Op: OpExpire}},
 	}
 	for _, tt := range tests {
@@ -58,13 +61,41 @@ func TestCommandRoundTrip(t *testing.T) {
 func commandsEqual(a, b Command) bool {
 	return a.Op == b.Op && a.Now == b.Now && a.Origin == b.Origin && a.ReqID == b.ReqID &&
 		a.Owner == b.Owner && bytes.Equal(a.Key, b.Key) && a.Limit == b.Limit && a.TTL == b.TTL &&
-		a.Timeout == b.Timeout && a.Salt == b.Salt && a.Token == b.Token && a.Release == b.Release && a.Addr == b.Addr
+		a.Timeout == b.Timeout && a.Salt == b.Salt && a.Token == b.Token && a.Release == b.Release && a.Addr == b.Addr &&
+		a.HTTPAddr == b.HTTPAddr
+}
+
+// TestCommandWithoutHTTPAddr: an entry written before Command.HTTPAddr
+// existed (a version-1 Restamp with a client address last) still decodes,
+// and a Restamp without an HTTP address encodes to those same bytes.
+func TestCommandWithoutHTTPAddr(t *testing.T) {
+	// version 1, op restamp, mask fNow|fKey|fAddr, now 1 (zig-zag 2),
+	// key "n0", addr "c:1": as written before the field was added.
+	old := binary.AppendUvarint([]byte{1, byte(OpRestamp)}, fNow|fKey|fAddr)
+	hdr := len(old)
+	old = append(old, 2, 2, 'n', '0', 3, 'c', ':', '1')
+	var c Command
+	if err := DecodeCommand(old, &c); err != nil {
+		t.Fatalf("DecodeCommand(old restamp) = %v", err)
+	}
+	if c.Op != OpRestamp || c.Now != 1 || string(c.Key) != "n0" || c.Addr != "c:1" || c.HTTPAddr != "" {
+		t.Fatalf("old restamp decoded to %+v", c)
+	}
+	if again := AppendCommand(nil, &c); !bytes.Equal(again, old) {
+		t.Fatalf("re-encoded to %x; want %x", again, old)
+	}
+	c.HTTPAddr = "h:2"
+	withHTTP := AppendCommand(nil, &c)
+	if !bytes.HasPrefix(withHTTP[hdr:], old[hdr:]) || len(withHTTP) != len(old)+4 {
+		t.Fatalf("HTTPAddr is not a trailing field: %x vs %x", withHTTP, old)
+	}
 }
 
 // FuzzDecodeCommand: whatever decodes re-encodes to the same bytes.
 func FuzzDecodeCommand(f *testing.F) {
 	f.Add(AppendCommand(nil, &Command{Op: OpAcquire, Now: 5, Key: []byte("k"), Limit: 1, Salt: 9}))
 	f.Add(AppendCommand(nil, &Command{Op: OpRenew, Token: fence.Token{Fence: 3, Salt: 4}, TTL: time.Second}))
+	f.Add(AppendCommand(nil, &Command{Op: OpRestamp, Now: 1, Key: []byte("n1"), Addr: "c:1", HTTPAddr: "h:1"}))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var c Command
 		if DecodeCommand(in, &c) != nil {
@@ -200,7 +231,7 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	fsmApply(t, src, 1, Command{Op: OpAcquire, Now: sec, Owner: 1, Key: []byte("a"), Limit: 1, Salt: 1})
 	fsmApply(t, src, 2, Command{Op: OpAcquire, Now: sec, Owner: 2, Key: []byte("a"), Limit: 1, Timeout: time.Minute, Salt: 2})
 	fsmApply(t, src, 3, Command{Op: OpOpenSession, Now: 2 * sec, Owner: 9, TTL: time.Minute})
-	fsmApply(t, src, 4, Command{Op: OpRestamp, Now: 3 * sec, Key: []byte("n0"), Addr: "c0"})
+	fsmApply(t, src, 4, Command{Op: OpRestamp, Now: 3 * sec, Key: []byte("n0"), Addr: "c0", HTTPAddr: "h0"})
 	snap, err := src.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -225,8 +256,11 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	if ia != ib || !bytes.Equal(a.Bytes(), b.Bytes()) {
 		t.Fatalf("restored FSM at index %d differs from the source at %d", ib, ia)
 	}
-	if dst.LeaderClientAddr("n0") != "c0" || dst.Restores() != 1 {
-		t.Fatalf("restored leader address %q, restores %d", dst.LeaderClientAddr("n0"), dst.Restores())
+	if dst.LeaderClientAddr("n0") != "c0" || dst.LeaderHTTPAddr("n0") != "h0" || dst.Restores() != 1 {
+		t.Fatalf("restored leader addresses %q %q, restores %d", dst.LeaderClientAddr("n0"), dst.LeaderHTTPAddr("n0"), dst.Restores())
+	}
+	if v := sink.Bytes()[len(snapMagic)]; v != snapVersionV2 {
+		t.Fatalf("snapshot with an HTTP address has version %d; want %d", v, snapVersionV2)
 	}
 	// Both continue alike.
 	for _, f := range []*FSM{src, dst} {
@@ -244,6 +278,55 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	bad[len(bad)-1] ^= 1
 	if err := newTestFSM(t, 3).Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("Restore of a damaged snapshot = %v; want ErrBadSnapshot", err)
+	}
+}
+
+// TestFSMSnapshotVersions: while no leader has announced a REST address
+// the snapshot header is version 1 (what nodes without REST addresses
+// wrote and read); once one has, version 2 carries them. Both restore.
+func TestFSMSnapshotVersions(t *testing.T) {
+	snapshot := func(f *FSM) []byte {
+		t.Helper()
+		snap, err := f.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := &memSink{}
+		if err := snap.Persist(sink); err != nil {
+			t.Fatal(err)
+		}
+		return sink.Bytes()
+	}
+	src := newTestFSM(t, 1)
+	fsmApply(t, src, 1, Command{Op: OpRestamp, Now: sec, Key: []byte("n1"), Addr: "c1"})
+	v1 := snapshot(src)
+	if v := v1[len(snapMagic)]; v != snapVersion {
+		t.Fatalf("snapshot without HTTP addresses has version %d; want %d", v, snapVersion)
+	}
+	fsmApply(t, src, 2, Command{Op: OpRestamp, Now: 2 * sec, Key: []byte("n2"), Addr: "c2", HTTPAddr: "h2"})
+	v2 := snapshot(src)
+	if v := v2[len(snapMagic)]; v != snapVersionV2 {
+		t.Fatalf("snapshot with an HTTP address has version %d; want %d", v, snapVersionV2)
+	}
+	dst := newTestFSM(t, 2)
+	if err := dst.Restore(io.NopCloser(bytes.NewReader(v1))); err != nil {
+		t.Fatalf("Restore(version 1): %v", err)
+	}
+	if dst.LeaderClientAddr("n1") != "c1" || dst.LeaderHTTPAddr("n1") != "" || dst.LeaderClientAddr("n2") != "" {
+		t.Fatalf("version 1 restored n1 %q %q, n2 %q", dst.LeaderClientAddr("n1"), dst.LeaderHTTPAddr("n1"), dst.LeaderClientAddr("n2"))
+	}
+	if err := dst.Restore(io.NopCloser(bytes.NewReader(v2))); err != nil {
+		t.Fatalf("Restore(version 2): %v", err)
+	}
+	if dst.LeaderClientAddr("n1") != "c1" || dst.LeaderHTTPAddr("n1") != "" ||
+		dst.LeaderClientAddr("n2") != "c2" || dst.LeaderHTTPAddr("n2") != "h2" {
+		t.Fatalf("version 2 restored n1 %q %q, n2 %q %q", dst.LeaderClientAddr("n1"), dst.LeaderHTTPAddr("n1"),
+			dst.LeaderClientAddr("n2"), dst.LeaderHTTPAddr("n2"))
+	}
+	bad := bytes.Clone(v2)
+	bad[len(snapMagic)] = snapVersionV2 + 1
+	if err := newTestFSM(t, 3).Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("Restore of an unknown version = %v; want ErrBadSnapshot", err)
 	}
 }
 

@@ -19,6 +19,7 @@ func testConfig(id string) Config {
 	cfg := DefaultConfig()
 	cfg.NodeID = id
 	cfg.ClientAddr = "client-" + id
+	cfg.HTTPAddr = "http-" + id
 	cfg.HeartbeatTimeout = 100 * time.Millisecond
 	cfg.ElectionTimeout = 100 * time.Millisecond
 	cfg.LeaderLeaseTimeout = 50 * time.Millisecond

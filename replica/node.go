@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftwal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/metadb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapio"
 
@@ -40,49 +37,49 @@ func InmemStorage(trans raft.Transport) Storage {
 	return Storage{Logs: st, Stable: st, Snapshots: raft.NewInmemSnapshotStore(), Transport: trans}
 }
 
-// DiskStorage opens cfg.RaftDir: a raft-wal log and stable store (every
-// append is fsynced before it is acknowledged), file snapshots, and a TCP
-// transport on cfg.BindAddr.
+// logCacheSize is how many of the newest log entries the leader keeps in
+// memory for replication: several full batches (MaxAppendEntries).
+const logCacheSize = 4096
+
+// DiskStorage opens cfg.RaftDir: the log and stable store in raft.db (a
+// bbolt file, every write fsynced before it is acknowledged; see
+// BoltStore), file snapshots, and a TCP transport on cfg.BindAddr. With
+// cfg.AuthToken the transport admits only peers that prove they hold the
+// same token, and proves it to the peers it dials (see docs/cluster.md);
+// without it, it is raft's plain TCP transport. log receives, at warn, the
+// refused connections (once per remote host).
 func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if cfg.RaftDir == "" || cfg.BindAddr == "" {
 		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
 	}
-	walDir := filepath.Join(cfg.RaftDir, "wal")
-	if err := os.MkdirAll(walDir, 0o700); err != nil {
+	if err := os.MkdirAll(cfg.RaftDir, 0o700); err != nil {
 		return Storage{}, fmt.Errorf("replica: %w", err)
 	}
 	hl := raftLogger(cfg, log)
-	// The WAL does not close a meta store it opened itself, and its bolt
-	// file stays locked until the process ends: own it, to reopen the
-	// directory in one process (a restart in tests, a Node rebuilt).
-	meta := &metadb.BoltMetaDB{}
-	wal, err := raftwal.Open(walDir, raftwal.WithLogger(hl.Named("wal")), raftwal.WithMetaStore(meta))
+	store, err := OpenBoltStore(filepath.Join(cfg.RaftDir, "raft.db"), time.Second)
 	if err != nil {
-		_ = meta.Close() // the open error is the one to report
-		return Storage{}, fmt.Errorf("replica: open wal %s: %w", walDir, err)
+		return Storage{}, err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.RaftDir, cfg.SnapshotRetain, hl.Named("snapshots"))
 	if err != nil {
-		_ = wal.Close() // the snapshot store's error is the one to report
-		_ = meta.Close()
+		_ = store.Close() // the snapshot store's error is the one to report
 		return Storage{}, fmt.Errorf("replica: snapshot store: %w", err)
 	}
-	var adv net.Addr
-	if cfg.AdvertiseAddr != "" {
-		if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
-			_ = wal.Close()
-			_ = meta.Close()
-			return Storage{}, fmt.Errorf("replica: advertise address: %w", err)
-		}
-	}
-	trans, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, 10*time.Second, hl.Named("transport"))
+	trans, err := newTransport(cfg, hl, log)
 	if err != nil {
-		_ = wal.Close()
-		_ = meta.Close()
-		return Storage{}, fmt.Errorf("replica: transport: %w", err)
+		_ = store.Close() // the transport's error is the one to report
+		return Storage{}, err
 	}
-	return Storage{Logs: wal, Stable: wal, Snapshots: snaps, Transport: trans, Close: func() error {
-		return errors.Join(trans.Close(), wal.Close(), meta.Close())
+	// The leader reads back every entry it replicates, and followers read
+	// what they apply: a cache of the newest entries saves a read each.
+	logs, err := raft.NewLogCache(logCacheSize, store)
+	if err != nil {
+		_ = trans.Close()
+		_ = store.Close()
+		return Storage{}, fmt.Errorf("replica: log cache: %w", err)
+	}
+	return Storage{Logs: logs, Stable: store, Snapshots: snaps, Transport: trans, Close: func() error {
+		return errors.Join(trans.Close(), store.Close())
 	}}, nil
 }
 
@@ -115,8 +112,14 @@ type Node struct {
 	ready   chan struct{} // closed while this node is leader and has restamped
 	isReady atomic.Bool
 
+	leaderChanges atomic.Uint64 // leaders observed (see Status)
+	observer      *raft.Observer
+
+	batch batcher // group commit of proposals
+
 	stop      chan struct{}
-	done      chan struct{}
+	done      chan struct{} // run has returned
+	watchDone chan struct{} // watchLeader has returned
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -166,7 +169,15 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
 	n := &Node{cfg: cfg, log: log, raft: r, fsm: fsm, st: st, origin: origin, now: clock.Now,
-		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), watchDone: make(chan struct{})}
+	obs := make(chan raft.Observation, 64)
+	n.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(n.observer)
+	go n.watchLeader(obs)
+	n.batch.n = n
 	go n.run()
 	return n, nil
 }
@@ -185,19 +196,35 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 func (n *Node) IsLeader() bool { return n.isReady.Load() && n.raft.State() == raft.Leader }
 
 // Leader returns what this node knows of the leader (empty if none).
+//
+// The client address is the one the leader wrote into the log in its
+// Restamp entry, the first of every leadership, if this node has applied
+// one from it; else the one cfg.Peers gives it, if any. Every node that
+// ever leads announces its own address that way, so a node added at run
+// time needs no client address in AddVoter. Until a follower has applied
+// the new leader's Restamp (a few milliseconds, or the catch-up of a node
+// far behind) and with no static Peers entry, ClientAddr is empty while
+// LeaderID is not.
+//
+// The REST address (HTTPAddr) comes from the leader's Restamp only (Peers
+// carry none), or from this node's own Config when it is the leader.
 func (n *Node) Leader() NotLeaderError {
 	addr, id := n.raft.LeaderWithID()
 	e := NotLeaderError{LeaderID: string(id), RaftAddr: string(addr)}
 	if id == "" {
 		return e
 	}
-	for _, p := range n.cfg.Peers {
-		if p.ID == string(id) {
-			e.ClientAddr = p.ClientAddr
-		}
+	e.ClientAddr = n.fsm.LeaderClientAddr(string(id))
+	e.HTTPAddr = n.fsm.LeaderHTTPAddr(string(id))
+	if e.HTTPAddr == "" && string(id) == n.cfg.NodeID {
+		e.HTTPAddr = n.cfg.HTTPAddr // elected, not yet restamped
 	}
 	if e.ClientAddr == "" {
-		e.ClientAddr = n.fsm.LeaderClientAddr(string(id))
+		for _, p := range n.cfg.Peers {
+			if p.ID == string(id) {
+				e.ClientAddr = p.ClientAddr
+			}
+		}
 	}
 	return e
 }
@@ -213,6 +240,8 @@ func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() {
 		close(n.stop)
 		<-n.done
+		<-n.watchDone
+		n.raft.DeregisterObserver(n.observer)
 		n.closeErr = n.raft.Shutdown().Error()
 		if n.st.Close != nil {
 			n.closeErr = errors.Join(n.closeErr, n.st.Close())
@@ -269,7 +298,7 @@ func (n *Node) run() {
 			continue
 		}
 		if !stamped {
-			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr}
+			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr, HTTPAddr: n.cfg.HTTPAddr}
 			if _, err := n.apply(context.Background(), &c, nil); err != nil {
 				continue // lost leadership, or a timeout: try again next tick
 			}
@@ -285,18 +314,22 @@ func (n *Node) run() {
 }
 
 // Propose stamps c (Now from the leader's clock, a fresh Salt for Acquire
-// and Enqueue, this node's Origin and a new ReqID), appends it to the log,
-// and returns what applying it answered, the engine's error included.
+// and Enqueue, this node's Origin and a new ReqID), appends it to the log
+// (in one entry with other proposals that wait at the same time: see
+// batcher), and returns what applying it answered, the engine's error
+// included.
 //
 // sink, for an Acquire or Wait, hears the final Outcome of a request that
 // came back Queued, once, on raft's FSM goroutine; it may hear it before
 // Propose returns. It must not block.
 //
 // A node that is not the leader returns a *NotLeaderError; so does a new
-// leader that has not yet restamped when ctx ends. An error after the
-// command entered the log (leadership lost, shutdown) leaves its fate
-// unknown: it may still be applied. ctx bounds the wait to enter the log;
-// once in, the wait ends when the entry commits or leadership is lost.
+// leader that has not yet restamped when ctx ends. ErrUnknownOutcome (the
+// entry was logged, then leadership was lost) and ErrClosed leave the
+// command's fate unknown: it may still be applied. ctx bounds the wait for
+// a new leader's restamp and is checked once more before the command is
+// queued; after that the wait ends when raft answers the entry: committed,
+// refused, leadership lost, or not taken in within ApplyTimeout.
 func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply, error) {
 	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
 		return Reply{}, ErrBadCommand // a Restamp is the node's own business
@@ -313,15 +346,26 @@ func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply,
 			return Reply{}, ErrClosed
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return Reply{}, err
+	}
 	c.Now = n.now()
 	if c.Op == OpAcquire || c.Op == OpEnqueue {
 		c.Salt = clock.Salt()
 	}
-	r, err := n.apply(ctx, &c, sink)
-	if err != nil {
-		return r, err
+	c.Origin = n.origin
+	c.ReqID = n.seq.Add(1)
+	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait),
+		done: make(chan proposalResult, 1)}
+	if p.parks {
+		n.fsm.register(c.ReqID, sink)
 	}
-	return r, r.Err
+	n.batch.submit(p) // group commit: see batcher
+	res := <-p.done   // raft answers every entry: committed, refused, or leadership lost
+	if res.err != nil {
+		return Reply{}, res.err
+	}
+	return res.r, res.r.Err
 }
 
 // apply appends c and waits for its Reply. It sets Origin and ReqID.
@@ -346,20 +390,11 @@ func (n *Node) apply(ctx context.Context, c *Command, sink engine.Sink) (Reply, 
 		}
 	}
 	f := n.raft.Apply(AppendCommand(nil, c), timeout)
-	if err := f.Error(); err != nil {
+	if err := n.wait(f); err != nil {
 		if parks {
 			n.fsm.unregister(c.ReqID)
 		}
-		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-			errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return Reply{}, n.notLeader()
-		case errors.Is(err, raft.ErrRaftShutdown):
-			return Reply{}, ErrClosed
-		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return Reply{}, context.DeadlineExceeded
-		}
-		return Reply{}, fmt.Errorf("replica: apply: %w", err)
+		return Reply{}, n.applyError(err)
 	}
 	r, _ := f.Response().(Reply)
 	if parks && (r.Err != nil || r.Outcome.Result != engine.Queued) {
@@ -427,19 +462,6 @@ func (n *Node) BeginSession(ctx context.Context, owner engine.OwnerID) (bool, er
 // EndSession proposes engine.EndSession.
 func (n *Node) EndSession(ctx context.Context, owner engine.OwnerID) error {
 	_, err := n.Propose(ctx, Command{Op: OpEndSession, Owner: owner}, nil)
-	return err
-}
-
-// AddVoter adds a node to the cluster; only the leader can.
-func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
-	timeout := n.cfg.ApplyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeout).Error()
-	if errors.Is(err, raft.ErrNotLeader) {
-		return n.notLeader()
-	}
 	return err
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/metrics"
+	"github.com/latchd/latchd/replica"
 )
 
 // Server is the TCP front end of one engine.
@@ -24,7 +25,8 @@ type Server struct {
 	cfg    Config
 	eng    *engine.Engine
 	log    *zap.Logger
-	met    *metrics.TCP // nil: record nothing
+	met    *metrics.TCP  // nil: record nothing
+	node   *replica.Node // cluster mode; nil: s.eng is local
 	gnet   gnet.Engine
 	addr   string
 	booted chan struct{}
@@ -58,6 +60,11 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		booted: make(chan struct{}), done: make(chan error, 1), stop: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.node != nil {
+		s.nextID.Store(ownerBase())
+	} else if eng == nil {
+		return nil, errors.New("server: no engine")
 	}
 	s.reg.init()
 	return s, nil
@@ -193,7 +200,11 @@ func (s *Server) close(ss *session, err error) {
 		s.perIP.release(ss.ip)
 	}
 	s.reg.remove(ss)
-	s.eng.DisconnectVia(now(), ss.id, s.cfg.AutoRelease, ss.via())
+	if s.node != nil {
+		s.closeCluster(ss)
+	} else {
+		s.eng.DisconnectVia(now(), ss.id, s.cfg.AutoRelease, ss.via())
+	}
 	s.debug("connection closed", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
 }
 

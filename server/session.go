@@ -34,6 +34,14 @@ type session struct {
 	parkedAt  int64
 	parkedCmd codec.Cmd
 
+	// Cluster mode. proposed (event loop only): the connection has put a
+	// command in the log. inflight: its proposals not yet returned;
+	// closed: it has closed; disconnected: its Disconnect was proposed.
+	proposed     bool
+	inflight     atomic.Int32
+	closed       atomic.Bool
+	disconnected atomic.Bool
+
 	// Any goroutine.
 	partialSince atomic.Int64 // Unix ns a partial request has sat since; 0 = none
 	woken        atomic.Bool  // a Wake is pending; merges bursts of Deliver

@@ -113,6 +113,9 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 		s.protocolError(ss, errNotAuthed)
 		return codec.AppendStatus(out, codec.StatusErrorAuth), true
 	}
+	if s.node != nil && req.Cmd != codec.CmdStats {
+		return s.propose(ss, req, out), false
+	}
 	switch req.Cmd {
 	case codec.CmdLock, codec.CmdSemLock:
 		o, err := s.eng.Acquire(t, s.acquireReq(ss, req), ss)
@@ -210,9 +213,14 @@ func seconds(n int64) time.Duration { return time.Duration(n) * time.Second }
 // stats answers a stats request on its own goroutine and hands the line to
 // the connection like a grant.
 func (s *Server) stats(ss *session, t int64) {
-	st := s.eng.Snapshot(t)
+	st := s.engine().Snapshot(t)
 	st.Connections = s.Connections()
-	body, err := json.Marshal(st)
+	var v any = st
+	if s.node != nil {
+		cs := s.node.Status()
+		v = clusterStats{Stats: st, Cluster: &cs}
+	}
+	body, err := json.Marshal(v)
 	ss.mu.Lock()
 	if err != nil {
 		ss.inbox = codec.AppendStatus(ss.inbox, codec.StatusError)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -27,9 +26,18 @@ type options struct {
 	gcMaxIdle, httpSessionTTL      int
 	maxLocks, maxWaiters, maxConns int
 	eventLoops, shards             int
+	httpMaxSessions                int
 	httpRateLimit                  float64
 	autoRelease, version           bool
 	tls                            *tls.Config // loaded from tlsCert and tlsKey
+
+	// Cluster mode (on with raftDir).
+	raftDir, nodeID, raftAddr, raftAdvertise string
+	advertiseAddr, clusterPeers, join        string
+	raftAuthTokenFile, adminToken            string
+	adminTokenFile, raftLogLevel             string
+	bootstrap                                bool
+	raftAuthToken                            string // read from raftAuthTokenFile
 }
 
 // envName maps a flag to its environment variable: --max-locks is
@@ -59,6 +67,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core)")
 	fs.IntVar(&o.shards, "shards", 64, "engine shards (a power of two)")
 	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
+	fs.IntVar(&o.httpMaxSessions, "http-max-sessions", 100000, "cap on open REST sessions; past it POST /v1/sessions answers 429 (0 = no cap)")
 	fs.Float64Var(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "console or json")
@@ -68,6 +77,18 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.fenceFile, "fence-state-file", "", "fence-counter journal: tokens never go back, even across crashes and clock steps")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (the REST port serves it too)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve net/http/pprof on this address (off when empty)")
+	fs.StringVar(&o.raftDir, "raft-dir", "", "cluster mode: directory of this node's raft log and snapshots (off when empty)")
+	fs.StringVar(&o.nodeID, "node-id", "", "cluster mode: this node's ID, unique in the cluster")
+	fs.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7388", "cluster mode: host:port of the raft transport")
+	fs.StringVar(&o.raftAdvertise, "raft-advertise", "", "cluster mode: raft address peers dial, when --raft-addr binds a wildcard")
+	fs.StringVar(&o.advertiseAddr, "advertise-addr", "", "cluster mode: host:port clients reach this node's TCP port at (default --host:--port)")
+	fs.BoolVar(&o.bootstrap, "bootstrap", false, "cluster mode: write the first configuration (this node, or --cluster-peers) into an empty raft dir")
+	fs.StringVar(&o.clusterPeers, "cluster-peers", "", "cluster mode: initial voters, id=raft_addr=client_addr,... (with --bootstrap on each)")
+	fs.StringVar(&o.join, "join", "", "cluster mode: HTTP addresses of members to ask to add this node, host:port,...")
+	fs.StringVar(&o.raftAuthTokenFile, "raft-auth-token-file", "", "cluster mode: file holding the secret nodes prove to each other")
+	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token for the cluster admin API (/v1/admin/*; off when empty)")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token")
+	fs.StringVar(&o.raftLogLevel, "raft-log-level", "warn", "hashicorp/raft log level: off, error, warn, info, debug")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -92,14 +113,14 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return nil, err
 	}
 	if o.authTokenFile != "" {
-		b, err := os.ReadFile(o.authTokenFile)
+		tok, err := readSecret(o.authTokenFile, "auth token")
 		if err != nil {
-			return nil, fmt.Errorf("auth token file: %w", err)
+			return nil, err
 		}
-		o.authToken = strings.TrimSpace(string(b))
-		if o.authToken == "" {
-			return nil, fmt.Errorf("auth token file %s is empty", o.authTokenFile)
-		}
+		o.authToken = tok
+	}
+	if err := o.clusterOptions(); err != nil {
+		return nil, err
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return nil, fmt.Errorf("--tls-cert and --tls-key go together")
@@ -151,6 +172,7 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 	c.SessionTTL = secs(o.httpSessionTTL)
 	c.AuthToken = o.authToken
 	c.RateLimitPerIP = o.httpRateLimit
+	c.MaxSessions = o.httpMaxSessions
 	c.TLS = o.tls
 	return c, c.Validate()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/internal/metrics"
+	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
 
@@ -75,47 +76,48 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 
 // serve runs until ctx ends, then shuts everything down.
 func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger) error {
-	var journal *fencefile.Journal
-	if o.fenceFile != "" {
+	var (
+		eng   *engine.Engine
+		node  *replica.Node
+		engFn func() *engine.Engine
+	)
+	if o.raftDir != "" {
 		var err error
-		journal, err = fencefile.Open(o.fenceFile, fencefile.WithClockFloor(uint64(time.Now().UnixNano())))
-		if err != nil {
-			return err // ErrLocked and ErrCorrupt name the file and say what to do
+		if node, err = startNode(o, ecfg, log); err != nil {
+			return err
 		}
-		defer journal.Close() // registered first: runs after Keep and the servers stop
-		if w := journal.Recovered(); w != nil {
-			log.Warn("fence journal fell back to one slot", zap.Error(w))
-		}
-		ecfg.FenceSeed, ecfg.FenceLimit, ecfg.FenceReserve = journal.EngineHooks()
-	} else {
-		// Seeding the fence counter from the wall clock keeps tokens rising
-		// across restarts as long as the clock does not step back.
-		ecfg.FenceSeed = uint64(time.Now().UnixNano())
-	}
-	eng, err := engine.New(ecfg)
-	if err != nil {
-		return err
-	}
-	if journal != nil {
-		stopKeep, keepDone := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(keepDone)
-			journal.Keep(stopKeep, eng.LastFence, eng.RaiseFenceLimit, func(err error) {
-				log.Error("fence reservation failed", zap.String("file", journal.Path()), zap.Error(err))
-			})
+		// Registered first: the node shuts down after the listeners, so
+		// their connections' Disconnects can still be proposed.
+		defer func() {
+			if err := node.Shutdown(); err != nil {
+				log.Warn("raft shutdown", zap.Error(err))
+			}
 		}()
-		defer func() { close(stopKeep); <-keepDone }()
+		engFn = node.FSM().Engine
+	} else {
+		local, err := startEngine(o, &ecfg, log)
+		if err != nil {
+			return err
+		}
+		defer local.stop()
+		eng = local.eng
+		engFn = func() *engine.Engine { return eng }
 	}
 	scfg, _ := o.serverConfig() // validated by run
-	reg := metrics.NewRegistry(eng)
-	srv, err := server.New(scfg, eng, log.Named("tcp"), server.WithMetrics(reg.TCP()))
+	reg := metrics.NewRegistryFunc(engFn)
+	sopts := []server.Option{server.WithMetrics(reg.TCP())}
+	if node != nil {
+		sopts = append(sopts, server.WithCluster(node))
+		reg.MustRegister(metrics.NewClusterCollector(func() metrics.ClusterSample {
+			st := node.Status()
+			return metrics.ClusterSample{Role: st.Role, Term: st.Term, CommitIndex: st.CommitIndex,
+				AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LeaderChanges: st.LeaderChanges}
+		}))
+	}
+	srv, err := server.New(scfg, eng, log.Named("tcp"), sopts...)
 	if err != nil {
 		return err
 	}
-	stopClock := make(chan struct{})
-	clockDone := make(chan struct{})
-	go func() { defer close(clockDone); clock.Drive(stopClock, eng, 10*time.Millisecond) }()
-	defer func() { close(stopClock); <-clockDone }()
 
 	if err := srv.Start(); err != nil {
 		return err
@@ -123,8 +125,14 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	var web *httpfast.Server
 	if o.httpPort != 0 {
 		hcfg, _ := o.httpConfig() // validated by run
-		web, err = httpfast.New(hcfg, eng, log.Named("http"),
-			httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg))
+		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg)}
+		if node != nil {
+			hopts = append(hopts, httpfast.WithCluster(node))
+			if o.adminToken != "" {
+				hopts = append(hopts, httpfast.WithAdmin(node, o.adminToken))
+			}
+		}
+		web, err = httpfast.New(hcfg, eng, log.Named("http"), hopts...)
 		if err == nil {
 			err = web.Start()
 		}
@@ -148,12 +156,72 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	if o.debugAddr != "" {
 		startDebug(o.debugAddr, log)
 	}
+	if node != nil && o.join != "" {
+		go joinCluster(ctx, o, node, log.Named("join"))
+	}
 	log.Info("latchd listening", zap.String("tcp", srv.Addr()), zap.Bool("tls", scfg.TLS != nil),
 		zap.String("version", version), zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""))
 
 	<-ctx.Done()
 	log.Info("shutting down")
 	return stopAll(srv, web)
+}
+
+// localEngine is a single node's engine with what keeps it: the expiry
+// clock and, with --fence-state-file, the fence journal.
+type localEngine struct {
+	eng   *engine.Engine
+	stops []func()
+}
+
+func (l *localEngine) stop() {
+	for i := len(l.stops) - 1; i >= 0; i-- {
+		l.stops[i]()
+	}
+}
+
+// startEngine builds the single-node engine: the fence counter seeded from
+// the journal or the clock, the journal's reservations kept, the expiry
+// clock running.
+func startEngine(o *options, ecfg *engine.Config, log *zap.Logger) (*localEngine, error) {
+	l := &localEngine{}
+	var journal *fencefile.Journal
+	if o.fenceFile != "" {
+		var err error
+		journal, err = fencefile.Open(o.fenceFile, fencefile.WithClockFloor(uint64(time.Now().UnixNano())))
+		if err != nil {
+			return nil, err // ErrLocked and ErrCorrupt name the file and say what to do
+		}
+		l.stops = append(l.stops, func() { _ = journal.Close() })
+		if w := journal.Recovered(); w != nil {
+			log.Warn("fence journal fell back to one slot", zap.Error(w))
+		}
+		ecfg.FenceSeed, ecfg.FenceLimit, ecfg.FenceReserve = journal.EngineHooks()
+	} else {
+		// Seeding the fence counter from the wall clock keeps tokens rising
+		// across restarts as long as the clock does not step back.
+		ecfg.FenceSeed = uint64(time.Now().UnixNano())
+	}
+	eng, err := engine.New(*ecfg)
+	if err != nil {
+		l.stop()
+		return nil, err
+	}
+	l.eng = eng
+	if journal != nil {
+		stopKeep, keepDone := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(keepDone)
+			journal.Keep(stopKeep, eng.LastFence, eng.RaiseFenceLimit, func(err error) {
+				log.Error("fence reservation failed", zap.String("file", journal.Path()), zap.Error(err))
+			})
+		}()
+		l.stops = append(l.stops, func() { close(stopKeep); <-keepDone })
+	}
+	stopClock, clockDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(clockDone); clock.Drive(stopClock, eng, 10*time.Millisecond) }()
+	l.stops = append(l.stops, func() { close(stopClock); <-clockDone })
+	return l, nil
 }
 
 // stopAll stops the listeners, releasing everything their clients held,

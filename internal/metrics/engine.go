@@ -40,12 +40,12 @@ var families = [...]family{
 // scrape and reports its counters and gauges as const metrics, with the
 // TCP connection count the server keeps in TCP.
 type engineCollector struct {
-	eng   *engine.Engine
+	eng   func() *engine.Engine
 	tcp   *TCP
 	descs [len(families)]*prometheus.Desc
 }
 
-func newEngineCollector(eng *engine.Engine, tcp *TCP) *engineCollector {
+func newEngineCollector(eng func() *engine.Engine, tcp *TCP) *engineCollector {
 	c := &engineCollector{eng: eng, tcp: tcp}
 	for i := range families {
 		c.descs[i] = prometheus.NewDesc(families[i].name, families[i].help, nil, nil)
@@ -64,9 +64,9 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 // shard locked briefly in turn, no key copied) and one LastFence.
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	var s sample
-	if c.eng != nil {
-		s.counters, s.gauges = c.eng.Metrics()
-		s.lastFence = c.eng.LastFence()
+	if e := c.eng(); e != nil {
+		s.counters, s.gauges = e.Metrics()
+		s.lastFence = e.LastFence()
 	}
 	s.tcpConnections = c.tcp.conns.Load()
 	for i := range families {

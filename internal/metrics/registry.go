@@ -39,6 +39,13 @@ type Registry struct {
 // NewRegistry returns a registry reporting eng's counters and gauges on
 // each scrape. eng may be nil (the engine families then report 0).
 func NewRegistry(eng *engine.Engine) *Registry {
+	return NewRegistryFunc(func() *engine.Engine { return eng })
+}
+
+// NewRegistryFunc is NewRegistry for an engine that can be replaced (a
+// cluster node's, which a snapshot restore swaps): each scrape reports
+// the engine eng returns then.
+func NewRegistryFunc(eng func() *engine.Engine) *Registry {
 	reg := prometheus.NewRegistry()
 	r := &Registry{reg: reg, tcp: newTCP(reg), http: newHTTP(reg)}
 	reg.MustRegister(
@@ -48,6 +55,9 @@ func NewRegistry(eng *engine.Engine) *Registry {
 	)
 	return r
 }
+
+// MustRegister adds collectors to the registry (cluster state, say).
+func (r *Registry) MustRegister(cs ...prometheus.Collector) { r.reg.MustRegister(cs...) }
 
 // TCP returns the TCP server's metrics, for server.WithMetrics.
 func (r *Registry) TCP() *TCP { return r.tcp }

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# bench/cluster.sh: what `make bench-cluster` runs. Starts a three-node
+# latchd cluster of real processes on loopback (raft-wal, fsync on),
+# finds the leader, runs the latchd-bench table against it and, with
+# COMPARE=1, against a single node started beside it in the same sweep.
+#
+# Environment:
+#   WORKERS  worker counts  (default 1,10,100)
+#   ROUNDS   ops per worker (default 1000)
+#   MODE     lock|contended|sem|twophase (default lock)
+#   COMPARE  1 = also a single-node latchd in the same sweep (default 1)
+#   BENCH_ARGS  extra flags for latchd-bench
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+WORKERS=${WORKERS:-1,10,100}
+ROUNDS=${ROUNDS:-1000}
+MODE=${MODE:-lock}
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "building latchd and latchd-bench..." >&2
+go build -o "$tmp/latchd" ./cmd/latchd
+go build -o "$tmp/latchd-bench" ./cmd/latchd-bench
+lb="$tmp/latchd-bench"
+
+peers=""
+declare -a ids clients rafts
+for i in 1 2 3; do
+	ids[$i]="n$i"
+	clients[$i]=$("$lb" freeport)
+	rafts[$i]=$("$lb" freeport)
+	peers+="${peers:+,}n$i=127.0.0.1:${rafts[$i]}=127.0.0.1:${clients[$i]}"
+done
+for i in 1 2 3; do
+	"$tmp/latchd" --host 127.0.0.1 --port "${clients[$i]}" --log-level error --raft-log-level off \
+		--raft-dir "$tmp/n$i" --node-id "n$i" --raft-addr "127.0.0.1:${rafts[$i]}" \
+		--bootstrap --cluster-peers "$peers" >"$tmp/n$i.log" 2>&1 &
+	pids+=($!)
+done
+"$lb" wait "127.0.0.1:${clients[1]}" "127.0.0.1:${clients[2]}" "127.0.0.1:${clients[3]}"
+
+if ! leader=$("$lb" leader "127.0.0.1:${clients[1]}" "127.0.0.1:${clients[2]}" "127.0.0.1:${clients[3]}"); then
+	echo "no leader elected" >&2
+	cat "$tmp"/n*.log >&2
+	exit 1
+fi
+echo "leader at $leader" >&2
+
+compare=()
+if [ "${COMPARE:-1}" = 1 ]; then
+	single=$("$lb" freeport)
+	"$tmp/latchd" --host 127.0.0.1 --port "$single" --log-level error >"$tmp/single.log" 2>&1 &
+	pids+=($!)
+	"$lb" wait "127.0.0.1:$single"
+	compare=(--compare "single=tcp://127.0.0.1:$single")
+fi
+# shellcheck disable=SC2086
+"$lb" --addr "$leader" --name "cluster3" --workers "$WORKERS" --rounds "$ROUNDS" --mode "$MODE" \
+	"${compare[@]}" --no-progress ${BENCH_ARGS:-}

@@ -1,0 +1,420 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Cluster is a client of a latchd cluster: one connection to the node it
+// believes leads, with the methods of Conn. A follower answers a mutating
+// request with error_not_leader and the leader's address; Cluster then
+// connects there (or, when no leader is named, to the next seed, after a
+// jittered exponential backoff) and tries again, within a budget
+// (WithMaxAttempts, WithBackoff, the context's deadline). When the budget
+// is spent the call returns an error wrapping ErrNoLeader and the last
+// cause.
+//
+// What is retried:
+//
+//   - Release, Renew, their Sem* forms and Stats are retried after a
+//     not-leader answer and after a connection failure: they name a token,
+//     so running one twice does no harm.
+//   - Acquire, Enqueue, Wait and their Sem* forms are retried only when the
+//     server certainly did not run them: after a not-leader answer, or
+//     when the connection failed before the request was completely
+//     written. When it broke after, the call returns an error wrapping
+//     ErrUnknownOutcome and the cause, and tries nothing else: a retry
+//     could take a second grant. A grant the server made anyway is
+//     released when it sees the disconnect, or expires with its lease.
+//
+// Everything else is an answer, returned as Conn returns it (ErrTimeout,
+// ErrNotHolder, ...). Canceling the context of a blocked call closes the
+// connection, as with Conn; an acquire, enqueue or wait then returns an
+// error wrapping both ErrUnknownOutcome and the context's error.
+//
+// What a connection holds belongs to it, and a new connection is a new
+// owner: after a failover, Release and Renew reach the new leader with the
+// same token, but Wait finds no queue entry of the new connection
+// (ErrNotQueued: Enqueue again), and what the old connection held stays
+// held until it is released by token or its lease expires.
+//
+// A Cluster is safe for concurrent use; as with Conn, one request is in
+// flight at a time and a blocking one holds the connection. Lock,
+// Semaphore and Election with Cluster set open a Cluster per grant.
+type Cluster struct {
+	seeds []string
+	opts  []Option
+	o     options
+
+	dialing chan struct{} // one slot: one dial at a time
+
+	mu     sync.Mutex
+	conn   *Conn // the current connection; nil between connections
+	next   int   // the seed dialled when no leader is named
+	closed bool
+}
+
+// DialCluster connects to the first of seeds that answers (trying them in
+// turn within the retry budget) and returns a Cluster that follows the
+// leader from there. opts are Dial's options plus WithMaxAttempts and
+// WithBackoff; every connection is dialled with them.
+func DialCluster(ctx context.Context, seeds []string, opts ...Option) (*Cluster, error) {
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("%w: no seed addresses", ErrBadRequest)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c := &Cluster{
+		seeds:   slices.Clone(seeds),
+		opts:    slices.Clone(opts),
+		o:       o,
+		dialing: make(chan struct{}, 1),
+	}
+	if err := c.do(ctx, "dial", "", idempotent, func(*Conn, *bool) error { return nil }); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Addr returns the address of the current connection, or "" between
+// connections.
+func (c *Cluster) Addr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return ""
+	}
+	return c.conn.Addr()
+}
+
+// Close closes the current connection (the server releases what it held
+// and withdraws what it waited for) and makes every later call fail with
+// an error wrapping ErrClosed. Close is idempotent.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	conn := c.conn
+	c.conn, c.closed = nil, true
+	c.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	return conn.Close()
+}
+
+// Acquire is Conn.Acquire on the leader; see Cluster for what is retried.
+func (c *Cluster) Acquire(ctx context.Context, key string, timeout, ttl time.Duration) (Grant, error) {
+	return c.acquire(ctx, lockCmds, key, 1, timeout, ttl)
+}
+
+// SemAcquire is Conn.SemAcquire on the leader.
+func (c *Cluster) SemAcquire(ctx context.Context, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
+	return c.acquire(ctx, semCmds, key, limit, timeout, ttl)
+}
+
+// Release is Conn.Release on the leader.
+func (c *Cluster) Release(ctx context.Context, key, token string) error {
+	return c.release(ctx, lockCmds, key, token)
+}
+
+// SemRelease is Conn.SemRelease on the leader.
+func (c *Cluster) SemRelease(ctx context.Context, key, token string) error {
+	return c.release(ctx, semCmds, key, token)
+}
+
+// Renew is Conn.Renew on the leader.
+func (c *Cluster) Renew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
+	return c.renew(ctx, lockCmds, key, token, ttl)
+}
+
+// SemRenew is Conn.SemRenew on the leader.
+func (c *Cluster) SemRenew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
+	return c.renew(ctx, semCmds, key, token, ttl)
+}
+
+// Enqueue is Conn.Enqueue on the leader.
+func (c *Cluster) Enqueue(ctx context.Context, key string, ttl time.Duration) (g Grant, acquired bool, err error) {
+	return c.enqueue(ctx, lockCmds, key, 1, ttl)
+}
+
+// SemEnqueue is Conn.SemEnqueue on the leader.
+func (c *Cluster) SemEnqueue(ctx context.Context, key string, limit int, ttl time.Duration) (g Grant, acquired bool, err error) {
+	return c.enqueue(ctx, semCmds, key, limit, ttl)
+}
+
+// Wait is Conn.Wait on the leader. The queue entry belongs to the
+// connection that enqueued: after a failover in between, Wait returns
+// ErrNotQueued.
+func (c *Cluster) Wait(ctx context.Context, key string, timeout time.Duration) (Grant, error) {
+	return c.wait(ctx, lockCmds, key, timeout)
+}
+
+// SemWait is Conn.SemWait on the leader.
+func (c *Cluster) SemWait(ctx context.Context, key string, timeout time.Duration) (Grant, error) {
+	return c.wait(ctx, semCmds, key, timeout)
+}
+
+// Stats is Conn.Stats on the current connection. Stats is not a mutating
+// command: a follower answers it with its own, possibly stale, view.
+func (c *Cluster) Stats(ctx context.Context) (*Stats, error) {
+	var st *Stats
+	err := c.do(ctx, "stats", "", idempotent, func(conn *Conn, _ *bool) error {
+		var err error
+		st, err = conn.Stats(ctx)
+		return err
+	})
+	return st, err
+}
+
+func (c *Cluster) acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
+	var g Grant
+	err := c.do(ctx, k.acquire.String(), key, once, func(conn *Conn, sent *bool) error {
+		var err error
+		g, err = conn.acquireSent(ctx, k, key, limit, timeout, ttl, sent)
+		return err
+	})
+	return g, err
+}
+
+func (c *Cluster) enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error) {
+	var (
+		g        Grant
+		acquired bool
+	)
+	err := c.do(ctx, k.enqueue.String(), key, once, func(conn *Conn, sent *bool) error {
+		var err error
+		g, acquired, err = conn.enqueueSent(ctx, k, key, limit, ttl, sent)
+		return err
+	})
+	return g, acquired, err
+}
+
+func (c *Cluster) wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error) {
+	var g Grant
+	err := c.do(ctx, k.wait.String(), key, once, func(conn *Conn, sent *bool) error {
+		var err error
+		g, err = conn.waitSent(ctx, k, key, timeout, sent)
+		return err
+	})
+	return g, err
+}
+
+func (c *Cluster) release(ctx context.Context, k cmds, key, token string) error {
+	unsure := false // an earlier attempt may have released it
+	return c.do(ctx, k.release.String(), key, idempotent, func(conn *Conn, _ *bool) error {
+		err := conn.release(ctx, k, key, token)
+		var nl *NotLeaderError
+		switch {
+		case err == nil, errors.As(err, &nl):
+		case errors.Is(err, ErrNotHolder) && unsure:
+			// The attempt whose connection broke released it (or the
+			// lease ran out meanwhile): either way it is not held.
+			return nil
+		case !answer(err):
+			unsure = true
+		}
+		return err
+	})
+}
+
+func (c *Cluster) renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error) {
+	var rem time.Duration
+	err := c.do(ctx, k.renew.String(), key, idempotent, func(conn *Conn, _ *bool) error {
+		var err error
+		rem, err = conn.renew(ctx, k, key, token, ttl)
+		return err
+	})
+	return rem, err
+}
+
+// retry says when an operation may run again after a failure.
+type retry int
+
+const (
+	// idempotent: after any failure (release, renew, stats).
+	idempotent retry = iota
+	// once: only if the server did not run it (acquire, enqueue, wait).
+	once
+)
+
+// do runs op on the current connection, reconnecting and retrying within
+// the budget. op reports through sent whether its request was completely
+// written.
+func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn *Conn, sent *bool) error) error {
+	var (
+		last  error  // why the last attempt failed
+		hint  string // the leader the last answer named
+		pause bool   // back off before the next attempt
+	)
+	for attempt := 1; ; attempt++ {
+		if attempt > c.o.maxAttempts {
+			return fmt.Errorf("%w: %s %s: gave up after %d attempts: %w", ErrNoLeader, cmd, key, attempt-1, last)
+		}
+		if pause {
+			if err := c.backoff(ctx, attempt-1); err != nil {
+				return fmt.Errorf("%w: %s %s: gave up after %d attempts: %w; last error: %w", ErrNoLeader, cmd, key, attempt-1, err, last)
+			}
+		}
+		conn, err := c.connect(ctx, hint)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrAuth) || errors.Is(err, ErrBadRequest) || errors.Is(err, ErrClosed) {
+				return err // the caller's deadline, or not worth retrying
+			}
+			last, hint, pause = err, "", true
+			continue
+		}
+		sent := false
+		err = op(conn, &sent)
+		var nl *NotLeaderError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &nl):
+			// Not run: safe to retry anywhere. An answer naming another
+			// node is followed at once; one naming nobody (an election is
+			// under way) or this node backs off and tries the next seed.
+			c.retire(conn)
+			last, hint = err, nl.Leader
+			if hint == conn.Addr() {
+				hint = ""
+			}
+			pause = hint == ""
+			continue
+		case answer(err):
+			return err
+		}
+		// The connection failed: an I/O error, a garbled answer, the
+		// caller's context. It is closed already; forget it.
+		c.retire(conn)
+		if r == once && sent {
+			return fmt.Errorf("%w: %s %s at %s: %w", ErrUnknownOutcome, cmd, key, conn.Addr(), err)
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrProtocol) {
+			return err
+		}
+		last, hint, pause = err, "", true
+	}
+}
+
+// answer reports whether err is the server's answer (or the client's
+// refusal to send), as opposed to a failure of the connection.
+func answer(err error) bool {
+	for _, e := range []error{ErrTimeout, ErrMaxLocks, ErrMaxWaiters, ErrLimitMismatch, ErrNotHolder,
+		ErrNotQueued, ErrAlreadyQueued, ErrBadRequest, ErrAuth} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// backoff sleeps before attempt n+1: base * 2^(n-1), at most the cap, less
+// a random part of up to half. It fails at once when the sleep would
+// outlast ctx.
+func (c *Cluster) backoff(ctx context.Context, n int) error {
+	d := max(c.o.backoffBase, 0)
+	for i := 1; i < n && d < c.o.backoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, max(c.o.backoffMax, 0))
+	if d > 0 {
+		d -= rand.N(d/2 + 1)
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return fmt.Errorf("%w before the next attempt", context.DeadlineExceeded)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// connect returns the current connection, or dials one: to hint, the
+// leader an answer named, else to the next seed.
+func (c *Cluster) connect(ctx context.Context, hint string) (*Conn, error) {
+	if conn, err := c.current(); conn != nil || err != nil {
+		return conn, err
+	}
+	select {
+	case c.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.dialing }()
+	if conn, err := c.current(); conn != nil || err != nil {
+		return conn, err // another call connected meanwhile
+	}
+	addr := hint
+	if addr == "" {
+		c.mu.Lock()
+		addr = c.seeds[c.next]
+		c.next = (c.next + 1) % len(c.seeds)
+		c.mu.Unlock()
+	}
+	conn, err := Dial(ctx, addr, c.opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		_ = conn.Close() // nothing was sent on it
+		return nil, fmt.Errorf("%w: cluster client closed", ErrClosed)
+	}
+	c.conn = conn
+	return conn, nil
+}
+
+// current returns the current connection if it is usable; a closed one is
+// forgotten.
+func (c *Cluster) current() (*Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("%w: cluster client closed", ErrClosed)
+	}
+	if c.conn != nil && c.conn.Err() != nil {
+		c.conn = nil
+	}
+	return c.conn, nil
+}
+
+// retire stops using conn and closes it once the requests already in
+// flight on it are answered: another goroutine's request on a follower
+// gets its not-leader answer rather than a broken connection, which would
+// leave its outcome unknown.
+func (c *Cluster) retire(conn *Conn) {
+	c.mu.Lock()
+	if c.conn == conn {
+		c.conn = nil
+	}
+	c.mu.Unlock()
+	if conn.Err() != nil {
+		return
+	}
+	go conn.closeIdle()
+}
+
+// closeIdle closes the Conn after the request in flight, if any; requests
+// queued behind it may run first.
+func (c *Conn) closeIdle() {
+	c.turn <- struct{}{}
+	defer func() { <-c.turn }()
+	_ = c.Close() // nobody waits for this error
+}
+
+// compile-time checks: both kinds of connection can carry a lease.
+var (
+	_ leaseConn = (*Conn)(nil)
+	_ leaseConn = (*Cluster)(nil)
+)

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/replica"
+)
+
+// clusterOptions checks the cluster flags and reads their secret files.
+func (o *options) clusterOptions() error {
+	if o.adminTokenFile != "" {
+		tok, err := readSecret(o.adminTokenFile, "admin token")
+		if err != nil {
+			return err
+		}
+		o.adminToken = tok
+	}
+	if o.raftDir == "" {
+		for name, v := range map[string]bool{"--node-id": o.nodeID != "", "--bootstrap": o.bootstrap,
+			"--cluster-peers": o.clusterPeers != "", "--join": o.join != "",
+			"--raft-auth-token-file": o.raftAuthTokenFile != ""} {
+			if v {
+				return fmt.Errorf("%s needs --raft-dir (cluster mode)", name)
+			}
+		}
+		return nil
+	}
+	if o.nodeID == "" {
+		return errors.New("--raft-dir needs --node-id")
+	}
+	if o.fenceFile != "" {
+		return errors.New("--fence-state-file is for a single node; in cluster mode the raft log keeps the fence counter")
+	}
+	if o.bootstrap && o.join != "" {
+		return errors.New("--bootstrap and --join exclude each other: bootstrap the first node, join the others")
+	}
+	if o.raftAuthTokenFile != "" {
+		tok, err := readSecret(o.raftAuthTokenFile, "raft auth token")
+		if err != nil {
+			return err
+		}
+		o.raftAuthToken = tok
+	}
+	if _, err := o.peers(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func readSecret(path, what string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s file: %w", what, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("%s file %s is empty", what, path)
+	}
+	return tok, nil
+}
+
+// clientAddr is where this node's clients connect, named in
+// error_not_leader.
+func (o *options) clientAddr() string {
+	if o.advertiseAddr != "" {
+		return o.advertiseAddr
+	}
+	return hostPort(o.host, o.port)
+}
+
+// peers parses --cluster-peers; without it a bootstrapping node starts a
+// cluster of itself.
+func (o *options) peers() ([]replica.Peer, error) {
+	if o.clusterPeers == "" {
+		adv := o.raftAdvertise
+		if adv == "" {
+			adv = o.raftAddr
+		}
+		return []replica.Peer{{ID: o.nodeID, RaftAddr: adv, ClientAddr: o.clientAddr()}}, nil
+	}
+	var ps []replica.Peer
+	for _, item := range strings.Split(o.clusterPeers, ",") {
+		f := strings.Split(strings.TrimSpace(item), "=")
+		if len(f) < 2 || len(f) > 3 || f[0] == "" || f[1] == "" {
+			return nil, fmt.Errorf("--cluster-peers: %q is not id=raft_addr[=client_addr]", item)
+		}
+		for _, a := range f[1:] {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("--cluster-peers: %q: %v", item, err)
+			}
+		}
+		p := replica.Peer{ID: f[0], RaftAddr: f[1]}
+		if len(f) == 3 {
+			p.ClientAddr = f[2]
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+func (o *options) replicaConfig(ecfg engine.Config) (replica.Config, error) {
+	c := replica.DefaultConfig()
+	c.NodeID = o.nodeID
+	c.BindAddr = o.raftAddr
+	c.AdvertiseAddr = o.raftAdvertise
+	c.ClientAddr = o.clientAddr()
+	if o.httpPort != 0 {
+		// Named in the REST API's 503 not_leader once this node leads.
+		c.HTTPAddr = hostPort(o.host, o.httpPort)
+	}
+	c.RaftDir = o.raftDir
+	c.Bootstrap = o.bootstrap
+	c.RaftLogLevel = o.raftLogLevel
+	c.AuthToken = o.raftAuthToken
+	ps, err := o.peers()
+	if err != nil {
+		return c, err
+	}
+	c.Peers = ps
+	// Every node must build the same engine: no clock-seeded fence
+	// counter (the log carries the counter), no local reservation hook.
+	ecfg.FenceSeed, ecfg.FenceLimit, ecfg.FenceReserve = 0, 0, nil
+	c.Engine = ecfg
+	return c, c.Validate()
+}
+
+// startNode opens the raft dir and starts this node.
+func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, error) {
+	rcfg, err := o.replicaConfig(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	st, err := replica.DiskStorage(rcfg, log.Named("raft"))
+	if err != nil {
+		return nil, err
+	}
+	n, err := replica.New(rcfg, log.Named("raft"), st)
+	if err != nil {
+		if st.Close != nil {
+			_ = st.Close()
+		}
+		return nil, err
+	}
+	return n, nil
+}
+
+// joinCluster asks the members at o.join (HTTP addresses) to add this node
+// as a voter, in turn, until one does or ctx ends. A member that is not
+// the leader answers 503 naming it; the loop goes on to the next address.
+func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logger) {
+	if f := n.Raft().GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			if string(srv.ID) == o.nodeID {
+				return // already a member: a restart, not a join
+			}
+		}
+	}
+	adv := o.raftAdvertise
+	if adv == "" {
+		adv = o.raftAddr
+	}
+	body, _ := json.Marshal(map[string]string{"id": o.nodeID, "raft_addr": adv, "client_addr": o.clientAddr()})
+	scheme := "http"
+	if o.tls != nil {
+		scheme = "https"
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if o.tls != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: o.tls.Clone()}
+	}
+	addrs := strings.Split(o.join, ",")
+	for attempt := 0; ; attempt++ {
+		addr := strings.TrimSpace(addrs[attempt%len(addrs)])
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, scheme+"://"+addr+"/v1/admin/voters", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if o.adminToken != "" {
+			req.Header.Set("Authorization", "Bearer "+o.adminToken)
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			msg := new(bytes.Buffer)
+			_, _ = msg.ReadFrom(http.MaxBytesReader(nil, resp.Body, 4096))
+			_ = resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				log.Info("joined the cluster", zap.String("via", addr))
+				return
+			}
+			err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(msg.String()))
+		}
+		log.Warn("join attempt failed", zap.String("via", addr), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(time.Duration(attempt+1)*250*time.Millisecond, 3*time.Second)):
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package httpfast
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/replica"
+)
+
+// The admin API: cluster status, membership and leadership, under
+// /v1/admin. Every route needs "Authorization: Bearer <admin token>", a
+// token of its own (the client token does not open it, nor the other way
+// round). Without WithAdmin the routes do not exist (404).
+
+// WithAdmin serves the admin API for n, guarded by token (which must not
+// be empty): GET /v1/admin/cluster (n's Status, on any node), POST
+// /v1/admin/voters, DELETE /v1/admin/voters/{id} and POST
+// /v1/admin/leadership-transfer (the leader only; a follower answers 503
+// not_leader).
+func WithAdmin(n *replica.Node, token string) Option {
+	return func(o *options) { o.admin = &adminOptions{node: n, token: token} }
+}
+
+// adminWait bounds a membership change or a leadership transfer; when it
+// ends first the change may still take effect (503 unknown_outcome).
+const adminWait = 10 * time.Second
+
+// matchAdmin maps an admin route like match does; the caller has found no
+// other route.
+func matchAdmin(method, path []byte) (o op, param []byte, allow string) {
+	get := string(method) == "GET"
+	post := string(method) == "POST"
+	del := string(method) == "DELETE"
+	switch string(path) {
+	case "/v1/admin/cluster":
+		if get {
+			return opAdminCluster, nil, ""
+		}
+		return opBadMethod, nil, "GET"
+	case "/v1/admin/voters":
+		if post {
+			return opAdminAddVoter, nil, ""
+		}
+		return opBadMethod, nil, "POST"
+	case "/v1/admin/leadership-transfer":
+		if post {
+			return opAdminTransfer, nil, ""
+		}
+		return opBadMethod, nil, "POST"
+	}
+	if id, ok := bytes.CutPrefix(path, []byte("/v1/admin/voters/")); ok && len(id) > 0 && bytes.IndexByte(id, '/') < 0 {
+		if del {
+			return opAdminRemoveVoter, id, ""
+		}
+		return opBadMethod, nil, "DELETE"
+	}
+	return opNotFound, nil, ""
+}
+
+// voterBody is POST /v1/admin/voters. Fields it does not know (such as
+// the client_addr that latchd --join sends) are ignored.
+type voterBody struct {
+	ID       *string `json:"id"`
+	RaftAddr *string `json:"raft_addr"`
+}
+
+// transferBody is POST /v1/admin/leadership-transfer; all of it optional.
+type transferBody struct {
+	ID *string `json:"id"`
+}
+
+// decodeAdminBody decodes a JSON object into v like decodeBody, but
+// ignores unknown fields.
+func decodeAdminBody(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return bodyErr("invalid JSON body: " + err.Error())
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return bodyErr("invalid JSON body: trailing data after the object")
+	}
+	return nil
+}
+
+// adminOp serves the /v1/admin routes.
+func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
+	n := s.admin
+	if o == opAdminCluster {
+		st := n.Status()
+		writeJSONValue(ctx, s, fasthttp.StatusOK, &st)
+		return
+	}
+	if !n.IsLeader() {
+		notLeader(ctx, n)
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), adminWait)
+	defer cancel()
+	switch o {
+	case opAdminAddVoter:
+		var b voterBody
+		if err := decodeAdminBody(ctx.PostBody(), &b); err != nil {
+			writeError(ctx, errBadRequest, err.Error())
+			return
+		}
+		if b.ID == nil || *b.ID == "" || b.RaftAddr == nil || *b.RaftAddr == "" {
+			writeError(ctx, errBadRequest, "id and raft_addr are required")
+			return
+		}
+		_, existed := member(n, *b.ID)
+		if err := n.AddVoter(cctx, *b.ID, *b.RaftAddr); err != nil {
+			s.adminFail(ctx, "add voter", err)
+			return
+		}
+		s.log.Info("voter added", zap.String("id", *b.ID), zap.String("raft_addr", *b.RaftAddr))
+		status := fasthttp.StatusCreated
+		if existed {
+			status = fasthttp.StatusOK // its address updated, or nothing changed
+		}
+		s.writeVoters(ctx, n, status)
+	case opAdminRemoveVoter:
+		var idBuf [maxKeyLen]byte
+		raw, ok := decodeKey(&idBuf, param)
+		if !ok {
+			writeError(ctx, errBadRequest, "bad voter id")
+			return
+		}
+		id := string(raw)
+		if _, ok := member(n, id); !ok {
+			writeError(ctx, errNotFound, "no such voter")
+			return
+		}
+		if err := n.RemoveServer(cctx, id); err != nil {
+			s.adminFail(ctx, "remove server", err)
+			return
+		}
+		s.log.Info("server removed", zap.String("id", id))
+		s.writeVoters(ctx, n, fasthttp.StatusOK)
+	case opAdminTransfer:
+		var b transferBody
+		if err := decodeAdminBody(ctx.PostBody(), &b); err != nil {
+			writeError(ctx, errBadRequest, err.Error())
+			return
+		}
+		id := ""
+		if b.ID != nil {
+			id = *b.ID
+		}
+		if err := n.TransferLeadership(cctx, id); err != nil {
+			s.adminFail(ctx, "transfer leadership", err)
+			return
+		}
+		s.log.Info("leadership transferred", zap.String("to", id))
+		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+	}
+}
+
+// member reports whether id is in n's latest configuration.
+func member(n *replica.Node, id string) (replica.Member, bool) {
+	for _, m := range n.Status().Voters {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return replica.Member{}, false
+}
+
+// adminVoters is the answer of a membership change.
+type adminVoters struct {
+	Status string           `json:"status"`
+	Voters []replica.Member `json:"voters"`
+}
+
+// writeVoters answers {"status":"ok","voters":[...]}: n's configuration
+// once the change is committed.
+func (s *Server) writeVoters(ctx *fasthttp.RequestCtx, n *replica.Node, status int) {
+	writeJSONValue(ctx, s, status, &adminVoters{Status: "ok", Voters: n.Status().Voters})
+}
+
+func writeJSONValue(ctx *fasthttp.RequestCtx, s *Server, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("admin answer", zap.Error(err))
+		writeError(ctx, errInternal, "cannot encode the answer")
+		return
+	}
+	writeJSON(ctx, status, body)
+}
+
+// adminFail answers an admin call's error.
+func (s *Server) adminFail(ctx *fasthttp.RequestCtx, what string, err error) {
+	switch {
+	case errors.Is(err, replica.ErrUnknownServer):
+		writeError(ctx, errNotFound, "no such voter (or it is this node, the leader)")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		writeError(ctx, errUnknownOutcome, "the change did not complete in time: it may or may not take effect")
+	case failCluster(ctx, err):
+	default:
+		s.log.Error("admin "+what, zap.Error(err))
+		writeError(ctx, errInternal, what+" failed: "+err.Error())
+	}
+}

@@ -1,0 +1,351 @@
+// Package lincheck records histories of lock operations against a latchd
+// cluster and checks them for linearizability with porcupine, against a
+// sequential model of a lock with fencing. The in-process cluster tests
+// and the chaos run (make chaos) share it.
+//
+// The model assumes what those runs arrange: leases longer than the run
+// (no grant expires) and no release on disconnect, so every state change
+// is a recorded operation. A request whose connection broke after it was
+// sent has an unknown outcome: the model lets it take effect or not.
+package lincheck
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/latchd/latchd/fence"
+)
+
+// Input is one operation: 'l' try-lock, 'n' renew, 'r' release.
+type Input struct {
+	Op    byte
+	Key   string
+	Token string // 'n', 'r': the token; 'l': an op id naming a ghost holder
+}
+
+// Output is what the operation answered.
+type Output struct {
+	OK      bool
+	Unknown bool // the connection broke after the request was sent
+	Token   string
+	Fence   uint64
+}
+
+// state is one key's: its holder ("" when free) and the highest fence
+// granted on it.
+type state struct {
+	holder string
+	fence  uint64
+}
+
+// Model is a lock with fencing: a free key must be granted, a held one
+// refused; a grant's fence is above every earlier grant's on the key;
+// renew and release succeed exactly for the holder's token.
+var Model = porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		for _, op := range h {
+			k := op.Input.(Input).Key
+			by[k] = append(by[k], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range by {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() []any { return []any{state{}} },
+	Step: func(st, input, output any) []any {
+		s, in, out := st.(state), input.(Input), output.(Output)
+		var applied state // the state if the operation took effect
+		switch in.Op {
+		case 'l':
+			if out.Unknown {
+				if s.holder == "" {
+					return []any{s, state{holder: "ghost-" + in.Token, fence: s.fence}}
+				}
+				return []any{s}
+			}
+			if out.OK {
+				if s.holder != "" || out.Fence <= s.fence {
+					return nil
+				}
+				return []any{state{holder: out.Token, fence: out.Fence}}
+			}
+			if s.holder == "" {
+				return nil // a free lock must be granted
+			}
+			return []any{s}
+		case 'r':
+			applied = s
+			if s.holder == in.Token {
+				applied.holder = ""
+			}
+		case 'n':
+			applied = s
+		default:
+			return nil
+		}
+		if out.Unknown {
+			return []any{s, applied}
+		}
+		if out.OK != (s.holder == in.Token) {
+			return nil
+		}
+		return []any{applied}
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(Input), output.(Output)
+		return fmt.Sprintf("%c %s %s -> %+v", in.Op, in.Key, in.Token, out)
+	},
+}
+
+// Recorder collects a history from many goroutines.
+type Recorder struct {
+	base time.Time
+	mu   sync.Mutex
+	ops  []porcupine.Operation
+	errs []string
+}
+
+// NewRecorder starts a history now.
+func NewRecorder() *Recorder { return &Recorder{base: time.Now()} }
+
+// Now is the recorder's timestamp: call it before sending a request.
+func (r *Recorder) Now() int64 { return int64(time.Since(r.base)) }
+
+// Record adds an operation called at call that answered line ("" for an
+// unknown outcome).
+func (r *Recorder) Record(client int, in Input, call int64, line string) {
+	out, ret := Output{}, r.Now()
+	switch {
+	case line == "":
+		out.Unknown, ret = true, math.MaxInt64
+	case strings.HasPrefix(line, "ok"):
+		out.OK = true
+		if in.Op == 'l' {
+			f := strings.Fields(line)
+			if len(f) != 3 {
+				r.fail("bad grant %q", line)
+				return
+			}
+			tok, err := fence.ParseString(f[1])
+			if err != nil {
+				r.fail("bad grant %q", line)
+				return
+			}
+			out.Token, out.Fence = f[1], tok.Fence
+		}
+	case line == "timeout" || line == "error":
+	default:
+		r.fail("unexpected answer %q to %c", line, in.Op)
+		return
+	}
+	r.mu.Lock()
+	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	r.mu.Unlock()
+}
+
+func (r *Recorder) fail(format string, args ...any) {
+	r.mu.Lock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+
+// Len returns how many operations were recorded.
+func (r *Recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ops)
+}
+
+// Errors returns the answers that fit no operation.
+func (r *Recorder) Errors() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.errs...)
+}
+
+// Result is a check's outcome.
+type Result struct {
+	Ops, Unknown, Grants int
+	Verdict              porcupine.CheckResult
+	Visualization        string // an HTML file showing the history, when it is not linearizable
+	Dump                 string // a text file with the first key's history that is not
+}
+
+// Check checks the history within timeout.
+func (r *Recorder) Check(timeout time.Duration, dir string) Result {
+	r.mu.Lock()
+	ops := append([]porcupine.Operation(nil), r.ops...)
+	r.mu.Unlock()
+	res := Result{Ops: len(ops)}
+	for _, op := range ops {
+		out := op.Output.(Output)
+		if out.Unknown {
+			res.Unknown++
+		}
+		if out.OK && op.Input.(Input).Op == 'l' {
+			res.Grants++
+		}
+	}
+	m := Model.ToModel()
+	var info porcupine.LinearizationInfo
+	res.Verdict, info = porcupine.CheckOperationsVerbose(m, ops, timeout)
+	if res.Verdict == porcupine.Illegal && dir != "" {
+		res.Dump = dumpIllegal(m, ops, dir)
+		p := filepath.Join(dir, "history.html")
+		if f, err := os.Create(p); err == nil {
+			if porcupine.Visualize(m, info, f) == nil {
+				res.Visualization = p
+			}
+			_ = f.Close()
+		}
+	}
+	return res
+}
+
+// dumpIllegal writes, for the first key whose history is not
+// linearizable, its operations in call order to a text file.
+func dumpIllegal(m porcupine.Model, ops []porcupine.Operation, dir string) string {
+	for _, part := range m.Partition(ops) {
+		if porcupine.CheckOperations(m, part) {
+			continue
+		}
+		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
+		var b strings.Builder
+		for _, op := range part {
+			ret := "?"
+			if op.Return != math.MaxInt64 {
+				ret = time.Duration(op.Return).String()
+			}
+			fmt.Fprintf(&b, "%-12v %-12s client %-3d %s\n", time.Duration(op.Call), ret, op.ClientId,
+				Model.DescribeOperation(op.Input, op.Output))
+		}
+		p := filepath.Join(dir, "illegal.txt")
+		if os.WriteFile(p, []byte(b.String()), 0o644) == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// Client talks to whichever member leads, following error_not_leader.
+// One goroutine only.
+type Client struct {
+	Addrs []string
+	next  int
+	c     net.Conn
+	br    *bufio.Reader
+}
+
+// NewClient returns a client over the members' addresses, starting with
+// the first'th.
+func NewClient(addrs []string, first int) *Client { return &Client{Addrs: addrs, next: first} }
+
+// Close closes the connection.
+func (lc *Client) Close() {
+	if lc.c != nil {
+		_ = lc.c.Close()
+		lc.c = nil
+	}
+}
+
+func (lc *Client) connect(addr string) {
+	lc.Close()
+	if addr == "" {
+		addr = lc.Addrs[lc.next%len(lc.Addrs)]
+		lc.next++
+	}
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return
+	}
+	lc.c, lc.br = c, bufio.NewReader(c)
+}
+
+// Do runs one request until a member that leads answers it, or deadline
+// passes. It returns the answer, "" when the connection broke after the
+// request was sent (unknown outcome), and whether it was ever sent to a
+// member that could have run it.
+func (lc *Client) Do(req string, deadline time.Time) (line string, sent bool) {
+	for time.Now().Before(deadline) {
+		if lc.c == nil {
+			lc.connect("")
+			if lc.c == nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+		}
+		_ = lc.c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := lc.c.Write([]byte(req)); err != nil {
+			lc.connect("")
+			return "", true // part of it may have reached the member
+		}
+		s, err := lc.br.ReadString('\n')
+		if err != nil {
+			lc.connect("")
+			return "", true
+		}
+		s = strings.TrimSuffix(s, "\n")
+		if rest, ok := strings.CutPrefix(s, "error_not_leader"); ok {
+			leader := strings.TrimSpace(rest)
+			lc.connect(leader)
+			if leader == "" {
+				time.Sleep(20 * time.Millisecond)
+			}
+			continue
+		}
+		return s, true
+	}
+	return "", false
+}
+
+// Worker runs try-lock, renew, release rounds on keys until stop is
+// closed, recording each operation. keys picks the key of a round.
+// ttl is the lease the grants ask for: it must outlast the run (a grant of
+// unknown outcome holds its key until the lease ends, and the model has
+// no expiry).
+func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Duration, stop <-chan struct{}) {
+	secs := int64(ttl / time.Second)
+	defer lc.Close()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		key := keys()
+		in := Input{Op: 'l', Key: key, Token: fmt.Sprint(id, "-", rec.Now())}
+		call := rec.Now()
+		line, sent := lc.Do(fmt.Sprintf("l\n%s\n0 %d\n", key, secs), time.Now().Add(5*time.Second))
+		if !sent {
+			continue
+		}
+		rec.Record(id, in, call, line)
+		tok := "0000000000000001aaaaaaaaaaaaaaaa" // a stale token, when not granted
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "ok" {
+			tok = f[1]
+		}
+		for _, op := range []byte{'n', 'r'} {
+			req := fmt.Sprintf("r\n%s\n%s\n", key, tok)
+			if op == 'n' {
+				req = fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs)
+			}
+			call := rec.Now()
+			if line, sent := lc.Do(req, time.Now().Add(5*time.Second)); sent {
+				rec.Record(id, Input{Op: op, Key: key, Token: tok}, call, line)
+			}
+		}
+	}
+}

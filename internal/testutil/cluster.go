@@ -1,0 +1,245 @@
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/replica"
+	"github.com/latchd/latchd/server"
+)
+
+// Cluster is an in-process latchd cluster on loopback: each member is a
+// replica.Node on disk (bbolt log store, real TCP transport, fsync on), a TCP
+// server in cluster mode and, with ClusterOptions.HTTP, a REST server in
+// cluster mode.
+type Cluster struct {
+	tb      testing.TB
+	mu      sync.Mutex
+	members []*Member
+	edit    func(*replica.Config)
+	sedit   func(*server.Config)
+	http    HTTPStarter
+}
+
+// Member is one node of a Cluster.
+type Member struct {
+	ID       string
+	Addr     string // client TCP address
+	HTTPAddr string // REST address (replica.Config.HTTPAddr); "" without ClusterOptions.HTTP
+	RaftAddr string
+	Dir      string
+	Node     *replica.Node  // nil while stopped
+	TCP      *server.Server // nil while stopped
+
+	stopHTTP func(context.Context) error // nil while stopped or without HTTP
+}
+
+// HTTPStarter starts member m's REST server in cluster mode, listening on
+// m.HTTPAddr over m.Node (running), and returns what stops it. It is a
+// function because this package cannot import httpfast (whose tests
+// import this package).
+type HTTPStarter func(tb testing.TB, m *Member) (stop func(context.Context) error)
+
+// ClusterOptions adjust StartClusterOpts.
+type ClusterOptions struct {
+	// Edit, if not nil, adjusts every member's replica Config.
+	Edit func(*replica.Config)
+	// ServerEdit, if not nil, adjusts every member's TCP server Config.
+	ServerEdit func(*server.Config)
+	// HTTP, if not nil, gives every member a REST address and starts its
+	// REST server with it, after the node and the TCP server.
+	HTTP HTTPStarter
+}
+
+// ClusterConfig returns a replica Config with timings short enough for
+// tests: an election in a few hundred milliseconds.
+func ClusterConfig(id string) replica.Config {
+	cfg := replica.DefaultConfig()
+	cfg.NodeID = id
+	cfg.HeartbeatTimeout = 150 * time.Millisecond
+	cfg.ElectionTimeout = 150 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+	cfg.CommitTimeout = 5 * time.Millisecond
+	cfg.ExpireEvery = 5 * time.Millisecond
+	cfg.ApplyTimeout = 2 * time.Second
+	cfg.RaftLogLevel = "off"
+	cfg.Engine.Shards = 8
+	return cfg
+}
+
+// FreePort returns a loopback address nobody listens on now.
+func FreePort(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// StartCluster starts n members bootstrapped together and stops them when
+// the test ends. edit, if not nil, adjusts every member's Config.
+func StartCluster(tb testing.TB, n int, edit func(*replica.Config)) *Cluster {
+	tb.Helper()
+	return StartClusterWith(tb, n, edit, nil)
+}
+
+// StartClusterWith is StartCluster with sedit, if not nil, adjusting every
+// member's server Config.
+func StartClusterWith(tb testing.TB, n int, edit func(*replica.Config), sedit func(*server.Config)) *Cluster {
+	tb.Helper()
+	return StartClusterOpts(tb, n, ClusterOptions{Edit: edit, ServerEdit: sedit})
+}
+
+// StartClusterOpts starts n members bootstrapped together, as o says, and
+// stops them when the test ends.
+func StartClusterOpts(tb testing.TB, n int, o ClusterOptions) *Cluster {
+	tb.Helper()
+	c := &Cluster{tb: tb, edit: o.Edit, sedit: o.ServerEdit, http: o.HTTP}
+	var peers []replica.Peer
+	for i := range n {
+		m := &Member{ID: fmt.Sprint("n", i+1), Addr: FreePort(tb), RaftAddr: FreePort(tb),
+			Dir: filepath.Join(tb.TempDir(), "raft")}
+		if c.http != nil {
+			m.HTTPAddr = FreePort(tb)
+		}
+		c.members = append(c.members, m)
+		peers = append(peers, replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.Addr})
+	}
+	for i := range c.members {
+		c.start(i, peers)
+	}
+	tb.Cleanup(func() {
+		for i := range c.members {
+			c.Stop(i)
+		}
+	})
+	return c
+}
+
+// Members returns the members, running or not.
+func (c *Cluster) Members() []*Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Member(nil), c.members...)
+}
+
+// Restart starts a stopped member again on its directory and addresses.
+func (c *Cluster) Restart(i int) { c.start(i, nil) }
+
+func (c *Cluster) start(i int, peers []replica.Peer) {
+	c.tb.Helper()
+	c.mu.Lock()
+	m := c.members[i]
+	c.mu.Unlock()
+	cfg := ClusterConfig(m.ID)
+	cfg.BindAddr = m.RaftAddr
+	cfg.ClientAddr = m.Addr
+	cfg.HTTPAddr = m.HTTPAddr
+	cfg.RaftDir = m.Dir
+	cfg.Bootstrap = peers != nil
+	cfg.Peers = peers
+	if c.edit != nil {
+		c.edit(&cfg)
+	}
+	log := zap.NewNop()
+	var (
+		st  replica.Storage
+		err error
+	)
+	// A restarted member's raft port may sit in TIME_WAIT for a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err = replica.DiskStorage(cfg, log)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		c.tb.Fatalf("DiskStorage(%s): %v", m.ID, err)
+	}
+	node, err := replica.New(cfg, log, st)
+	if err != nil {
+		c.tb.Fatalf("replica.New(%s): %v", m.ID, err)
+	}
+	scfg := server.DefaultConfig()
+	scfg.Addr = m.Addr
+	scfg.EventLoops = 2
+	if c.sedit != nil {
+		c.sedit(&scfg)
+	}
+	srv, err := server.New(scfg, nil, log, server.WithCluster(node))
+	if err != nil {
+		c.tb.Fatalf("server.New(%s): %v", m.ID, err)
+	}
+	if err := srv.Start(); err != nil {
+		c.tb.Fatalf("server.Start(%s): %v", m.ID, err)
+	}
+	c.mu.Lock()
+	m.Node, m.TCP = node, srv
+	c.mu.Unlock()
+	if c.http != nil {
+		stop := c.http(c.tb, m)
+		c.mu.Lock()
+		m.stopHTTP = stop
+		c.mu.Unlock()
+	}
+}
+
+// Stop stops member i (its REST server, its TCP server, then its node), as
+// a crash would look to the others. It is a no-op for a stopped member.
+func (c *Cluster) Stop(i int) {
+	c.mu.Lock()
+	m := c.members[i]
+	node, srv, stopHTTP := m.Node, m.TCP, m.stopHTTP
+	m.Node, m.TCP, m.stopHTTP = nil, nil, nil
+	c.mu.Unlock()
+	if stopHTTP != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := stopHTTP(ctx); err != nil {
+			c.tb.Errorf("REST server Stop(%s): %v", m.ID, err)
+		}
+	}
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			c.tb.Errorf("server.Stop(%s): %v", m.ID, err)
+		}
+	}
+	if node != nil {
+		if err := node.Shutdown(); err != nil {
+			c.tb.Logf("Shutdown(%s): %v", m.ID, err)
+		}
+	}
+}
+
+// Leader waits up to timeout for one running member to lead and be ready
+// for commands, and returns its index.
+func (c *Cluster) Leader(timeout time.Duration) int {
+	c.tb.Helper()
+	leader := -1
+	Eventually(c.tb, timeout, func() bool {
+		for i, m := range c.Members() {
+			c.mu.Lock()
+			node := m.Node
+			c.mu.Unlock()
+			if node != nil && node.IsLeader() {
+				leader = i
+				return true
+			}
+		}
+		return false
+	}, "no leader elected")
+	return leader
+}

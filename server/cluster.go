@@ -1,0 +1,230 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/codec"
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/fence"
+	"github.com/latchd/latchd/internal/clock"
+	"github.com/latchd/latchd/replica"
+)
+
+// Cluster mode. With WithCluster, every mutating request becomes a raft
+// proposal instead of an engine call on the event loop: the loop copies
+// the request, parks the connection (so later requests keep their order),
+// and a goroutine proposes it and hands the answer back like a grant. A
+// follower answers at once with "error_not_leader <leader-client-addr>".
+// Stats are read from the local replica, on any node.
+//
+// What a connection did is cleaned up through the log too: when a
+// connection that proposed anything closes, the leader proposes its
+// Disconnect once its last proposal has returned, so the Disconnect can
+// never overtake the Acquire it should undo. A follower cannot propose; a
+// connection that closes on a node that lost leadership leaves its grants
+// to their leases, and so does every connection when the server stops: a
+// leader shutting down hands its clients' grants to the next leader, where
+// they renew them by token.
+
+// proposeWait bounds how long a proposal waits for a new leader to finish
+// taking over (its Restamp), and a Disconnect to be logged.
+const proposeWait = 2 * time.Second
+
+// WithCluster serves the engine replicated by n: commands go through the
+// raft log and only the leader grants. The engine passed to New is unused
+// (pass nil); the replica's is read for stats.
+func WithCluster(n *replica.Node) Option {
+	return func(s *Server) { s.node = n }
+}
+
+// engine returns the engine stats read: the replica's in cluster mode (a
+// snapshot restore replaces it).
+func (s *Server) engine() *engine.Engine {
+	if s.node != nil {
+		return s.node.FSM().Engine()
+	}
+	return s.eng
+}
+
+// ownerBase returns where a cluster node's connection IDs start: a random
+// 31-bit prefix per process, so owners are unique across the cluster and
+// across restarts (a new leader keeps the grants of an old one's
+// connections, and a new connection must not inherit them). Bit 63 stays
+// clear: it marks REST sessions.
+func ownerBase() uint64 { return (clock.Salt() & 0x7fff_ffff) << 32 }
+
+// clusterStats is the stats answer in cluster mode: the engine's fields
+// and the node's raft state under "cluster".
+type clusterStats struct {
+	engine.Stats
+	Cluster *replica.Status `json:"cluster"`
+}
+
+// proposal is one request copied off the connection's read buffer.
+type proposal struct {
+	cmd     codec.Cmd
+	key     []byte
+	token   fence.Token
+	limit   int
+	ttl     time.Duration
+	timeout time.Duration
+}
+
+// propose answers a mutating request in cluster mode: at once on a
+// follower, else by parking the connection and proposing the request on a
+// goroutine. Event loop only.
+func (s *Server) propose(ss *session, req *codec.Request, out []byte) []byte {
+	if !s.node.IsLeader() {
+		return appendNotLeader(out, s.node.Leader().ClientAddr)
+	}
+	p := proposal{cmd: req.Cmd, key: bytes.Clone(req.Key), limit: 1,
+		ttl: seconds(req.TTL), timeout: seconds(req.Timeout)}
+	if req.Cmd.Semaphore() {
+		p.limit = int(req.Limit)
+	}
+	switch req.Cmd {
+	case codec.CmdRelease, codec.CmdSemRelease, codec.CmdRenew, codec.CmdSemRenew:
+		tok, err := fence.Parse(req.Token)
+		if err != nil {
+			return codec.AppendStatus(out, codec.StatusError)
+		}
+		p.token = tok
+	}
+	ss.parked = true
+	ss.proposed = true
+	ss.inflight.Add(1)
+	go s.run(ss, &p)
+	return out
+}
+
+// run proposes p and queues its answer for the connection's loop.
+func (s *Server) run(ss *session, p *proposal) {
+	defer s.proposed(ss)
+	ctx, cancel := context.WithTimeout(context.Background(), proposeWait)
+	defer cancel()
+	var (
+		line []byte
+		err  error
+	)
+	switch p.cmd {
+	case codec.CmdLock, codec.CmdSemLock:
+		var o engine.Outcome
+		o, err = s.node.Acquire(ctx, engine.AcquireReq{Key: p.key, Owner: ss.id, Limit: p.limit,
+			TTL: p.ttl, Timeout: p.timeout}, ss)
+		if err == nil {
+			if o.Result == engine.Queued {
+				return // ss hears the grant or the timeout as a Sink
+			}
+			line = appendOutcome(nil, codec.StatusOK, o)
+		}
+	case codec.CmdEnqueue, codec.CmdSemEnqueue:
+		var o engine.Outcome
+		o, err = s.node.Enqueue(ctx, engine.AcquireReq{Key: p.key, Owner: ss.id, Limit: p.limit, TTL: p.ttl})
+		if err == nil {
+			line = appendOutcome(nil, codec.StatusAcquired, o)
+		}
+	case codec.CmdWait, codec.CmdSemWait:
+		var o engine.Outcome
+		o, err = s.node.Wait(ctx, p.key, ss.id, p.timeout, ss)
+		if err == nil {
+			if o.Result == engine.Queued {
+				return
+			}
+			line = appendOutcome(nil, codec.StatusOK, o)
+		}
+	case codec.CmdRelease, codec.CmdSemRelease:
+		if err = s.node.Release(ctx, p.key, p.token); err == nil {
+			line = codec.AppendStatus(nil, codec.StatusOK)
+		}
+	case codec.CmdRenew, codec.CmdSemRenew:
+		var ttl time.Duration
+		if ttl, err = s.node.Renew(ctx, p.key, p.token, p.ttl); err == nil {
+			line = codec.AppendRemaining(nil, int64(ttl/time.Second))
+		}
+	}
+	if err != nil {
+		var nl *replica.NotLeaderError
+		switch {
+		case errors.As(err, &nl):
+			line = appendNotLeader(nil, nl.ClientAddr)
+		case errors.Is(err, replica.ErrUnknownOutcome):
+			// The request entered the log and leadership was lost before
+			// it committed: it may or may not take effect. Answering
+			// either way could be a lie; closing the connection tells the
+			// client the outcome is unknown.
+			s.debug("proposal outcome unknown", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
+			_ = ss.conn.Close()
+			return
+		case p.cmd == codec.CmdRelease || p.cmd == codec.CmdSemRelease ||
+			p.cmd == codec.CmdRenew || p.cmd == codec.CmdSemRenew:
+			line = codec.AppendStatus(nil, codec.StatusError)
+		default:
+			line = codec.AppendStatus(nil, statusFor(err))
+		}
+	}
+	ss.mu.Lock()
+	ss.inbox = append(ss.inbox, line...)
+	ss.delivered = true
+	ss.mu.Unlock()
+	ss.wake()
+}
+
+// proposed ends one proposal of ss; the last one of a closed connection
+// proposes its Disconnect.
+func (s *Server) proposed(ss *session) {
+	if ss.inflight.Add(-1) == 0 && ss.closed.Load() {
+		s.disconnect(ss)
+	}
+}
+
+// closeCluster is close's cluster half: withdraw what the connection
+// queued and (with AutoRelease) release what it held, through the log.
+// Event loop only.
+func (s *Server) closeCluster(ss *session) {
+	if !ss.proposed {
+		return // nothing of it is in the log
+	}
+	ss.closed.Store(true)
+	if ss.inflight.Load() == 0 {
+		s.disconnect(ss)
+	}
+}
+
+// disconnect proposes ss's Disconnect, once, on a goroutine.
+func (s *Server) disconnect(ss *session) {
+	if !ss.disconnected.CompareAndSwap(false, true) {
+		return
+	}
+	if !s.node.IsLeader() {
+		return // a follower cannot; the leases run out
+	}
+	select {
+	case <-s.stop:
+		// Shutting down: the clients move to the next leader and renew
+		// their grants there by token; releasing them now would take
+		// away locks their holders still rely on.
+		return
+	default:
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), proposeWait)
+		defer cancel()
+		if err := s.node.Disconnect(ctx, ss.id, s.cfg.AutoRelease); err != nil {
+			s.debug("disconnect not logged", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
+		}
+	}()
+}
+
+// appendNotLeader appends "error_not_leader <addr>", or the bare status
+// while no leader is known.
+func appendNotLeader(dst []byte, addr string) []byte {
+	if addr == "" {
+		return codec.AppendStatus(dst, codec.StatusErrorNotLeader)
+	}
+	return codec.AppendBody(dst, codec.StatusErrorNotLeader, []byte(addr))
+}
