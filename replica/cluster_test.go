@@ -200,15 +200,14 @@ func TestLeaderFailover(t *testing.T) {
 	keyName := func(i int) string { return fmt.Sprint("k", i) }
 
 	var (
-		mu       sync.Mutex
-		held     = map[fence.Token]failoverGrant{} // acknowledged, not released
-		unknown  = map[fence.Token]bool{}          // a release whose answer was lost
-		grants   []failoverGrant
-		killed   bool
-		nodesMu  sync.Mutex
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-		maxFence uint64 // highest fence acknowledged before the kill
+		mu      sync.Mutex
+		held    = map[fence.Token]failoverGrant{} // acknowledged, not released
+		unknown = map[fence.Token]bool{}          // a release whose answer was lost
+		grants  []failoverGrant
+		killed  bool
+		nodesMu sync.Mutex
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
 	)
 	liveNodes := func() []*Node {
 		nodesMu.Lock()
@@ -258,15 +257,17 @@ func TestLeaderFailover(t *testing.T) {
 					continue
 				}
 				key := keyName(rng.IntN(keys))
+				// A request sent before the kill was served by the old
+				// leader even when its answer is recorded after the kill.
+				mu.Lock()
+				after := killed
+				mu.Unlock()
 				out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte(key), Owner: owner, Limit: 1, TTL: time.Minute}, nil)
 				if err != nil || out.Result != engine.Granted {
 					continue
 				}
 				mu.Lock()
-				g := failoverGrant{key: key, tok: out.Token, at: time.Now(), after: killed}
-				if !killed && out.Token.Fence > maxFence {
-					maxFence = out.Token.Fence
-				}
+				g := failoverGrant{key: key, tok: out.Token, at: time.Now(), after: after}
 				held[out.Token] = g
 				grants = append(grants, g)
 				mu.Unlock()
@@ -295,7 +296,6 @@ func TestLeaderFailover(t *testing.T) {
 	nodesMu.Unlock()
 	mu.Lock()
 	killed = true
-	before := maxFence
 	mu.Unlock()
 
 	newL := c.leader(t)
@@ -305,6 +305,12 @@ func TestLeaderFailover(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
+	var before uint64 // the highest fence the old leader acknowledged
+	for _, g := range grants {
+		if !g.after && g.tok.Fence > before {
+			before = g.tok.Fence
+		}
+	}
 	for _, g := range grants {
 		if g.after && g.tok.Fence <= before {
 			t.Errorf("fence %d granted after the failover, not above %d", g.tok.Fence, before)
