@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/cluster.sh: what `make bench-cluster` runs. Starts a three-node
-# latchd cluster of real processes on loopback (raft-wal, fsync on),
+# latchd cluster of real processes on loopback (bbolt log, fsync on),
 # finds the leader, runs the latchd-bench table against it and, with
 # COMPARE=1, against a single node started beside it in the same sweep.
 #

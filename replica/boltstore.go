@@ -10,17 +10,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// BoltStore is raft's log store and stable store in one bbolt file. Every
-// StoreLogs, DeleteRange and Set is one bolt transaction, fsynced before it
-// returns. The file is locked (flock) while open: a second process on the
-// same raft dir fails to start instead of corrupting it.
-//
-// Why not raft-wal: v0.4.0, the only release available here, seals the
-// tail segment on a log-suffix truncation without writing its index block
-// (hashicorp/raft-wal#31); a node killed after a deposed leader truncated
-// its log then panics on every restart. Our chaos run (make chaos) hit it.
-// raft-boltdb/v2 does not build against the go-metrics this module uses.
-// bbolt itself is the well-kept part; this file is the thin adapter.
+// BoltStore is raft's stable store (term, vote) in one bbolt file; its
+// log side is what raft dirs written before the WAL kept their entries in
+// (DiskStorage moves them out) and a LogStore for tests. Every write is
+// one bolt transaction, fsynced before it returns. The file is locked
+// (flock) while open: a second process on the same raft dir fails to
+// start instead of corrupting it. See WAL for why the log is not here.
 type BoltStore struct {
 	db *bolt.DB
 }

@@ -41,9 +41,10 @@ func InmemStorage(trans raft.Transport) Storage {
 // memory for replication: several full batches (MaxAppendEntries).
 const logCacheSize = 4096
 
-// DiskStorage opens cfg.RaftDir: the log and stable store in raft.db (a
-// bbolt file, every write fsynced before it is acknowledged; see
-// BoltStore), file snapshots, and a TCP transport on cfg.BindAddr. With
+// DiskStorage opens cfg.RaftDir: the log in wal/ (see WAL), the stable
+// store in raft.db (a bbolt file that also locks the directory; see
+// BoltStore), every write fsynced before it is acknowledged, file
+// snapshots, and a TCP transport on cfg.BindAddr. With
 // cfg.AuthToken the transport admits only peers that prove they hold the
 // same token, and proves it to the peers it dials (see docs/cluster.md);
 // without it, it is raft's plain TCP transport. log receives, at warn, the
@@ -60,27 +61,84 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if err != nil {
 		return Storage{}, err
 	}
+	wal, err := OpenWAL(filepath.Join(cfg.RaftDir, "wal"), 0)
+	if err == nil {
+		err = moveLogs(store, wal)
+	}
+	if err != nil {
+		if wal != nil {
+			_ = wal.Close()
+		}
+		_ = store.Close() // the log's error is the one to report
+		return Storage{}, err
+	}
+	closeStores := func() error { return errors.Join(wal.Close(), store.Close()) }
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.RaftDir, cfg.SnapshotRetain, hl.Named("snapshots"))
 	if err != nil {
-		_ = store.Close() // the snapshot store's error is the one to report
+		_ = closeStores() // the snapshot store's error is the one to report
 		return Storage{}, fmt.Errorf("replica: snapshot store: %w", err)
 	}
 	trans, err := newTransport(cfg, hl, log)
 	if err != nil {
-		_ = store.Close() // the transport's error is the one to report
+		_ = closeStores() // the transport's error is the one to report
 		return Storage{}, err
 	}
 	// The leader reads back every entry it replicates, and followers read
 	// what they apply: a cache of the newest entries saves a read each.
-	logs, err := raft.NewLogCache(logCacheSize, store)
+	logs, err := raft.NewLogCache(logCacheSize, wal)
 	if err != nil {
 		_ = trans.Close()
-		_ = store.Close()
+		_ = closeStores()
 		return Storage{}, fmt.Errorf("replica: log cache: %w", err)
 	}
 	return Storage{Logs: logs, Stable: store, Snapshots: snaps, Transport: trans, Close: func() error {
-		return errors.Join(trans.Close(), store.Close())
+		return errors.Join(trans.Close(), closeStores())
 	}}, nil
+}
+
+// moveLogs moves the entries a raft dir written before the WAL kept in
+// bbolt into the WAL, so an upgraded node keeps its log. The WAL is
+// written (and fsynced) before bbolt lets go of them; a crash between the
+// two leaves them in both, and the next start drops bbolt's copy.
+func moveLogs(from *BoltStore, to *WAL) error {
+	first, err := from.FirstIndex()
+	if err != nil || first == 0 {
+		return err
+	}
+	last, err := from.LastIndex()
+	if err != nil {
+		return err
+	}
+	if have, _ := to.LastIndex(); have == 0 {
+		// bbolt's log can have a gap (raft left one after a snapshot
+		// install); the WAL keeps what follows the last gap, as raft would.
+		var batch []*raft.Log
+		flush := func() error {
+			err := to.StoreLogs(batch)
+			batch = batch[:0]
+			return err
+		}
+		for i := first; i <= last; i++ {
+			l := new(raft.Log)
+			err := from.GetLog(i, l)
+			switch {
+			case errors.Is(err, raft.ErrLogNotFound):
+				err = flush()
+			case err == nil:
+				batch = append(batch, l)
+				if len(batch) == 1024 {
+					err = flush()
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("replica: moving the log out of raft.db: %w", err)
+			}
+		}
+		if err := flush(); err != nil {
+			return fmt.Errorf("replica: moving the log out of raft.db: %w", err)
+		}
+	}
+	return from.DeleteRange(first, last)
 }
 
 func raftLogger(cfg Config, log *zap.Logger) hclog.Logger {

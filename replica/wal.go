@@ -1,0 +1,541 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// WAL is raft's log store: append-only segment files, one write and one
+// fdatasync per StoreLogs. bbolt (BoltStore) pays two fsyncs and rewrites
+// a leaf, its branches and a meta page for every commit; on the two-core
+// machines we bench on that was most of a cluster acquire's latency. The
+// stable store (term, vote) stays in bbolt: it is written once an
+// election. hashicorp/raft-wal v0.4.0, the only release here, seals the
+// tail segment on a suffix truncation without its index block
+// (hashicorp/raft-wal#31), after which a restart panics; our chaos run
+// hit it.
+//
+// A segment is named by the index of its first record (%020d.wal) and
+// holds consecutive records:
+//
+//	u32 body length | u32 CRC-32C of index and body | u64 index | body
+//
+// where body is encodeLog's encoding. A segment grows past walSegmentSize
+// only by one batch; the next batch opens a new one.
+//
+// Recovery: Open reads every record. A bad record (short, bad checksum,
+// out of sequence) at the tail of the newest segment is a write that never
+// completed, so never acknowledged: the file is cut there. Damage anywhere
+// else, or a gap between segments, is corruption and Open refuses.
+//
+// Deletion is what raft asks for: a prefix (compaction after a snapshot:
+// whole segments below the new first index are removed), a suffix
+// (a follower's conflicting tail: the file is truncated and fsynced), or
+// everything (after a snapshot install; the WAL is monotonic, so raft
+// clears it rather than leaving a gap). A prefix inside a segment is only
+// remembered in memory: after a restart those already-compacted entries
+// are back below the snapshot, which raft ignores.
+type WAL struct {
+	dir  string
+	max  int64 // roll to a new segment once the active one is this big
+	wmu  sync.Mutex
+	mu   sync.RWMutex // segs, first, last; wmu is taken first
+	segs []*walSegment
+	// first and last are the log's bounds, 0 and 0 when it is empty.
+	first, last uint64
+	closed      bool  // under mu
+	err         error // under wmu; sticky: a failed write leaves the tail unknown
+	buf         []byte
+}
+
+type walSegment struct {
+	first uint64 // index of its first record
+	f     *os.File
+	offs  []int64 // offs[i]: offset of record first+i
+	size  int64   // end of the last record
+}
+
+const (
+	walSegmentSize = 64 << 20
+	walHeaderSize  = 16
+	walMaxRecord   = 64 << 20 // a body above this is damage, not an entry
+	walExt         = ".wal"
+)
+
+var (
+	_ raft.LogStore          = (*WAL)(nil)
+	_ raft.MonotonicLogStore = (*WAL)(nil)
+
+	walCRC = crc32.MakeTable(crc32.Castagnoli)
+
+	errWALCorrupt = errors.New("replica: corrupt raft log")
+	errWALClosed  = errors.New("replica: raft log closed")
+)
+
+// OpenWAL opens (or creates) the log in dir. segmentSize 0 means the
+// default. The caller keeps other processes out of dir (DiskStorage holds
+// the bbolt file's lock).
+func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
+	if segmentSize <= 0 {
+		segmentSize = walSegmentSize
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	w := &WAL{dir: dir, max: segmentSize}
+	names, err := w.segmentNames()
+	if err != nil {
+		return nil, err
+	}
+	for i, first := range names {
+		s, err := w.openSegment(first, i == len(names)-1)
+		if err != nil {
+			w.closeAll()
+			return nil, err
+		}
+		if len(w.segs) > 0 {
+			prev := w.segs[len(w.segs)-1]
+			if want := prev.first + uint64(len(prev.offs)); s.first != want {
+				_ = s.f.Close()
+				w.closeAll()
+				return nil, fmt.Errorf("%w: %s starts at %d, want %d", errWALCorrupt, w.path(first), s.first, want)
+			}
+		}
+		w.segs = append(w.segs, s)
+	}
+	// An empty segment only makes sense at the end, as the next to fill.
+	for _, s := range w.segs[:max(len(w.segs)-1, 0)] {
+		if len(s.offs) == 0 {
+			name := w.path(s.first)
+			w.closeAll()
+			return nil, fmt.Errorf("%w: empty segment %s before others", errWALCorrupt, name)
+		}
+	}
+	w.bounds()
+	return w, nil
+}
+
+// segmentNames lists the segments' first indexes, oldest first.
+func (w *WAL) segmentNames() ([]uint64, error) {
+	ents, err := os.ReadDir(w.dir)
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	var firsts []uint64
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), walExt)
+		if !ok || e.IsDir() {
+			continue
+		}
+		first, err := strconv.ParseUint(name, 10, 64)
+		if err != nil {
+			continue // not ours
+		}
+		firsts = append(firsts, first)
+	}
+	slices.Sort(firsts)
+	return firsts, nil
+}
+
+func (w *WAL) path(first uint64) string {
+	return filepath.Join(w.dir, fmt.Sprintf("%020d%s", first, walExt))
+}
+
+// openSegment reads a segment's records. In the newest segment (tail) a
+// bad record ends the log and the file is cut there.
+func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
+	f, err := os.OpenFile(w.path(first), os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("replica: read %s: %w", f.Name(), err)
+	}
+	s := &walSegment{first: first, f: f}
+	var off int64
+	for off < int64(len(data)) {
+		n, ok := walCheck(data[off:], first+uint64(len(s.offs)))
+		if !ok {
+			break
+		}
+		s.offs = append(s.offs, off)
+		off += int64(n)
+	}
+	s.size = off
+	if off < int64(len(data)) {
+		if !tail {
+			_ = f.Close()
+			return nil, fmt.Errorf("%w: %s damaged at offset %d", errWALCorrupt, f.Name(), off)
+		}
+		// An unfinished write: never acknowledged, so drop it for good.
+		if err := f.Truncate(off); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// walCheck reports the size of the record at the front of b, if it is
+// whole, intact and holds index.
+func walCheck(b []byte, index uint64) (int, bool) {
+	if len(b) < walHeaderSize {
+		return 0, false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > walMaxRecord || uint64(len(b)) < walHeaderSize+uint64(n) {
+		return 0, false
+	}
+	rec := b[8 : walHeaderSize+int(n)]
+	if crc32.Checksum(rec, walCRC) != binary.LittleEndian.Uint32(b[4:]) ||
+		binary.LittleEndian.Uint64(rec) != index {
+		return 0, false
+	}
+	return walHeaderSize + int(n), true
+}
+
+// bounds sets first and last from the segments. w.mu is held (or w is
+// not shared yet).
+func (w *WAL) bounds() {
+	w.first, w.last = 0, 0
+	for _, s := range w.segs {
+		if len(s.offs) == 0 {
+			continue
+		}
+		if w.first == 0 {
+			w.first = s.first
+		}
+		w.last = s.first + uint64(len(s.offs)) - 1
+	}
+}
+
+// FirstIndex implements raft.LogStore: 0 when the log is empty.
+func (w *WAL) FirstIndex() (uint64, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.first, nil
+}
+
+// LastIndex implements raft.LogStore: 0 when the log is empty.
+func (w *WAL) LastIndex() (uint64, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.last, nil
+}
+
+// IsMonotonic implements raft.MonotonicLogStore: entries are stored
+// without gaps, so after a snapshot install raft clears the log.
+func (w *WAL) IsMonotonic() bool { return true }
+
+// GetLog implements raft.LogStore.
+func (w *WAL) GetLog(index uint64, l *raft.Log) error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		return errWALClosed
+	}
+	if w.first == 0 || index < w.first || index > w.last {
+		return raft.ErrLogNotFound
+	}
+	i, _ := slices.BinarySearchFunc(w.segs, index, func(s *walSegment, idx uint64) int {
+		switch {
+		case s.first+uint64(len(s.offs)) <= idx:
+			return -1
+		case s.first > idx:
+			return 1
+		}
+		return 0
+	})
+	s := w.segs[i]
+	k := index - s.first
+	end := s.size
+	if k+1 < uint64(len(s.offs)) {
+		end = s.offs[k+1]
+	}
+	rec := make([]byte, end-s.offs[k])
+	if _, err := s.f.ReadAt(rec, s.offs[k]); err != nil {
+		return fmt.Errorf("replica: read log %d: %w", index, err)
+	}
+	if _, ok := walCheck(rec, index); !ok {
+		return fmt.Errorf("%w: entry %d in %s", errWALCorrupt, index, s.f.Name())
+	}
+	return decodeLog(rec[walHeaderSize:], index, l)
+}
+
+// StoreLog implements raft.LogStore.
+func (w *WAL) StoreLog(l *raft.Log) error { return w.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs implements raft.LogStore: the entries are written and
+// fdatasynced before it returns. They follow the last entry, or start
+// past a gap: raft writes past a gap only after a snapshot install that
+// covers everything before it (it then clears a monotonic store, but a
+// crash can come between), so what is older goes.
+func (w *WAL) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.mu.RLock()
+	last, empty := w.last, w.first == 0
+	w.mu.RUnlock()
+	next := logs[0].Index
+	switch {
+	case empty || next == last+1:
+	case next > last+1:
+		if err := w.removeSegments(w.segs); err != nil {
+			return w.fail(err)
+		}
+		w.mu.Lock()
+		w.first, w.last = 0, 0
+		w.mu.Unlock()
+		empty = true
+	default:
+		return fmt.Errorf("replica: log entry %d does not follow %d", next, last)
+	}
+	w.buf = w.buf[:0]
+	offs := make([]int64, 0, len(logs))
+	for i, l := range logs {
+		if l.Index != next+uint64(i) {
+			return fmt.Errorf("replica: log entries out of order: %d after %d", l.Index, next+uint64(i)-1)
+		}
+		offs = append(offs, int64(len(w.buf)))
+		w.buf = walAppend(w.buf, l)
+	}
+
+	s, err := w.active(next, empty)
+	if err != nil {
+		return w.fail(err)
+	}
+	if _, err := s.f.WriteAt(w.buf, s.size); err != nil {
+		return w.fail(err)
+	}
+	if err := fdatasync(s.f); err != nil {
+		return w.fail(err)
+	}
+	w.mu.Lock()
+	for _, o := range offs {
+		s.offs = append(s.offs, s.size+o)
+	}
+	s.size += int64(len(w.buf))
+	if w.first == 0 {
+		w.first = next
+	}
+	w.last = next + uint64(len(logs)) - 1
+	w.mu.Unlock()
+	if cap(w.buf) > 4*walSegmentSize/64 {
+		w.buf = nil // do not keep a burst's buffer
+	}
+	return nil
+}
+
+func walAppend(b []byte, l *raft.Log) []byte {
+	start := len(b)
+	b = append(b, make([]byte, walHeaderSize)...)
+	binary.LittleEndian.PutUint64(b[start+8:], l.Index)
+	b = encodeLog(b, l)
+	rec := b[start+8:]
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(rec)-8))
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(rec, walCRC))
+	return b
+}
+
+// active returns the segment the next write goes to, starting a new one
+// at next when the log is empty or the newest is full. w.wmu is held.
+func (w *WAL) active(next uint64, empty bool) (*walSegment, error) {
+	w.mu.RLock()
+	var cur *walSegment
+	if len(w.segs) > 0 {
+		cur = w.segs[len(w.segs)-1]
+	}
+	w.mu.RUnlock()
+	switch {
+	case cur != nil && empty && len(cur.offs) == 0 && cur.first == next:
+		return cur, nil
+	case cur != nil && !empty && cur.size < w.max:
+		return cur, nil
+	}
+	if cur != nil && empty {
+		// Only an empty segment can be left when the log is empty; it
+		// was started for an index the log no longer continues from.
+		if err := w.removeSegments(w.segs); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.OpenFile(w.path(next), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syncDir(w.dir); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	s := &walSegment{first: next, f: f}
+	w.mu.Lock()
+	w.segs = append(w.segs, s)
+	w.mu.Unlock()
+	return s, nil
+}
+
+// fail makes err sticky: after a failed write the file's tail is unknown,
+// and only a restart (which reads it back) can tell what is there.
+func (w *WAL) fail(err error) error {
+	w.err = fmt.Errorf("replica: raft log write: %w", err)
+	return w.err
+}
+
+// DeleteRange implements raft.LogStore: removes [min, max], which must
+// take in the first or the last entry.
+func (w *WAL) DeleteRange(min, max uint64) error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.mu.RLock()
+	first, last := w.first, w.last
+	w.mu.RUnlock()
+	if first == 0 || max < first || min > last || min > max {
+		return nil
+	}
+	switch {
+	case min <= first && max >= last:
+		if err := w.removeSegments(w.segs); err != nil {
+			return w.fail(err)
+		}
+		w.mu.Lock()
+		w.first, w.last = 0, 0
+		w.mu.Unlock()
+	case min <= first:
+		return w.deletePrefix(max + 1)
+	case max >= last:
+		if err := w.deleteSuffix(min); err != nil {
+			return w.fail(err)
+		}
+	default:
+		return fmt.Errorf("replica: delete of log entries %d-%d inside %d-%d", min, max, first, last)
+	}
+	return nil
+}
+
+// deletePrefix makes first the first index, removing the segments wholly
+// below it.
+func (w *WAL) deletePrefix(first uint64) error {
+	var drop []*walSegment
+	for _, s := range w.segs[:len(w.segs)-1] {
+		if s.first+uint64(len(s.offs)) > first {
+			break
+		}
+		drop = append(drop, s)
+	}
+	w.mu.Lock()
+	w.first = first
+	w.mu.Unlock()
+	if len(drop) == 0 {
+		return nil
+	}
+	return w.removeSegments(drop) // a failure leaves old entries, which is harmless
+}
+
+// deleteSuffix cuts the log before index min.
+func (w *WAL) deleteSuffix(min uint64) error {
+	i := len(w.segs) - 1
+	for i > 0 && w.segs[i].first > min {
+		i--
+	}
+	if err := w.removeSegments(w.segs[i+1:]); err != nil {
+		return err
+	}
+	s := w.segs[i]
+	k := min - s.first
+	off := s.offs[k]
+	w.mu.Lock() // readers stop seeing the entries before they go
+	s.offs = s.offs[:k]
+	s.size = off
+	w.last = min - 1
+	w.mu.Unlock()
+	if err := s.f.Truncate(off); err != nil {
+		return err
+	}
+	return fdatasync(s.f)
+}
+
+// removeSegments deletes segs, a prefix or a suffix of w.segs, from w.segs
+// and from disk. A suffix goes newest first and a prefix oldest first, so
+// that a crash part way leaves the files without a gap. w.wmu is held.
+func (w *WAL) removeSegments(segs []*walSegment) error {
+	if len(segs) == 0 {
+		return nil
+	}
+	segs = slices.Clone(segs)
+	w.mu.Lock()
+	suffix := segs[0] != w.segs[0]
+	if suffix {
+		w.segs = w.segs[:len(w.segs)-len(segs)]
+		slices.Reverse(segs)
+	} else {
+		w.segs = slices.Clone(w.segs[len(segs):])
+	}
+	w.mu.Unlock()
+	var errs []error
+	for _, s := range segs {
+		errs = append(errs, s.f.Close())
+		if err := os.Remove(s.f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, syncDir(w.dir))
+	return errors.Join(errs...)
+}
+
+// Close closes the segment files.
+func (w *WAL) Close() error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.closeAllLocked()
+	w.closed, w.err = true, errWALClosed
+	return err
+}
+
+func (w *WAL) closeAll() { _ = w.closeAllLocked() }
+
+func (w *WAL) closeAllLocked() error {
+	var errs []error
+	for _, s := range w.segs {
+		errs = append(errs, s.f.Close())
+	}
+	w.segs = nil
+	w.first, w.last = 0, 0
+	return errors.Join(errs...)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
+}

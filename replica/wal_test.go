@@ -1,0 +1,423 @@
+package replica
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// walLog is entry i of the test logs: its bytes depend on i and on gen, so
+// an entry rewritten after a truncation can be told from the old one.
+func walLog(i uint64, gen byte) *raft.Log {
+	return &raft.Log{Index: i, Term: 1 + i/50, Type: raft.LogCommand,
+		Data: bytes.Repeat([]byte{byte(i), gen}, 1+int(i%40)), Extensions: []byte{gen},
+		AppendedAt: time.Unix(1700000000, int64(i))}
+}
+
+func walLogs(from, to uint64, gen byte) []*raft.Log {
+	var logs []*raft.Log
+	for i := from; i <= to; i++ {
+		logs = append(logs, walLog(i, gen))
+	}
+	return logs
+}
+
+// checkWAL asserts w holds exactly first..last, entry i of generation
+// gen(i).
+func checkWAL(t *testing.T, w *WAL, first, last uint64, gen func(uint64) byte) {
+	t.Helper()
+	if f, _ := w.FirstIndex(); f != first {
+		t.Fatalf("first index %d, want %d", f, first)
+	}
+	if l, _ := w.LastIndex(); l != last {
+		t.Fatalf("last index %d, want %d", l, last)
+	}
+	for i := first; i <= last && first != 0; i++ {
+		var l raft.Log
+		if err := w.GetLog(i, &l); err != nil {
+			t.Fatalf("GetLog(%d): %v", i, err)
+		}
+		want := walLog(i, gen(i))
+		if l.Index != i || l.Term != want.Term || l.Type != want.Type || !bytes.Equal(l.Data, want.Data) ||
+			!bytes.Equal(l.Extensions, want.Extensions) || !l.AppendedAt.Equal(want.AppendedAt) {
+			t.Fatalf("GetLog(%d) = %+v, want %+v", i, l, *want)
+		}
+	}
+	var l raft.Log
+	for _, i := range []uint64{first - 1, last + 1} {
+		if i == 0 {
+			continue
+		}
+		if err := w.GetLog(i, &l); !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("GetLog(%d) outside %d-%d: %v", i, first, last, err)
+		}
+	}
+}
+
+func gen0(uint64) byte { return 0 }
+
+func openWAL(t *testing.T, dir string, seg int64) *WAL {
+	t.Helper()
+	w, err := OpenWAL(dir, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+func reopenWAL(t *testing.T, w *WAL, seg int64) *WAL {
+	t.Helper()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return openWAL(t, w.dir, seg)
+}
+
+func segmentCount(t *testing.T, dir string) int {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*"+walExt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m)
+}
+
+func TestWALStoreGetReopen(t *testing.T) {
+	w := openWAL(t, t.TempDir(), 1024) // small segments: many files
+	checkWAL(t, w, 0, 0, gen0)
+	if err := w.StoreLogs(walLogs(1, 60, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StoreLog(walLog(61, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(62); i <= 300; i += 10 {
+		if err := w.StoreLogs(walLogs(i, i+9, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkWAL(t, w, 1, 301, gen0)
+	if n := segmentCount(t, w.dir); n < 5 {
+		t.Fatalf("%d segments for 301 entries in 1 KiB segments", n)
+	}
+	w = reopenWAL(t, w, 1024)
+	checkWAL(t, w, 1, 301, gen0)
+
+	// Entries must follow the last one, and each other.
+	if err := w.StoreLogs(walLogs(301, 302, 0)); err == nil {
+		t.Fatal("an entry that repeats the last one was stored")
+	}
+	bad := walLogs(302, 304, 0)
+	bad[1].Index = 310
+	if err := w.StoreLogs(bad); err == nil {
+		t.Fatal("entries out of order were stored")
+	}
+	checkWAL(t, w, 1, 301, gen0)
+}
+
+func TestWALDeleteRange(t *testing.T) {
+	w := openWAL(t, t.TempDir(), 1024)
+	for i := uint64(1); i <= 200; i += 20 {
+		if err := w.StoreLogs(walLogs(i, i+19, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := segmentCount(t, w.dir)
+	// Compaction: a prefix. Whole segments below go from disk.
+	if err := w.DeleteRange(1, 120); err != nil {
+		t.Fatal(err)
+	}
+	checkWAL(t, w, 121, 200, gen0)
+	if after := segmentCount(t, w.dir); after >= before {
+		t.Fatalf("segments %d before compaction, %d after", before, after)
+	}
+	// A follower's conflicting tail: cut, then rewritten by a new leader.
+	if err := w.DeleteRange(151, 200); err != nil {
+		t.Fatal(err)
+	}
+	checkWAL(t, w, 121, 150, gen0)
+	if err := w.StoreLogs(walLogs(151, 170, 1)); err != nil {
+		t.Fatal(err)
+	}
+	gen := func(i uint64) byte {
+		if i > 150 {
+			return 1
+		}
+		return 0
+	}
+	checkWAL(t, w, 121, 170, gen)
+	// Nothing can be cut out of the middle.
+	if err := w.DeleteRange(130, 140); err == nil {
+		t.Fatal("a range inside the log was deleted")
+	}
+	// After a restart the compacted entries that shared a segment with
+	// kept ones may be back; never a rewritten one's old bytes.
+	w = reopenWAL(t, w, 1024)
+	first, _ := w.FirstIndex()
+	if first > 121 || first < 1 {
+		t.Fatalf("first index %d after reopen", first)
+	}
+	checkWAL(t, w, first, 170, gen)
+
+	// Everything (a snapshot install): the next entry may start anywhere.
+	if err := w.DeleteRange(first, 170); err != nil {
+		t.Fatal(err)
+	}
+	checkWAL(t, w, 0, 0, gen0)
+	if n := segmentCount(t, w.dir); n != 0 {
+		t.Fatalf("%d segments left after deleting everything", n)
+	}
+	if err := w.StoreLogs(walLogs(5000, 5009, 2)); err != nil {
+		t.Fatal(err)
+	}
+	w = reopenWAL(t, w, 1024)
+	checkWAL(t, w, 5000, 5009, func(uint64) byte { return 2 })
+}
+
+// A write past a gap (raft does so only after a snapshot install that
+// covers it) drops what came before, even if the clearing was lost in a
+// crash.
+func TestWALGapClears(t *testing.T) {
+	w := openWAL(t, t.TempDir(), 1024)
+	if err := w.StoreLogs(walLogs(1, 50, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StoreLogs(walLogs(80, 90, 1)); err != nil {
+		t.Fatal(err)
+	}
+	one := func(uint64) byte { return 1 }
+	checkWAL(t, w, 80, 90, one)
+	w = reopenWAL(t, w, 1024)
+	checkWAL(t, w, 80, 90, one)
+}
+
+// A write that never completed (the process died in it) is cut off at the
+// next start; everything acknowledged before it stays.
+func TestWALTornTail(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(data []byte, lastOff int) []byte
+	}{
+		{"half a record", func(d []byte, off int) []byte { return d[:off+(len(d)-off)/2] }},
+		{"header only", func(d []byte, off int) []byte { return d[:off+walHeaderSize-3] }},
+		{"bad checksum", func(d []byte, off int) []byte { d[len(d)-1] ^= 0xff; return d }},
+		{"zeros after", func(d []byte, off int) []byte { return append(d, make([]byte, 4096)...) }},
+		{"garbage after", func(d []byte, off int) []byte { return append(d, "not a record at all"...) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := openWAL(t, t.TempDir(), 0)
+			if err := w.StoreLogs(walLogs(1, 20, 0)); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.StoreLogs(walLogs(21, 21, 0)); err != nil {
+				t.Fatal(err)
+			}
+			seg := w.segs[0]
+			lastOff := int(seg.offs[20])
+			name := seg.f.Name()
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(name, tc.damage(data, lastOff), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			w = openWAL(t, w.dir, 0)
+			last := uint64(20)
+			if tc.name == "zeros after" || tc.name == "garbage after" {
+				last = 21 // the damage was past the last record
+			}
+			checkWAL(t, w, 1, last, gen0)
+			// The cut is on disk, and the log goes on from it.
+			if err := w.StoreLogs(walLogs(last+1, last+5, 3)); err != nil {
+				t.Fatal(err)
+			}
+			w = reopenWAL(t, w, 0)
+			checkWAL(t, w, 1, last+5, func(i uint64) byte {
+				if i > last {
+					return 3
+				}
+				return 0
+			})
+		})
+	}
+}
+
+// Damage anywhere but the tail of the newest segment cannot be a torn
+// write: Open refuses rather than serve a log with a hole in it.
+func TestWALCorruptionRefuses(t *testing.T) {
+	fill := func(t *testing.T) (string, []string) {
+		dir := t.TempDir()
+		w, err := OpenWAL(dir, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(1); i <= 100; i += 10 {
+			if err := w.StoreLogs(walLogs(i, i+9, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		names, err := filepath.Glob(filepath.Join(dir, "*"+walExt))
+		if err != nil || len(names) < 3 {
+			t.Fatalf("segments %v, %v", names, err)
+		}
+		slices.Sort(names)
+		return dir, names
+	}
+	t.Run("older segment damaged", func(t *testing.T) {
+		dir, names := fill(t)
+		data, _ := os.ReadFile(names[0])
+		data[len(data)/2] ^= 0x55
+		if err := os.WriteFile(names[0], data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenWAL(dir, 512); !errors.Is(err, errWALCorrupt) {
+			t.Fatalf("open with a damaged older segment: %v", err)
+		}
+	})
+	t.Run("segment missing", func(t *testing.T) {
+		dir, names := fill(t)
+		if err := os.Remove(names[1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenWAL(dir, 512); !errors.Is(err, errWALCorrupt) {
+			t.Fatalf("open with a segment missing: %v", err)
+		}
+	})
+}
+
+// Readers run beside the writer, compaction and truncation (go test -race).
+func TestWALConcurrentReads(t *testing.T) {
+	w := openWAL(t, t.TempDir(), 4096)
+	if err := w.StoreLogs(walLogs(1, 10, 0)); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			var l raft.Log
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				first, _ := w.FirstIndex()
+				last, _ := w.LastIndex()
+				for i := first; i <= last && first > 0; i++ {
+					err := w.GetLog(i, &l)
+					if err != nil && !errors.Is(err, raft.ErrLogNotFound) {
+						t.Errorf("GetLog(%d): %v", i, err)
+						return
+					}
+					if err == nil && (l.Index != i || len(l.Data) != len(walLog(i, 0).Data)) {
+						t.Errorf("GetLog(%d) = %+v", i, l)
+						return
+					}
+				}
+			}
+		})
+	}
+	next := uint64(11)
+	for round := range 200 {
+		if err := w.StoreLogs(walLogs(next, next+9, 0)); err != nil {
+			t.Fatal(err)
+		}
+		next += 10
+		switch round % 10 {
+		case 3:
+			first, _ := w.FirstIndex()
+			if err := w.DeleteRange(first, next-50); err != nil {
+				t.Fatal(err)
+			}
+		case 7:
+			if err := w.DeleteRange(next-5, next-1); err != nil {
+				t.Fatal(err)
+			}
+			next -= 5
+		}
+	}
+	close(stop)
+	wg.Wait()
+	checkWAL(t, w, mustFirst(t, w), next-1, gen0)
+}
+
+func mustFirst(t *testing.T, w *WAL) uint64 {
+	t.Helper()
+	f, err := w.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// A raft dir from before the WAL keeps its log: DiskStorage moves the
+// entries out of raft.db.
+func TestWALMovesBoltLog(t *testing.T) {
+	dir := t.TempDir()
+	bolt, err := OpenBoltStore(filepath.Join(dir, "raft.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.StoreLogs(walLogs(10, 40, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// A gap, as an old snapshot install left: what follows it is kept.
+	if err := bolt.StoreLogs(walLogs(60, 2100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	w := openWAL(t, filepath.Join(dir, "wal"), 0)
+	if err := moveLogs(bolt, w); err != nil {
+		t.Fatal(err)
+	}
+	checkWAL(t, w, 60, 2100, gen0)
+	if f, _ := bolt.FirstIndex(); f != 0 {
+		t.Fatalf("raft.db still holds entries from %d", f)
+	}
+	// Moving again (nothing left in bbolt) changes nothing.
+	if err := moveLogs(bolt, w); err != nil {
+		t.Fatal(err)
+	}
+	checkWAL(t, w, 60, 2100, gen0)
+	if err := bolt.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func BenchmarkWALStoreLogs(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) {
+			w, err := OpenWAL(b.TempDir(), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			logs := walLogs(1, uint64(n), 0)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := w.StoreLogs(logs); err != nil {
+					b.Fatal(err)
+				}
+				for _, l := range logs {
+					l.Index += uint64(n)
+				}
+			}
+		})
+	}
+}
