@@ -30,7 +30,8 @@ func (o *options) clusterOptions() error {
 	if o.raftDir == "" {
 		for name, v := range map[string]bool{"--node-id": o.nodeID != "", "--bootstrap": o.bootstrap,
 			"--cluster-peers": o.clusterPeers != "", "--join": o.join != "",
-			"--raft-auth-token-file": o.raftAuthTokenFile != ""} {
+			"--raft-auth-token-file": o.raftAuthTokenFile != "", "--advertise-addr": o.advertiseAddr != "",
+			"--advertise-http-addr": o.advertiseHTTPAddr != ""} {
 			if v {
 				return fmt.Errorf("%s needs --raft-dir (cluster mode)", name)
 			}
@@ -52,6 +53,23 @@ func (o *options) clusterOptions() error {
 			return err
 		}
 		o.raftAuthToken = tok
+	}
+	// Other nodes send clients to these addresses: a wildcard host names
+	// no machine.
+	for _, a := range []struct{ flag, addr, fix string }{
+		{"--advertise-addr", o.clientAddr(), "--advertise-addr"},
+		{"--advertise-http-addr", o.httpAddr(), "--advertise-http-addr"},
+	} {
+		if a.addr == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a.addr)
+		if err != nil {
+			return fmt.Errorf("%s %q: %v", a.flag, a.addr, err)
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			return fmt.Errorf("--host %q is a wildcard, which other nodes cannot send clients to: set %s", o.host, a.fix)
+		}
 	}
 	if _, err := o.peers(); err != nil {
 		return err
@@ -78,6 +96,18 @@ func (o *options) clientAddr() string {
 		return o.advertiseAddr
 	}
 	return hostPort(o.host, o.port)
+}
+
+// httpAddr is where this node's REST clients connect, named in the REST
+// API's 503 not_leader once this node leads; empty without HTTP.
+func (o *options) httpAddr() string {
+	if o.advertiseHTTPAddr != "" {
+		return o.advertiseHTTPAddr
+	}
+	if o.httpPort == 0 {
+		return ""
+	}
+	return hostPort(o.host, o.httpPort)
 }
 
 // peers parses --cluster-peers; without it a bootstrapping node starts a
@@ -116,10 +146,7 @@ func (o *options) replicaConfig(ecfg engine.Config) (replica.Config, error) {
 	c.BindAddr = o.raftAddr
 	c.AdvertiseAddr = o.raftAdvertise
 	c.ClientAddr = o.clientAddr()
-	if o.httpPort != 0 {
-		// Named in the REST API's 503 not_leader once this node leads.
-		c.HTTPAddr = hostPort(o.host, o.httpPort)
-	}
+	c.HTTPAddr = o.httpAddr()
 	c.RaftDir = o.raftDir
 	c.Bootstrap = o.bootstrap
 	c.RaftLogLevel = o.raftLogLevel

@@ -34,6 +34,7 @@ type options struct {
 	// Cluster mode (on with raftDir).
 	raftDir, nodeID, raftAddr, raftAdvertise string
 	advertiseAddr, clusterPeers, join        string
+	advertiseHTTPAddr                        string
 	raftAuthTokenFile, adminToken            string
 	adminTokenFile, raftLogLevel             string
 	bootstrap                                bool
@@ -82,6 +83,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7388", "cluster mode: host:port of the raft transport")
 	fs.StringVar(&o.raftAdvertise, "raft-advertise", "", "cluster mode: raft address peers dial, when --raft-addr binds a wildcard")
 	fs.StringVar(&o.advertiseAddr, "advertise-addr", "", "cluster mode: host:port clients reach this node's TCP port at (default --host:--port)")
+	fs.StringVar(&o.advertiseHTTPAddr, "advertise-http-addr", "", "cluster mode: host:port REST clients reach this node at, named in 503 not_leader (default --host:--http-port)")
 	fs.BoolVar(&o.bootstrap, "bootstrap", false, "cluster mode: write the first configuration (this node, or --cluster-peers) into an empty raft dir")
 	fs.StringVar(&o.clusterPeers, "cluster-peers", "", "cluster mode: initial voters, id=raft_addr=client_addr,... (with --bootstrap on each)")
 	fs.StringVar(&o.join, "join", "", "cluster mode: HTTP addresses of members to ask to add this node, host:port,...")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,6 +66,13 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{name: "bad log format", args: []string{"--log-format", "xml"}, want: "log-format"},
 		{name: "tls cert without key", args: []string{"--tls-cert", "c.pem"}, want: "go together"},
 		{name: "extra argument", args: []string{"serve"}, want: "unexpected argument"},
+		{name: "cluster on a wildcard host", args: []string{"--host", "0.0.0.0", "--raft-dir", "d", "--node-id", "n1"},
+			want: "set --advertise-addr"},
+		{name: "cluster REST on a wildcard host", args: []string{"--host", "::", "--http-port", "6389",
+			"--advertise-addr", "10.0.0.1:6388", "--raft-dir", "d", "--node-id", "n1"}, want: "set --advertise-http-addr"},
+		{name: "bad advertise-http-addr", args: []string{"--raft-dir", "d", "--node-id", "n1",
+			"--advertise-http-addr", "nohost"}, want: "--advertise-http-addr"},
+		{name: "advertise without cluster", args: []string{"--advertise-http-addr", "10.0.0.1:6389"}, want: "needs --raft-dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,5 +96,26 @@ func TestVersion(t *testing.T) {
 	}
 	if !strings.HasPrefix(out.String(), "latchd ") {
 		t.Fatalf("version output %q", out.String())
+	}
+}
+
+func TestAdvertisedAddrs(t *testing.T) {
+	base := []string{"--raft-dir", "d", "--node-id", "n1", "--http-port", "6389"}
+	for _, tt := range []struct {
+		args             []string
+		client, restAddr string
+	}{
+		{args: base, client: "127.0.0.1:6388", restAddr: "127.0.0.1:6389"},
+		{args: append([]string{"--host", "0.0.0.0", "--advertise-addr", "10.0.0.7:6388",
+			"--advertise-http-addr", "lock1.example:443"}, base...),
+			client: "10.0.0.7:6388", restAddr: "lock1.example:443"},
+	} {
+		o, err := parseOptions(tt.args, env(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if o.clientAddr() != tt.client || o.httpAddr() != tt.restAddr {
+			t.Errorf("%v: client %q, REST %q; want %q, %q", tt.args, o.clientAddr(), o.httpAddr(), tt.client, tt.restAddr)
+		}
 	}
 }
