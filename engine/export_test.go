@@ -56,7 +56,7 @@ func (e *Engine) dumpState() string {
 	slices.Sort(ids)
 	for _, id := range ids {
 		ss := e.sess.m[id]
-		fmt.Fprintf(&b, "session %d ttl=%v last=%d busy=%d\n", id, ss.ttl, ss.lastSeen, ss.busy)
+		fmt.Fprintf(&b, "session %d ttl=%v last=%d busy=%d key=%x\n", id, ss.ttl, ss.lastSeen, ss.busy, ss.key)
 	}
 	e.sess.mu.Unlock()
 	return b.String()

@@ -16,7 +16,7 @@ import (
 // stateMagic and stateVersion open every state written by WriteState.
 const (
 	stateMagic   = "LTCHST"
-	stateVersion = 1
+	stateVersion = 2 // 2: a key per session; ReadState still reads 1
 )
 
 // entry flags in the state format.
@@ -170,6 +170,7 @@ func (ss *sessions) appendState(b []byte) []byte {
 		b = binary.AppendVarint(b, int64(s.ttl))
 		b = binary.AppendVarint(b, s.lastSeen)
 		b = binary.AppendVarint(b, int64(s.busy))
+		b = binary.AppendUvarint(b, s.key)
 	}
 	return b
 }
@@ -196,14 +197,15 @@ func (e *Engine) ReadState(r io.Reader) error {
 	if len(b) < len(stateMagic)+1+4 || string(b[:len(stateMagic)]) != stateMagic {
 		return fmt.Errorf("%w: bad magic", ErrBadState)
 	}
-	if v := b[len(stateMagic)]; v != stateVersion {
-		return fmt.Errorf("%w: version %d, want %d", ErrBadState, v, stateVersion)
+	v := b[len(stateMagic)]
+	if v < 1 || v > stateVersion {
+		return fmt.Errorf("%w: version %d, want 1 to %d", ErrBadState, v, stateVersion)
 	}
 	body := b[:len(b)-4]
 	if crc32.Checksum(body, crcTable) != binary.BigEndian.Uint32(b[len(b)-4:]) {
 		return fmt.Errorf("%w: checksum mismatch", ErrBadState)
 	}
-	d := &stateReader{b: body[len(stateMagic)+1:]}
+	d := &stateReader{b: body[len(stateMagic)+1:], version: v}
 	if n := d.uvarint(); d.err == nil && n != uint64(len(e.shards)) {
 		return fmt.Errorf("%w: %d shards, engine has %d", ErrBadState, n, len(e.shards))
 	}
@@ -399,6 +401,9 @@ func (ss *sessions) readState(d *stateReader) {
 	for range d.count() {
 		id := OwnerID(d.uvarint())
 		s := &session{owner: id, ttl: time.Duration(d.varint()), lastSeen: d.varint(), busy: int(d.varint()), hidx: -1}
+		if d.version >= 2 {
+			s.key = d.uvarint()
+		}
 		if d.err != nil {
 			return
 		}
@@ -423,8 +428,9 @@ func (ss *sessions) readState(d *stateReader) {
 // stateReader decodes WriteState's fields; the first error sticks and
 // every later read returns zero.
 type stateReader struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	version byte // of the state being read
 }
 
 func (d *stateReader) fail(format string, args ...any) {

@@ -137,7 +137,11 @@ func (r *persistRun) play(t *testing.T, rng *rand.Rand, now *int64, n int) {
 			e.Disconnect(*now, owner, false)
 			r.note("keep", owner, "", Outcome{}, nil)
 		case op < 84:
-			err := e.OpenSession(*now, owner, time.Duration(1+rng.IntN(3))*time.Second)
+			var key uint64 // half keyed (as the REST API opens them), half not
+			if rng.IntN(2) == 0 {
+				key = rng.Uint64() | 1
+			}
+			err := e.OpenSessionKeyed(*now, owner, time.Duration(1+rng.IntN(3))*time.Second, 0, key)
 			r.note("open", owner, "", Outcome{}, err)
 		case op < 86:
 			ok := e.BeginSession(*now, owner)
@@ -457,5 +461,63 @@ func TestAddSat(t *testing.T) {
 				t.Fatalf("addSat(%d, %d) = %d; want %d", tt.t, tt.delta, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSessionKey: a session keeps the key it was opened with through a
+// reopen without one and through WriteState/ReadState; a state of
+// version 1 (no keys) still reads, its sessions keyless.
+func TestSessionKey(t *testing.T) {
+	cfg := persistConfig()
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.OpenSessionKeyed(0, 7, time.Minute, 0, 0xabc); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.OpenSession(sec, 7, time.Minute); err != nil { // a reopen keeps the key
+		t.Fatal(err)
+	}
+	if err := e.OpenSession(0, 8, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		owner OwnerID
+		key   uint64
+		ok    bool
+	}{{7, 0xabc, true}, {8, 0, true}, {9, 0, false}} {
+		if key, ok := e.SessionKey(tc.owner); key != tc.key || ok != tc.ok {
+			t.Fatalf("SessionKey(%d) = %x, %v; want %x, %v", tc.owner, key, ok, tc.key, tc.ok)
+		}
+	}
+	c := readState(t, cfg, writeState(t, e))
+	if key, ok := c.SessionKey(7); key != 0xabc || !ok {
+		t.Fatalf("restored SessionKey(7) = %x, %v", key, ok)
+	}
+
+	// Version 1 wrote no key: one keyless session makes the two formats
+	// differ by that last byte (a 0 uvarint) and the version.
+	k, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.OpenSession(0, 8, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	v2 := writeState(t, k)
+	body := v2[:len(v2)-4]
+	if body[len(body)-1] != 0 {
+		t.Fatalf("state ends in %x, want the keyless session's 0", body[len(body)-1])
+	}
+	v1 := bytes.Clone(body[:len(body)-1])
+	v1[len(stateMagic)] = 1
+	v1 = binary.BigEndian.AppendUint32(v1, crc32.Checksum(v1, crcTable))
+	old := readState(t, cfg, v1)
+	if key, ok := old.SessionKey(8); key != 0 || !ok {
+		t.Fatalf("SessionKey(8) from a version 1 state = %x, %v", key, ok)
+	}
+	if got, want := old.dumpState(), k.dumpState(); got != want {
+		t.Fatalf("version 1 state restored as\n%s\nwant\n%s", got, want)
 	}
 }

@@ -22,10 +22,11 @@ type session struct {
 	owner    OwnerID
 	ttl      time.Duration
 	lastSeen int64
-	busy     int   // requests in flight; a busy session never expires
-	deadline int64 // lastSeen+ttl, kept while idle (busy == 0)
-	hidx     int   // index in sessions.heap, or -1
-	listed   bool  // on the sessions' list
+	busy     int    // requests in flight; a busy session never expires
+	key      uint64 // the opener's secret, 0 for none (see OpenSessionKeyed)
+	deadline int64  // lastSeen+ttl, kept while idle (busy == 0)
+	hidx     int    // index in sessions.heap, or -1
+	listed   bool   // on the sessions' list
 	prev     *session
 	next     *session
 }
@@ -209,6 +210,15 @@ func (e *Engine) OpenSession(now int64, owner OwnerID, ttl time.Duration) error 
 // are open, a new session is refused with ErrMaxSessions (reopening an
 // open one is not). The check and the insert are one step.
 func (e *Engine) OpenSessionMax(now int64, owner OwnerID, ttl time.Duration, max int) error {
+	return e.OpenSessionKeyed(now, owner, ttl, max, 0)
+}
+
+// OpenSessionKeyed is OpenSessionMax that also keeps key, a secret of the
+// opener's, with the session (a reopen with key 0 keeps the one it had).
+// The REST API puts the key in its session ids so that any process with
+// this engine's state (a restarted node, a new raft leader) can tell a
+// session id it never issued from a forged one (SessionKey).
+func (e *Engine) OpenSessionKeyed(now int64, owner OwnerID, ttl time.Duration, max int, key uint64) error {
 	if ttl <= 0 || max < 0 {
 		return ErrBadRequest
 	}
@@ -226,6 +236,9 @@ func (e *Engine) OpenSessionMax(now int64, owner OwnerID, ttl time.Duration, max
 		ss.unidleLocked(s)
 	}
 	s.ttl, s.lastSeen = ttl, now
+	if key != 0 {
+		s.key = key
+	}
 	if s.busy == 0 {
 		ss.idleLocked(s)
 	}
@@ -277,6 +290,18 @@ func (e *Engine) SessionTTL(owner OwnerID) (time.Duration, bool) {
 	defer ss.mu.Unlock()
 	if s := ss.m[owner]; s != nil {
 		return s.ttl, true
+	}
+	return 0, false
+}
+
+// SessionKey returns the key owner's session was opened with (0 for
+// none), and false if it has no session.
+func (e *Engine) SessionKey(owner OwnerID) (uint64, bool) {
+	ss := &e.sess
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.m[owner]; s != nil {
+		return s.key, true
 	}
 	return 0, false
 }

@@ -22,8 +22,9 @@ import (
 // replica.ErrClosed, context errors), which Server.fail maps.
 type backend interface {
 	// openSession opens owner's session, refusing a new one with
-	// engine.ErrMaxSessions when max (> 0) sessions are open.
-	openSession(owner engine.OwnerID, ttl time.Duration, max int) error
+	// engine.ErrMaxSessions when max (> 0) sessions are open; key is kept
+	// with it (engine.OpenSessionKeyed).
+	openSession(owner engine.OwnerID, ttl time.Duration, max int, key uint64) error
 	closeSession(owner engine.OwnerID) (bool, error)
 	beginSession(owner engine.OwnerID) (bool, error)
 	endSession(owner engine.OwnerID)
@@ -45,8 +46,8 @@ type backend interface {
 // localBackend is a single node's engine, called directly at clock.Now().
 type localBackend struct{ eng *engine.Engine }
 
-func (b *localBackend) openSession(owner engine.OwnerID, ttl time.Duration, max int) error {
-	return b.eng.OpenSessionMax(clock.Now(), owner, ttl, max)
+func (b *localBackend) openSession(owner engine.OwnerID, ttl time.Duration, max int, key uint64) error {
+	return b.eng.OpenSessionKeyed(clock.Now(), owner, ttl, max, key)
 }
 
 func (b *localBackend) closeSession(owner engine.OwnerID) (bool, error) {
@@ -112,13 +113,13 @@ func proposeCtx() (context.Context, context.CancelFunc) {
 // sessions proposed concurrently (on this leader, or by a previous leader
 // whose entries are not applied yet) are not counted and the cap can be
 // overshot by that many. The replicated OpenSession itself has no cap.
-func (b *clusterBackend) openSession(owner engine.OwnerID, ttl time.Duration, max int) error {
+func (b *clusterBackend) openSession(owner engine.OwnerID, ttl time.Duration, max int, key uint64) error {
 	if max > 0 && b.engine().Sessions() >= max {
 		return engine.ErrMaxSessions
 	}
 	ctx, cancel := proposeCtx()
 	defer cancel()
-	return b.n.OpenSession(ctx, owner, ttl)
+	return b.n.OpenSession(ctx, owner, ttl, key)
 }
 
 func (b *clusterBackend) closeSession(owner engine.OwnerID) (bool, error) {

@@ -25,12 +25,9 @@ import (
 // proposal whose fate is unknown (logged, then leadership lost) answers
 // 503 unknown_outcome: the request may or may not have taken effect.
 //
-// Session names (session_id -> owner) live in this process only: a
-// session is usable on the node that opened it, while that node leads.
-// Its state (holdings, waits, idle TTL) is replicated, so after a
-// failover a client opens a new session on the new leader and renews or
-// releases its grants there by token; the old session expires after its
-// TTL on the new leader's clock, releasing what it still holds.
+// Sessions survive a failover: a session's state (holdings, waits, idle
+// TTL) and its key are replicated, and a session_id carries owner and
+// key, so the next leader takes an id it never issued (registry.adopt).
 
 // WithCluster serves the engine replicated by n: every mutation is a raft
 // proposal and only the leader takes them. The engine passed to New is

@@ -413,3 +413,57 @@ func TestClusterSessionCapAndStop(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterSessionSurvivesFailover: a session opened on one leader keeps
+// working on the next: its id carries a key the replicated state holds, so
+// the new leader's REST server takes an id it never issued, and refuses
+// the same owner with another key.
+func TestClusterSessionSurvivesFailover(t *testing.T) {
+	rc := startRESTCluster(t, nil, 90*time.Second)
+	lm, lh := rc.leader()
+	sid := lh.session()
+	r := lh.do(call{method: "POST", path: "/v1/locks/job", session: sid, body: `{"lease_ttl_s":60}`})
+	wantStatus(t, "acquire on the first leader", r, http.StatusOK, "ok")
+	tok := r.str("token")
+	for _, m := range rc.c.Members() {
+		waitCounts(t, m, 1, 0)
+	}
+
+	// A follower knows the session from the log: it answers not_leader
+	// for it, not session_gone.
+	fh := rc.h(rc.followers(lm)[0])
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		r := fh.do(call{method: "POST", path: "/v1/sessions/" + sid + "/keepalive"})
+		return r.status == http.StatusServiceUnavailable && r.str("error") == "not_leader"
+	}, "a follower naming the leader for the session")
+
+	for i, m := range rc.c.Members() {
+		if m == lm {
+			rc.c.Stop(i)
+		}
+	}
+	nm, nh := rc.leader()
+	if nm == lm {
+		t.Fatal("the stopped member still leads")
+	}
+	forged := sid[:16] + strings.Repeat("0", 15) + "1"
+	if forged == sid {
+		forged = sid[:16] + strings.Repeat("0", 15) + "2"
+	}
+	wantStatus(t, "same owner, another key", nh.do(call{method: "POST", path: "/v1/sessions/" + forged + "/keepalive"}),
+		http.StatusGone, "session_gone")
+	wantStatus(t, "keepalive on the new leader", nh.do(call{method: "POST", path: "/v1/sessions/" + sid + "/keepalive"}),
+		http.StatusOK, "ok")
+	wantStatus(t, "renew on the new leader", nh.do(call{method: "POST", path: "/v1/locks/job/renew", session: sid,
+		body: `{"token":"` + tok + `"}`}), http.StatusOK, "ok")
+	wantStatus(t, "another lock on the new leader", nh.do(call{method: "POST", path: "/v1/locks/other", session: sid}),
+		http.StatusOK, "ok")
+	wantStatus(t, "release on the new leader", nh.do(call{method: "DELETE", path: "/v1/locks/job", session: sid,
+		body: `{"token":"` + tok + `"}`}), http.StatusOK, "ok")
+	waitCounts(t, nm, 1, 0)
+	// Deleting it there drops what it still held.
+	wantStatus(t, "delete on the new leader", nh.do(call{method: "DELETE", path: "/v1/sessions/" + sid}), http.StatusOK, "ok")
+	waitCounts(t, nm, 0, 0)
+	wantStatus(t, "deleted session", nh.do(call{method: "POST", path: "/v1/locks/job", session: sid}),
+		http.StatusGone, "session_gone")
+}

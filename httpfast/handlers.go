@@ -63,7 +63,7 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 // The name is forgotten once the close is done (or found done): a close
 // that failed in cluster mode can be retried.
 func (s *Server) deleteSession(ctx *fasthttp.RequestCtx, id []byte) {
-	owner, ok := s.reg.lookup(id)
+	owner, ok := s.reg.lookup(s.be.engine(), id)
 	if !ok {
 		writeError(ctx, errSessionGone, "no such session (expired or deleted)")
 		return
@@ -117,7 +117,7 @@ func sessionHeader(ctx *fasthttp.RequestCtx) []byte {
 // flight (the caller must EndSession). It answers session_gone itself and
 // forgets the name when the engine has dropped the session.
 func (s *Server) begin(ctx *fasthttp.RequestCtx, id []byte) (engine.OwnerID, bool) {
-	owner, ok := s.reg.lookup(id)
+	owner, ok := s.reg.lookup(s.be.engine(), id)
 	if !ok {
 		writeError(ctx, errSessionGone, "no such session (expired or deleted)")
 		return 0, false

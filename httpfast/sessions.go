@@ -2,6 +2,8 @@ package httpfast
 
 import (
 	crand "crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
 	"encoding/hex"
 	"math"
 	"sync"
@@ -24,7 +26,11 @@ import (
 // the TCP server does the same with bit 63 clear).
 const sessionBit = engine.OwnerID(1) << 63
 
-// sessionIDLen is the length of a session_id: 128 random bits in hex.
+// sessionIDLen is the length of a session_id: the owner ID and the
+// session's key, 64 bits each, in hex. The key (64 bits from crypto/rand)
+// is kept with the session in the engine, replicated in cluster mode, so
+// a process that never issued an id (a new raft leader, a node restarted
+// from saved state) accepts it when the key matches and only then.
 const sessionIDLen = 32
 
 // sweepPerCreate is how many names each create checks against the
@@ -87,11 +93,18 @@ func (r *registry) create(b backend, ttl time.Duration, max int) (string, engine
 	// Open before naming: a sweep running between the two would forget a
 	// name whose session the engine does not know yet.
 	owner := r.newOwner()
-	if err := b.openSession(owner, ttl, max); err != nil {
+	var key uint64
+	for key == 0 { // 0 is "no key"
+		var raw [8]byte
+		_, _ = crand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
+		key = binary.BigEndian.Uint64(raw[:])
+	}
+	if err := b.openSession(owner, ttl, max, key); err != nil {
 		return "", 0, err
 	}
 	var raw [sessionIDLen / 2]byte
-	_, _ = crand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
+	binary.BigEndian.PutUint64(raw[:8], uint64(owner))
+	binary.BigEndian.PutUint64(raw[8:], key)
 	id := hex.EncodeToString(raw[:])
 
 	r.mu.Lock()
@@ -138,8 +151,10 @@ func (r *registry) removeAtLocked(i int) {
 	}
 }
 
-// lookup returns the owner named id.
-func (r *registry) lookup(id []byte) (engine.OwnerID, bool) {
+// lookup returns the owner named id. An id this process never issued (or
+// has forgotten) is taken, and named from then on, when eng has its
+// owner's session with its key.
+func (r *registry) lookup(eng *engine.Engine, id []byte) (engine.OwnerID, bool) {
 	if len(id) != sessionIDLen {
 		return 0, false
 	}
@@ -150,7 +165,37 @@ func (r *registry) lookup(id []byte) (engine.OwnerID, bool) {
 		owner = r.names[i].owner
 	}
 	r.mu.Unlock()
-	return owner, ok
+	if ok {
+		return owner, true
+	}
+	return r.adopt(eng, id)
+}
+
+// adopt names id if it carries the key of its owner's session in eng.
+func (r *registry) adopt(eng *engine.Engine, id []byte) (engine.OwnerID, bool) {
+	var raw [sessionIDLen / 2]byte
+	if _, err := hex.Decode(raw[:], id); err != nil {
+		return 0, false
+	}
+	owner := engine.OwnerID(binary.BigEndian.Uint64(raw[:8]))
+	if owner&sessionBit == 0 {
+		return 0, false
+	}
+	key, ok := eng.SessionKey(owner)
+	var want [8]byte
+	binary.BigEndian.PutUint64(want[:], key)
+	if !ok || key == 0 || subtle.ConstantTimeCompare(want[:], raw[8:]) != 1 {
+		return 0, false
+	}
+	s := string(id)
+	r.mu.Lock()
+	if _, named := r.ids[s]; !named {
+		r.sweepLocked(eng)
+		r.ids[s] = len(r.names)
+		r.names = append(r.names, regName{id: s, owner: owner})
+	}
+	r.mu.Unlock()
+	return owner, true
 }
 
 // remove forgets id and returns the owner it named.

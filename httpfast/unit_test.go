@@ -173,7 +173,7 @@ func TestRegistryForgetsDropped(t *testing.T) {
 		t.Fatalf("registry holds %d names; want %d (the %d dropped sessions forgotten)", got, want, closed)
 	}
 	for id, owner := range ids {
-		if got, ok := r.lookup([]byte(id)); !ok || got != owner {
+		if got, ok := r.lookup(eng, []byte(id)); !ok || got != owner {
 			t.Fatalf("lookup(%s) = %d, %v; want %d", id, got, ok, owner)
 		}
 	}

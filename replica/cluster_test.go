@@ -56,7 +56,7 @@ func TestReplicatesEveryCommand(t *testing.T) {
 		return got
 	}
 
-	must("OpenSession", l.OpenSession(ctx, 100, 30*time.Second))
+	must("OpenSession", l.OpenSession(ctx, 100, 30*time.Second, 0x5eed))
 	if ok, err := l.BeginSession(ctx, 100); !ok || err != nil {
 		t.Fatalf("BeginSession = %v, %v; want true", ok, err)
 	}

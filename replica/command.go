@@ -23,7 +23,7 @@ const (
 	OpRenew                      // engine.Renew: Key, Token, TTL
 	OpDisconnect                 // engine.Disconnect: Owner, Release
 	OpExpire                     // engine.Expire
-	OpOpenSession                // engine.OpenSession: Owner, TTL
+	OpOpenSession                // engine.OpenSessionKeyed: Owner, TTL, Salt (the session key)
 	OpCloseSession               // engine.CloseSession: Owner
 	OpBeginSession               // engine.BeginSession: Owner
 	OpEndSession                 // engine.EndSession: Owner

@@ -218,7 +218,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	case OpExpire:
 		e.Expire(now)
 	case OpOpenSession:
-		r.Err = e.OpenSession(now, c.Owner, c.TTL)
+		r.Err = e.OpenSessionKeyed(now, c.Owner, c.TTL, 0, c.Salt)
 	case OpCloseSession:
 		r.OK = e.CloseSession(now, c.Owner)
 	case OpBeginSession:

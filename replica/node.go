@@ -499,9 +499,10 @@ func (n *Node) Disconnect(ctx context.Context, owner engine.OwnerID, release boo
 	return err
 }
 
-// OpenSession proposes engine.OpenSession.
-func (n *Node) OpenSession(ctx context.Context, owner engine.OwnerID, ttl time.Duration) error {
-	_, err := n.Propose(ctx, Command{Op: OpOpenSession, Owner: owner, TTL: ttl}, nil)
+// OpenSession proposes engine.OpenSessionKeyed (no cap); key is the
+// opener's secret for the session (0 for none), replicated with it.
+func (n *Node) OpenSession(ctx context.Context, owner engine.OwnerID, ttl time.Duration, key uint64) error {
+	_, err := n.Propose(ctx, Command{Op: OpOpenSession, Owner: owner, TTL: ttl, Salt: key}, nil)
 	return err
 }
 
