@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -63,6 +64,9 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	}
 	wal, err := OpenWAL(filepath.Join(cfg.RaftDir, "wal"), 0)
 	if err == nil {
+		if cut := wal.Cut(); cut > 0 {
+			log.Warn("raft log: cut an unfinished write off the tail", zap.Int64("bytes", cut))
+		}
 		err = moveLogs(store, wal)
 	}
 	if err != nil {
@@ -97,9 +101,10 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 }
 
 // moveLogs moves the entries a raft dir written before the WAL kept in
-// bbolt into the WAL, so an upgraded node keeps its log. The WAL is
-// written (and fsynced) before bbolt lets go of them; a crash between the
-// two leaves them in both, and the next start drops bbolt's copy.
+// bbolt into the WAL, so an upgraded node keeps its log. While bbolt holds
+// entries it is the log: the WAL is cleared and filled from it (and
+// fsynced) before bbolt lets go of them, so a crash at any point leaves a
+// whole log in bbolt or in the WAL, and the next start finishes the move.
 func moveLogs(from *BoltStore, to *WAL) error {
 	first, err := from.FirstIndex()
 	if err != nil || first == 0 {
@@ -109,34 +114,35 @@ func moveLogs(from *BoltStore, to *WAL) error {
 	if err != nil {
 		return err
 	}
-	if have, _ := to.LastIndex(); have == 0 {
-		// bbolt's log can have a gap (raft left one after a snapshot
-		// install); the WAL keeps what follows the last gap, as raft would.
-		var batch []*raft.Log
-		flush := func() error {
-			err := to.StoreLogs(batch)
-			batch = batch[:0]
-			return err
-		}
-		for i := first; i <= last; i++ {
-			l := new(raft.Log)
-			err := from.GetLog(i, l)
-			switch {
-			case errors.Is(err, raft.ErrLogNotFound):
+	if err := to.DeleteRange(0, math.MaxUint64); err != nil {
+		return fmt.Errorf("replica: moving the log out of raft.db: %w", err)
+	}
+	// bbolt's log can have a gap (raft left one after a snapshot
+	// install); the WAL keeps what follows the last gap, as raft would.
+	var batch []*raft.Log
+	flush := func() error {
+		err := to.StoreLogs(batch)
+		batch = batch[:0]
+		return err
+	}
+	for i := first; i <= last; i++ {
+		l := new(raft.Log)
+		err := from.GetLog(i, l)
+		switch {
+		case errors.Is(err, raft.ErrLogNotFound):
+			err = flush()
+		case err == nil:
+			batch = append(batch, l)
+			if len(batch) == 1024 {
 				err = flush()
-			case err == nil:
-				batch = append(batch, l)
-				if len(batch) == 1024 {
-					err = flush()
-				}
-			}
-			if err != nil {
-				return fmt.Errorf("replica: moving the log out of raft.db: %w", err)
 			}
 		}
-		if err := flush(); err != nil {
+		if err != nil {
 			return fmt.Errorf("replica: moving the log out of raft.db: %w", err)
 		}
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("replica: moving the log out of raft.db: %w", err)
 	}
 	return from.DeleteRange(first, last)
 }

@@ -54,6 +54,7 @@ type WAL struct {
 	segs []*walSegment
 	// first and last are the log's bounds, 0 and 0 when it is empty.
 	first, last uint64
+	cut         int64 // bytes of an unfinished write Open cut off the tail
 	closed      bool  // under mu
 	err         error // under wmu; sticky: a failed write leaves the tail unknown
 	buf         []byte
@@ -90,8 +91,13 @@ func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 	if segmentSize <= 0 {
 		segmentSize = walSegmentSize
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+		if err := syncDir(filepath.Dir(dir)); err != nil { // the new name is durable
+			return nil, fmt.Errorf("replica: %w", err)
+		}
 	}
 	w := &WAL{dir: dir, max: segmentSize}
 	names, err := w.segmentNames()
@@ -181,6 +187,7 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 			return nil, fmt.Errorf("%w: %s damaged at offset %d", errWALCorrupt, f.Name(), off)
 		}
 		// An unfinished write: never acknowledged, so drop it for good.
+		w.cut = int64(len(data)) - off
 		if err := f.Truncate(off); err != nil {
 			_ = f.Close()
 			return nil, fmt.Errorf("replica: %w", err)
@@ -225,6 +232,11 @@ func (w *WAL) bounds() {
 		w.last = s.first + uint64(len(s.offs)) - 1
 	}
 }
+
+// Cut returns how many bytes of an unfinished write at the tail Open cut
+// off (0 if none). The caller logs it: a write torn by a crash is
+// expected, but a large cut after a clean stop means damage.
+func (w *WAL) Cut() int64 { return w.cut }
 
 // FirstIndex implements raft.LogStore: 0 when the log is empty.
 func (w *WAL) FirstIndex() (uint64, error) {
@@ -300,6 +312,11 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 	last, empty := w.last, w.first == 0
 	w.mu.RUnlock()
 	next := logs[0].Index
+	for i, l := range logs {
+		if l.Index != next+uint64(i) {
+			return fmt.Errorf("replica: log entries out of order: %d after %d", l.Index, next+uint64(i)-1)
+		}
+	}
 	switch {
 	case empty || next == last+1:
 	case next > last+1:
@@ -315,10 +332,7 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 	}
 	w.buf = w.buf[:0]
 	offs := make([]int64, 0, len(logs))
-	for i, l := range logs {
-		if l.Index != next+uint64(i) {
-			return fmt.Errorf("replica: log entries out of order: %d after %d", l.Index, next+uint64(i)-1)
-		}
+	for _, l := range logs {
 		offs = append(offs, int64(len(w.buf)))
 		w.buf = walAppend(w.buf, l)
 	}
@@ -379,7 +393,7 @@ func (w *WAL) active(next uint64, empty bool) (*walSegment, error) {
 		// Only an empty segment can be left when the log is empty; it
 		// was started for an index the log no longer continues from.
 		if err := w.removeSegments(w.segs); err != nil {
-			return nil, err
+			return nil, err // the caller makes it sticky
 		}
 	}
 	f, err := os.OpenFile(w.path(next), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -454,7 +468,10 @@ func (w *WAL) deletePrefix(first uint64) error {
 	if len(drop) == 0 {
 		return nil
 	}
-	return w.removeSegments(drop) // a failure leaves old entries, which is harmless
+	if err := w.removeSegments(drop); err != nil {
+		return w.fail(err)
+	}
+	return nil
 }
 
 // deleteSuffix cuts the log before index min.
@@ -481,14 +498,18 @@ func (w *WAL) deleteSuffix(min uint64) error {
 }
 
 // removeSegments deletes segs, a prefix or a suffix of w.segs, from w.segs
-// and from disk. A suffix goes newest first and a prefix oldest first, so
-// that a crash part way leaves the files without a gap. w.wmu is held.
+// and from disk. A suffix goes newest first and a prefix oldest first,
+// each unlink synced before the next, so that a crash part way leaves the
+// files without a gap; so does a failure, which stops the run (the files
+// not removed are closed but stay on disk, and the caller makes the
+// error sticky: the next start reads them back, contiguous). w.wmu is
+// held.
 func (w *WAL) removeSegments(segs []*walSegment) error {
 	if len(segs) == 0 {
 		return nil
 	}
 	segs = slices.Clone(segs)
-	w.mu.Lock()
+	w.mu.Lock() // readers stop seeing them before their files close
 	suffix := segs[0] != w.segs[0]
 	if suffix {
 		w.segs = w.segs[:len(w.segs)-len(segs)]
@@ -497,15 +518,16 @@ func (w *WAL) removeSegments(segs []*walSegment) error {
 		w.segs = slices.Clone(w.segs[len(segs):])
 	}
 	w.mu.Unlock()
-	var errs []error
+	var err error
 	for _, s := range segs {
-		errs = append(errs, s.f.Close())
-		if err := os.Remove(s.f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+		_ = s.f.Close() // read-only by now: nothing to lose
+		if err == nil {
+			if err = os.Remove(s.f.Name()); err == nil || errors.Is(err, os.ErrNotExist) {
+				err = syncDir(w.dir)
+			}
 		}
 	}
-	errs = append(errs, syncDir(w.dir))
-	return errors.Join(errs...)
+	return err
 }
 
 // Close closes the segment files.
