@@ -294,6 +294,30 @@ func (e *Engine) SessionTTL(owner OwnerID) (time.Duration, bool) {
 	return 0, false
 }
 
+// IdleSessions ends every request in flight of every session, as if each
+// had called EndSession at now, and returns how many sessions that made
+// idle. A new Raft leader applies it (after ShiftDeadlines): the requests
+// that had begun died with the old leader, and their EndSession never
+// comes, so without it such a session would stay busy, and never expire.
+// Each idle TTL restarts at now, never shorter than the client was told.
+func (e *Engine) IdleSessions(now int64) int {
+	ss := &e.sess
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	n := 0
+	for _, s := range ss.m {
+		if s.busy > 0 {
+			s.busy = 0
+			s.lastSeen = max(s.lastSeen, now)
+			n++
+		}
+	}
+	if n > 0 {
+		ss.rebuildLocked() // files every idle session; ties go by owner
+	}
+	return n
+}
+
 // SessionKey returns the key owner's session was opened with (0 for
 // none), and false if it has no session.
 func (e *Engine) SessionKey(owner OwnerID) (uint64, bool) {

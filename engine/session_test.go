@@ -283,3 +283,37 @@ func BenchmarkSessions(b *testing.B) {
 		}
 	})
 }
+
+// TestIdleSessions: every busy session goes idle with its TTL restarted at
+// now (an idle one keeps its own clock), and then expires on time.
+func TestIdleSessions(t *testing.T) {
+	e := newTestEngine(t, nil)
+	ttl := 10 * time.Second
+	for o := OwnerID(1); o <= 3; o++ {
+		if err := e.OpenSession(0, o, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.BeginSession(sec, 1)
+	e.BeginSession(sec, 2)
+	e.BeginSession(sec, 2) // two requests in flight
+	if n := e.IdleSessions(20 * sec); n != 2 {
+		t.Fatalf("IdleSessions = %d; want 2", n)
+	}
+	if err := e.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	e.Expire(15 * sec) // session 3, idle since 0, is due; 1 and 2 run from 20 s
+	for o, want := range map[OwnerID]bool{1: true, 2: true, 3: false} {
+		if _, ok := e.SessionTTL(o); ok != want {
+			t.Fatalf("at 15 s session %d open = %v; want %v", o, ok, want)
+		}
+	}
+	e.Expire(31 * sec)
+	if n := e.Sessions(); n != 0 {
+		t.Fatalf("%d sessions left at 31 s; want 0", n)
+	}
+	if e.IdleSessions(40*sec) != 0 {
+		t.Fatal("IdleSessions found busy sessions in an empty engine")
+	}
+}

@@ -188,6 +188,9 @@ func (f *FSM) applyCommand(c *Command) Reply {
 			e.ShiftDeadlines(c.Now - f.lastNow)
 		}
 		f.lastNow = c.Now
+		// REST requests in flight died with the old leader; their
+		// sessions go idle here, on every replica alike.
+		e.IdleSessions(c.Now)
 		f.addrMu.Lock()
 		f.leaders[string(c.Key)] = leaderAddrs{client: c.Addr, http: c.HTTPAddr}
 		f.addrMu.Unlock()

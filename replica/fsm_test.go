@@ -365,3 +365,28 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestRestampIdlesSessions: a REST request that began on the old leader
+// never ends (its EndSession died with it); the new leader's restamp makes
+// its session idle, so it expires a TTL later instead of never.
+func TestRestampIdlesSessions(t *testing.T) {
+	f := newTestFSM(t, 1)
+	owner := engine.OwnerID(1<<63 | 5)
+	fsmApply(t, f, 1, Command{Op: OpOpenSession, Now: 100 * sec, Owner: owner, TTL: 10 * time.Second, Salt: 0xbeef})
+	if r := fsmApply(t, f, 2, Command{Op: OpBeginSession, Now: 101 * sec, Owner: owner}); !r.OK {
+		t.Fatal("BeginSession failed")
+	}
+	fsmApply(t, f, 3, Command{Op: OpExpire, Now: 200 * sec}) // busy: never expires
+	if _, ok := f.Engine().SessionTTL(owner); !ok {
+		t.Fatal("a busy session expired")
+	}
+	fsmApply(t, f, 4, Command{Op: OpRestamp, Now: 300 * sec, Key: []byte("n2"), Addr: "c2"})
+	fsmApply(t, f, 5, Command{Op: OpExpire, Now: 309 * sec}) // within the TTL restarted at 300
+	if key, ok := f.Engine().SessionKey(owner); !ok || key != 0xbeef {
+		t.Fatalf("session gone (or key %x) before its TTL ran from the restamp", key)
+	}
+	fsmApply(t, f, 6, Command{Op: OpExpire, Now: 311 * sec})
+	if _, ok := f.Engine().SessionTTL(owner); ok {
+		t.Fatal("the session of a request lost in the failover never expired")
+	}
+}
