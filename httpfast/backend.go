@@ -134,19 +134,11 @@ func (b *clusterBackend) beginSession(owner engine.OwnerID) (bool, error) {
 	return b.n.BeginSession(ctx, owner)
 }
 
-// endSession cannot report failure to anyone: the request it ends has
-// been answered. If it is lost (leadership changed meanwhile) the
-// replicated session keeps a request counted in flight and never goes
-// idle; its leases still expire on their own (see docs/http.md).
-func (b *clusterBackend) endSession(owner engine.OwnerID) {
-	ctx, cancel := proposeCtx()
-	defer cancel()
-	if err := b.n.EndSession(ctx, owner); err != nil {
-		if ce := b.log.Check(zap.DebugLevel, "end session not logged"); ce != nil {
-			ce.Write(zap.Uint64("owner", uint64(owner)), zap.Error(err))
-		}
-	}
-}
+// endSession does not wait for the commit: the request it ends has its
+// answer, and nobody could be told of a failure. If it is lost (leadership
+// changed meanwhile) the session stays busy until the next leader's
+// restamp makes it idle (see docs/cluster.md).
+func (b *clusterBackend) endSession(owner engine.OwnerID) { b.n.EndSessionAsync(owner) }
 
 func (b *clusterBackend) acquire(req engine.AcquireReq, sink engine.Sink) (engine.Outcome, error) {
 	ctx, cancel := proposeCtx()

@@ -530,5 +530,20 @@ func (n *Node) EndSession(ctx context.Context, owner engine.OwnerID) error {
 	return err
 }
 
+// EndSessionAsync proposes engine.EndSession and returns at once: the
+// REST API ends a session's request after it has its answer, and waiting
+// for the commit would hold the response back by a round trip. The batcher
+// keeps proposals in order, so the next request's BeginSession follows
+// it in the log. If it is lost (this node is not the ready leader, or
+// leadership changes before it commits) the session stays busy until the
+// next leader's restamp makes every session idle.
+func (n *Node) EndSessionAsync(owner engine.OwnerID) {
+	if !n.isReady.Load() {
+		return
+	}
+	c := Command{Op: OpEndSession, Owner: owner, Now: n.now(), Origin: n.origin, ReqID: n.seq.Add(1)}
+	n.batch.submit(&proposal{c: c, done: make(chan proposalResult, 1)}) // nobody reads: buffered
+}
+
 // WriteState writes the FSM's state; see FSM.WriteState.
 func (n *Node) WriteState(w io.Writer) (uint64, error) { return n.fsm.WriteState(w) }
