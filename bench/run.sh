@@ -20,24 +20,8 @@ WORKERS=${WORKERS:-1,10,50,100,200,500}
 ROUNDS=${ROUNDS:-1000}
 MODE=${MODE:-lock}
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-echo "building latchd and latchd-bench..." >&2
-go build -o "$tmp/latchd" ./cmd/latchd
-go build -o "$tmp/latchd-bench" ./cmd/latchd-bench
-lb="$tmp/latchd-bench"
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 port() { "$lb" freeport; }
 
