@@ -295,20 +295,52 @@ func (e *Engine) SessionTTL(owner OwnerID) (time.Duration, bool) {
 }
 
 // IdleSessions ends every request in flight of every session, as if each
-// had called EndSession at now, and returns how many sessions that made
-// idle. A new Raft leader applies it (after ShiftDeadlines): the requests
-// that had begun died with the old leader, and their EndSession never
-// comes, so without it such a session would stay busy, and never expire.
-// Each idle TTL restarts at now, never shorter than the client was told.
+// had called EndSession, and returns how many sessions that made idle. A
+// new Raft leader applies it (after ShiftDeadlines): a request that had
+// begun on the old leader never proposes its EndSession if that leader
+// died, so without it the session would stay busy, and never expire.
+//
+// A request may still be alive, though: one parked on a deposed leader
+// that goes on applying the log is answered there when its wait ends. So
+// a session's idle TTL restarts at the latest of now and the deadlines of
+// its owner's waits: never shorter than the client was told, and never
+// before what it waits for is decided.
 func (e *Engine) IdleSessions(now int64) int {
 	ss := &e.sess
 	ss.mu.Lock()
+	var busy []OwnerID
+	for owner, s := range ss.m {
+		if s.busy > 0 {
+			busy = append(busy, owner)
+		}
+	}
+	ss.mu.Unlock()
+	if len(busy) == 0 {
+		return 0
+	}
+	// The shards' locks are never taken under ss.mu.
+	from := make(map[OwnerID]int64, len(busy))
+	for _, owner := range busy {
+		t := now
+		for i := range e.shards {
+			sh := &e.shards[i]
+			sh.mu.Lock()
+			for en := sh.owners[owner]; en != nil; en = en.onext {
+				if !en.holding && en.hidx >= 0 && en.deadline > t {
+					t = en.deadline
+				}
+			}
+			sh.mu.Unlock()
+		}
+		from[owner] = t
+	}
+	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	n := 0
-	for _, s := range ss.m {
-		if s.busy > 0 {
+	for owner, t := range from {
+		if s := ss.m[owner]; s != nil && s.busy > 0 {
 			s.busy = 0
-			s.lastSeen = max(s.lastSeen, now)
+			s.lastSeen = max(s.lastSeen, t)
 			n++
 		}
 	}

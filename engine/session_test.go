@@ -317,3 +317,43 @@ func TestIdleSessions(t *testing.T) {
 		t.Fatal("IdleSessions found busy sessions in an empty engine")
 	}
 }
+
+// TestIdleSessionsCoverWaits: a busy session whose owner waits keeps its
+// TTL from the wait's deadline, so a request parked on a deposed leader is
+// still alive when its wait is decided.
+func TestIdleSessionsCoverWaits(t *testing.T) {
+	e := newTestEngine(t, nil)
+	ttl := 10 * time.Second
+	const holder, waiter = OwnerID(1), OwnerID(2)
+	if _, err := e.Acquire(0, AcquireReq{Key: []byte("k"), Owner: holder, Limit: 1, TTL: time.Minute}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.OpenSession(0, waiter, ttl); err != nil {
+		t.Fatal(err)
+	}
+	e.BeginSession(sec, waiter)
+	out, err := e.Acquire(sec, AcquireReq{Key: []byte("k"), Owner: waiter, Limit: 1, TTL: time.Minute, Timeout: 30 * time.Second}, countSinkFor())
+	if err != nil || out.Result != Queued {
+		t.Fatalf("parked acquire = %v, %v", out.Result, err)
+	}
+	if n := e.IdleSessions(5 * sec); n != 1 {
+		t.Fatalf("IdleSessions = %d; want 1", n)
+	}
+	if err := e.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	e.Expire(30 * sec) // the wait (until 31 s) is still open: so is the session
+	if _, ok := e.SessionTTL(waiter); !ok {
+		t.Fatal("the session expired under its owner's open wait")
+	}
+	e.Expire(40 * sec) // the wait timed out at 31 s; the session runs to 41 s
+	if _, ok := e.SessionTTL(waiter); !ok {
+		t.Fatal("the session expired before a TTL after its wait's deadline")
+	}
+	e.Expire(42 * sec)
+	if _, ok := e.SessionTTL(waiter); ok {
+		t.Fatal("the session outlived a TTL after its wait's deadline")
+	}
+}
+
+func countSinkFor() Sink { return &countSink{} }
