@@ -364,7 +364,8 @@ func (c *Conn) acquireSent(ctx context.Context, k cmds, key string, limit int, t
 	if err != nil {
 		return Grant{}, err
 	}
-	return c.grant(r, codec.StatusOK, nil)
+	// l has no bare "error" answer: a server that sends one is broken.
+	return c.grant(r, codec.StatusOK, fmt.Errorf("%w: bare error to an acquire", ErrProtocol))
 }
 
 func (c *Conn) enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error) {

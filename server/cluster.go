@@ -152,11 +152,12 @@ func (s *Server) run(ss *session, p *proposal) {
 		switch {
 		case errors.As(err, &nl):
 			line = appendNotLeader(nil, nl.ClientAddr)
-		case errors.Is(err, replica.ErrUnknownOutcome):
+		case errors.Is(err, replica.ErrUnknownOutcome) || !engineError(err):
 			// The request entered the log and leadership was lost before
-			// it committed: it may or may not take effect. Answering
-			// either way could be a lie; closing the connection tells the
-			// client the outcome is unknown.
+			// it committed, or the node closed or failed under it: it may
+			// or may not take effect. Answering either way could be a lie
+			// (and l has no bare error to give); closing the connection
+			// tells the client the outcome is unknown.
 			s.debug("proposal outcome unknown", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
 			_ = ss.conn.Close()
 			return
@@ -172,6 +173,18 @@ func (s *Server) run(ss *session, p *proposal) {
 	ss.delivered = true
 	ss.mu.Unlock()
 	ss.wake()
+}
+
+// engineError reports whether err is the engine's answer to a request
+// (which the protocol has a status for), not the replica's or raft's.
+func engineError(err error) bool {
+	for _, e := range [...]error{engine.ErrMaxKeys, engine.ErrMaxWaiters, engine.ErrLimitMismatch,
+		engine.ErrNotHolder, engine.ErrAlreadyQueued, engine.ErrNotQueued, engine.ErrBadRequest} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // proposed ends one proposal of ss; the last one of a closed connection
