@@ -180,7 +180,7 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 			return nil, false
 		}
 	}
-	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip}
+	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip, cluster: s.node != nil}
 	s.reg.add(ss)
 	if s.met != nil {
 		s.met.Opened()

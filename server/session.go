@@ -28,6 +28,8 @@ type session struct {
 	authed bool   // auth passed, or none is configured
 	out    []byte // answers of one OnTraffic call, written once
 	ip     string // client IP, kept only when MaxConnectionsPerIP is on
+	// cluster is set at creation: the server runs in cluster mode.
+	cluster bool
 
 	// Event loop only, set only with metrics on: when the parked request
 	// was decoded, and its command, for its latency.
@@ -55,7 +57,16 @@ type session struct {
 // connection's loop.
 func (ss *session) Deliver(o engine.Outcome) {
 	if o.Result == engine.Canceled {
-		return // only DropOwner cancels, and only for a closed connection
+		// On a single node only DropOwner cancels, and only for a closed
+		// connection. In cluster mode a snapshot restore also cancels
+		// every parked request: the request may still be queued there and
+		// be granted unheard, so the outcome is unknown. Closing the
+		// connection says so (and releases, through the log, what it
+		// holds), as for any proposal whose fate is unknown.
+		if ss.cluster && !ss.closed.Load() {
+			_ = ss.conn.Close()
+		}
+		return
 	}
 	ss.enqueue(o)
 	ss.wake()
