@@ -98,13 +98,15 @@ func (s *Server) propose(ss *session, req *codec.Request, out []byte) []byte {
 	ss.parked = true
 	ss.proposed = true
 	ss.inflight.Add(1)
+	s.pending.Add(1)
 	go s.run(ss, &p)
 	return out
 }
 
 // run proposes p and queues its answer for the connection's loop.
 func (s *Server) run(ss *session, p *proposal) {
-	defer s.proposed(ss)
+	defer s.pending.Done()
+	defer s.proposed(ss) // before Done: it may add a Disconnect
 	ctx, cancel := context.WithTimeout(context.Background(), proposeWait)
 	defer cancel()
 	var (
@@ -216,18 +218,24 @@ func (s *Server) disconnect(ss *session) {
 	if !s.node.IsLeader() {
 		return // a follower cannot; the leases run out
 	}
+	release := s.cfg.AutoRelease
 	select {
 	case <-s.stop:
 		// Shutting down: the clients move to the next leader and renew
 		// their grants there by token; releasing them now would take
-		// away locks their holders still rely on.
-		return
+		// away locks their holders still rely on. Their waits go: no
+		// one can resume a wait of this connection (w needs its owner),
+		// and left queued each would be granted in turn and held unheard
+		// for a lease.
+		release = false
 	default:
 	}
+	s.pending.Add(1)
 	go func() {
+		defer s.pending.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), proposeWait)
 		defer cancel()
-		if err := s.node.Disconnect(ctx, ss.id, s.cfg.AutoRelease); err != nil {
+		if err := s.node.Disconnect(ctx, ss.id, release); err != nil {
 			s.debug("disconnect not logged", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
 		}
 	}()

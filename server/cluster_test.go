@@ -141,3 +141,32 @@ func grantSurvived(t *testing.T, cl *client, key, tok string, before uint64) {
 		t.Fatalf("fence on %s now %d, not above %d", key, after, before)
 	}
 }
+
+// TestClusterStopWithdrawsWaits: a leader that stops leaves its
+// connections' grants to be renewed on the next leader, but withdraws their
+// waits: nobody can resume them (w needs the owner), and left queued each
+// would be granted in turn and held unheard for a lease.
+func TestClusterStopWithdrawsWaits(t *testing.T) {
+	c := testutil.StartCluster(t, 3, nil)
+	li := c.Leader(10 * time.Second)
+	ms := c.Members()
+	holder := dial(t, ms[li].Addr)
+	tok := grant(t, holder.do("l", "job", "0 30"), "ok")
+	waiter := dial(t, ms[li].Addr)
+	waiter.req("l", "job", "60 30")
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		_, g := ms[li].Node.FSM().Engine().Metrics()
+		return g.Waiting == 1
+	}, "the waiter never queued")
+
+	c.Stop(li)
+	nl := c.Leader(10 * time.Second)
+	_, g := ms[nl].Node.FSM().Engine().Metrics()
+	if g.Held != 1 || g.Waiting != 0 {
+		t.Fatalf("on the new leader held %d waiting %d; want the grant kept (1) and the wait withdrawn (0)", g.Held, g.Waiting)
+	}
+	// The holder's grant is still its own, by token.
+	if got := dial(t, ms[nl].Addr).do("n", "job", tok); !strings.HasPrefix(got, "ok ") {
+		t.Fatalf("renew on the new leader = %q", got)
+	}
+}

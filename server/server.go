@@ -46,6 +46,10 @@ type Server struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
+	// pending counts cluster mode's proposal goroutines (requests and
+	// Disconnects), which Stop waits for: a Disconnect proposed as the
+	// listener closes must reach the log before the node goes.
+	pending sync.WaitGroup
 }
 
 // New returns a server for eng; Start runs it.
@@ -125,7 +129,9 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		close(s.stop)
 		if s.cfg.TLS != nil {
-			err = s.stopTLS(ctx)
+			if err = s.stopTLS(ctx); err == nil {
+				err = s.waitPending(ctx)
+			}
 			return
 		}
 		err = s.gnet.Stop(ctx)
@@ -136,8 +142,26 @@ func (s *Server) Stop(ctx context.Context) error {
 				err = ctx.Err()
 			}
 		}
+		if err == nil {
+			err = s.waitPending(ctx)
+		}
 	})
 	return err
+}
+
+// waitPending waits, within ctx, for the proposal goroutines.
+func (s *Server) waitPending(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.pending.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // OnOpen admits a connection and gives it a session.
