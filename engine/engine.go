@@ -299,10 +299,20 @@ func (e *Engine) ReleaseVia(now int64, key []byte, tok fence.Token, via Via) err
 // lease's own TTL) and returns the lease length. An expired lease is not
 // resurrected: ErrNotHolder.
 func (e *Engine) Renew(now int64, key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error) {
+	return e.RenewAs(now, key, tok, ttl, 0)
+}
+
+// RenewAs is Renew by owner (0: nobody in particular). A lease renewed by
+// an owner other than its holder moves to that owner: whoever proves the
+// token last holds the lease, so the old owner's disconnect (a client's
+// dead connection, closed after the client renewed on a new one) no
+// longer releases it, and the new owner's does. It stays put when the new
+// owner already holds or waits on the key.
+func (e *Engine) RenewAs(now int64, key []byte, tok fence.Token, ttl time.Duration, owner OwnerID) (time.Duration, error) {
 	if ttl < 0 {
 		return 0, ErrBadRequest
 	}
-	return e.shardFor(key).renew(now, key, tok, ttl)
+	return e.shardFor(key).renew(now, key, tok, ttl, owner)
 }
 
 // DropOwner releases everything owner holds and withdraws everything it

@@ -417,3 +417,46 @@ func TestWaitCollectsFastPathGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRenewAsMovesTheLease: a lease renewed by token from another owner
+// (a client's new connection) moves to it: the old owner's disconnect no
+// longer releases it, the new owner's does. A new owner that already
+// waits on the key leaves it where it is.
+func TestRenewAsMovesTheLease(t *testing.T) {
+	e := newTestEngine(t, nil)
+	k := []byte("k")
+	out, err := e.Acquire(0, AcquireReq{Key: k, Owner: 1, Limit: 1, TTL: time.Minute}, nil)
+	if err != nil || out.Result != Granted {
+		t.Fatalf("acquire = %v, %v", out.Result, err)
+	}
+	if _, err := e.RenewAs(sec, k, out.Token, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	e.DropOwner(2*sec, 1) // the old connection closes
+	if _, err := e.Renew(3*sec, k, out.Token, 0); err != nil {
+		t.Fatalf("the lease went with its old owner: %v", err)
+	}
+	e.DropOwner(4*sec, 2)
+	if _, err := e.Renew(5*sec, k, out.Token, 0); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("after its new owner dropped, renew = %v; want ErrNotHolder", err)
+	}
+
+	// Owner 4 waits on the key held by 3: a renew by 4 leaves 3 holding.
+	out, _ = e.Acquire(10*sec, AcquireReq{Key: k, Owner: 3, Limit: 1, TTL: time.Minute}, nil)
+	if w, _ := e.Enqueue(10*sec, AcquireReq{Key: k, Owner: 4, Limit: 1, TTL: time.Minute}); w.Result != Queued {
+		t.Fatalf("enqueue = %v", w.Result)
+	}
+	if _, err := e.RenewAs(11*sec, k, out.Token, 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	e.DropOwner(12*sec, 4)
+	if _, err := e.Renew(13*sec, k, out.Token, 0); err != nil {
+		t.Fatalf("a renew by a waiter moved the lease to it: %v", err)
+	}
+}

@@ -128,7 +128,7 @@ func (r *persistRun) play(t *testing.T, rng *rand.Rand, now *int64, n int) {
 			r.note("release", g.owner, g.key, Outcome{Token: g.tok}, err)
 		case op < 76 && len(r.grants) > 0:
 			g := r.grants[len(r.grants)-1-rng.IntN(min(len(r.grants), 12))]
-			ttl, err := e.Renew(*now, []byte(g.key), g.tok, req.TTL)
+			ttl, err := e.RenewAs(*now, []byte(g.key), g.tok, req.TTL, owner) // may move the lease
 			r.note("renew", g.owner, g.key, Outcome{Token: g.tok, TTL: ttl}, err)
 		case op < 79:
 			e.DropOwner(*now, owner)

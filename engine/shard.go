@@ -379,11 +379,16 @@ func (s *shard) release(now int64, key []byte, tok fence.Token, via Via) error {
 	return nil
 }
 
-func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error) {
+func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration, owner OwnerID) (time.Duration, error) {
 	var d *[]delivery
 	s.mu.Lock()
 	en := s.holderLocked(now, key, tok, &d)
 	if en != nil {
+		if owner != 0 && owner != en.owner && s.findOwned(owner, en.res, false) == nil {
+			s.unlinkOwner(en)
+			en.owner = owner
+			s.linkOwner(en)
+		}
 		if ttl > 0 {
 			en.ttl = ttl
 		}

@@ -32,7 +32,7 @@ type backend interface {
 	enqueue(req engine.AcquireReq) (engine.Outcome, error)
 	wait(key []byte, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) (engine.Outcome, error)
 	release(key []byte, tok fence.Token) error
-	renew(key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error)
+	renew(key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error)
 	// disconnect withdraws everything owner waits for and, with release,
 	// releases everything it holds. disconnect(owner, true) is
 	// engine.DropOwner: DropOwner is defined as Disconnect(now, owner,
@@ -78,8 +78,8 @@ func (b *localBackend) release(key []byte, tok fence.Token) error {
 	return b.eng.Release(clock.Now(), key, tok)
 }
 
-func (b *localBackend) renew(key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error) {
-	return b.eng.Renew(clock.Now(), key, tok, ttl)
+func (b *localBackend) renew(key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error) {
+	return b.eng.RenewAs(clock.Now(), key, tok, ttl, owner)
 }
 
 func (b *localBackend) disconnect(owner engine.OwnerID, release bool) error {
@@ -164,10 +164,10 @@ func (b *clusterBackend) release(key []byte, tok fence.Token) error {
 	return b.n.Release(ctx, key, tok)
 }
 
-func (b *clusterBackend) renew(key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error) {
+func (b *clusterBackend) renew(key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error) {
 	ctx, cancel := proposeCtx()
 	defer cancel()
-	return b.n.Renew(ctx, key, tok, ttl)
+	return b.n.Renew(ctx, key, tok, ttl, owner)
 }
 
 // disconnect proposes replica's Disconnect, which applies

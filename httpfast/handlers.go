@@ -247,7 +247,7 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		}
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
 	case opLockRenew, opSemRenew:
-		ttl, err := s.be.renew(key, tok, req.TTL)
+		ttl, err := s.be.renew(key, tok, req.TTL, owner)
 		if err != nil {
 			s.fail(ctx, err)
 			return

@@ -83,7 +83,7 @@ func TestReplicatesEveryCommand(t *testing.T) {
 		t.Fatalf("second enqueue = %v; want ErrAlreadyQueued", err)
 	}
 
-	if ttl, err := l.Renew(ctx, []byte("a"), a1.Token, 2*min); ttl != 2*min || err != nil {
+	if ttl, err := l.Renew(ctx, []byte("a"), a1.Token, 2*min, 0); ttl != 2*min || err != nil {
 		t.Fatalf("Renew = %v, %v; want %v", ttl, err, 2*min)
 	}
 	bad := a1.Token
@@ -340,7 +340,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	ctx := ctxT(t, 5*time.Second)
 	for key, tok := range perKey {
-		if _, err := newL.Renew(ctx, []byte(key), tok, 0); err != nil {
+		if _, err := newL.Renew(ctx, []byte(key), tok, 0, 0); err != nil {
 			t.Errorf("Renew of %s %v on the new leader: %v", key, tok, err)
 		}
 	}

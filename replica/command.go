@@ -20,7 +20,7 @@ const (
 	OpEnqueue                    // engine.Enqueue: Owner, Key, Limit, TTL, Salt
 	OpWait                       // engine.Wait: Owner, Key, Timeout
 	OpRelease                    // engine.Release: Key, Token
-	OpRenew                      // engine.Renew: Key, Token, TTL
+	OpRenew                      // engine.RenewAs: Key, Token, TTL, Owner
 	OpDisconnect                 // engine.Disconnect: Owner, Release
 	OpExpire                     // engine.Expire
 	OpOpenSession                // engine.OpenSessionKeyed: Owner, TTL, Salt (the session key)

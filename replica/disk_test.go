@@ -89,7 +89,7 @@ func TestDiskRestart(t *testing.T) {
 		t.Fatal("a released lock is held again after the restart")
 	}
 	for key, tok := range map[string]engine.Outcome{"before-snapshot": first, "after-snapshot": second} {
-		if _, err := n.Renew(ctx, []byte(key), tok.Token, 0); err != nil {
+		if _, err := n.Renew(ctx, []byte(key), tok.Token, 0, 0); err != nil {
 			t.Fatalf("Renew(%s) after the restart: %v", key, err)
 		}
 	}

@@ -215,7 +215,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	case OpRelease:
 		r.Err = e.Release(now, c.Key, c.Token)
 	case OpRenew:
-		r.TTL, r.Err = e.Renew(now, c.Key, c.Token, c.TTL)
+		r.TTL, r.Err = e.RenewAs(now, c.Key, c.Token, c.TTL, c.Owner)
 	case OpDisconnect:
 		e.Disconnect(now, c.Owner, c.Release)
 	case OpExpire:

@@ -494,8 +494,8 @@ func (n *Node) Release(ctx context.Context, key []byte, tok fence.Token) error {
 }
 
 // Renew proposes engine.Renew and returns the lease length.
-func (n *Node) Renew(ctx context.Context, key []byte, tok fence.Token, ttl time.Duration) (time.Duration, error) {
-	r, err := n.Propose(ctx, Command{Op: OpRenew, Key: key, Token: tok, TTL: ttl}, nil)
+func (n *Node) Renew(ctx context.Context, key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error) {
+	r, err := n.Propose(ctx, Command{Op: OpRenew, Key: key, Token: tok, TTL: ttl, Owner: owner}, nil)
 	return r.TTL, err
 }
 

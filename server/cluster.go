@@ -145,7 +145,7 @@ func (s *Server) run(ss *session, p *proposal) {
 		}
 	case codec.CmdRenew, codec.CmdSemRenew:
 		var ttl time.Duration
-		if ttl, err = s.node.Renew(ctx, p.key, p.token, p.ttl); err == nil {
+		if ttl, err = s.node.Renew(ctx, p.key, p.token, p.ttl, ss.id); err == nil {
 			line = codec.AppendRemaining(nil, int64(ttl/time.Second))
 		}
 	}

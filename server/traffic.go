@@ -156,7 +156,7 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 		tok, err := fence.Parse(req.Token)
 		var ttl time.Duration
 		if err == nil {
-			ttl, err = s.eng.Renew(t, req.Key, tok, seconds(req.TTL))
+			ttl, err = s.eng.RenewAs(t, req.Key, tok, seconds(req.TTL), ss.id)
 		}
 		if err != nil {
 			return codec.AppendStatus(out, codec.StatusError), false
