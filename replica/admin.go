@@ -136,9 +136,10 @@ func (n *Node) adminErr(op string, err error) error {
 		return nil
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return n.notLeader()
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return ErrUnknownOutcome // in the log: the change may still commit
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ErrClosed
 	case errors.Is(err, raft.ErrEnqueueTimeout):

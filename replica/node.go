@@ -343,7 +343,8 @@ func (n *Node) run() {
 	defer close(n.done)
 	tick := time.NewTicker(n.cfg.ExpireEvery)
 	defer tick.Stop()
-	stamped := false // this leadership has restamped
+	stamped := false     // this leadership has restamped
+	var stampTerm uint64 // the term it restamped in
 	for {
 		select {
 		case <-n.stop:
@@ -361,12 +362,20 @@ func (n *Node) run() {
 			n.setReady(false)
 			continue
 		}
+		if stamped && n.raft.CurrentTerm() != stampTerm {
+			// Lost and regained between two looks, its LeaderCh signals
+			// dropped (raft does not block to deliver them): another
+			// leader may have written in between, so restamp.
+			stamped = false
+			n.setReady(false)
+		}
 		if !stamped {
+			term := n.raft.CurrentTerm()
 			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr, HTTPAddr: n.cfg.HTTPAddr}
-			if _, err := n.apply(context.Background(), &c, nil); err != nil {
+			if _, err := n.apply(context.Background(), &c, nil); err != nil || n.raft.CurrentTerm() != term {
 				continue // lost leadership, or a timeout: try again next tick
 			}
-			stamped = true
+			stamped, stampTerm = true, term
 			n.setReady(true)
 		}
 		now := n.now()
