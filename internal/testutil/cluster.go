@@ -3,6 +3,7 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"sync"
@@ -74,9 +75,20 @@ func ClusterConfig(id string) replica.Config {
 	return cfg
 }
 
-// FreePort returns a loopback address nobody listens on now.
+// FreePort returns a loopback address nobody listens on now, for a
+// member to bind a moment later. It draws from below Linux's ephemeral
+// range (32768 up): a port 0 listener gets one from inside it, which
+// another test's outgoing connection can take in between (it did: a
+// member failed to bind its raft port).
 func FreePort(tb testing.TB) string {
 	tb.Helper()
+	for range 200 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			_ = ln.Close()
+			return addr
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("listen: %v", err)
