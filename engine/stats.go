@@ -61,6 +61,14 @@ func (e *Engine) Metrics() (Counters, Gauges) {
 	return c, g
 }
 
+// Refusals returns how many requests this engine refused at
+// Config.MaxKeys (no idle key to evict) and at Config.MaxWaiters since it
+// started. They are not engine state: a snapshot does not carry them, and
+// each replica counts what it applied.
+func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
+	return e.refusedKeys.Load(), e.refusedWaiters.Load()
+}
+
 // LockStat describes a held lock (a key with limit 1).
 type LockStat struct {
 	Key         string `json:"key"`

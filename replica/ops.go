@@ -48,7 +48,15 @@ func (n *Node) HandOff(timeout time.Duration) {
 		n.log.Warn("leadership not handed off before stopping", zap.String("node_id", n.cfg.NodeID), zap.Error(err))
 		return
 	}
+	// Name the new leader once this node hears of it (its first heartbeat).
 	_, id := n.raft.LeaderWithID()
+	for id == "" && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+		_, id = n.raft.LeaderWithID()
+	}
 	n.log.Info("leadership handed off before stopping", zap.String("node_id", n.cfg.NodeID),
 		zap.String("new_leader", string(id)), zap.Duration("took", time.Since(start)))
 }
