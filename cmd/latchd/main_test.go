@@ -137,7 +137,10 @@ func TestLogRefusals(t *testing.T) {
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	stop, done := make(chan struct{}), make(chan struct{})
-	go func() { defer close(done); logRefusals(stop, func() *engine.Engine { return eng }, 20*time.Millisecond, zap.New(core)) }()
+	go func() {
+		defer close(done)
+		logRefusals(stop, func() *engine.Engine { return eng }, 20*time.Millisecond, zap.New(core))
+	}()
 	defer func() { close(stop); <-done }()
 	acq := func(key string, owner engine.OwnerID) error {
 		_, err := eng.Acquire(0, engine.AcquireReq{Key: []byte(key), Owner: owner, Limit: 1, TTL: time.Minute, Timeout: time.Minute}, nopSink{})
