@@ -14,7 +14,7 @@ require (
 	github.com/prometheus/common v0.71.0
 	github.com/schollz/progressbar/v3 v3.18.0
 	github.com/valyala/fasthttp v1.74.0
-	go.etcd.io/bbolt v1.3.6
+	go.etcd.io/bbolt v1.5.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.16.0
