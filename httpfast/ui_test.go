@@ -154,3 +154,32 @@ func TestReadyz(t *testing.T) {
 		t.Fatalf("readyz message = %q", r.str("message"))
 	}
 }
+
+// TestClusterUIKeysAndReadyz: in cluster mode every node answers the
+// dashboard's routes from its replica, with its raft status, and /readyz
+// once it knows the leader and has applied its log.
+func TestClusterUIKeysAndReadyz(t *testing.T) {
+	rc := startRESTCluster(t, nil, 60*time.Second)
+	lm, lh := rc.leader()
+	sid := lh.session()
+	wantStatus(t, "acquire", lh.do(call{method: "POST", path: "/v1/locks/ui-job", session: sid}), http.StatusOK, "ok")
+	for _, m := range rc.followers(lm) {
+		fh := rc.h(m)
+		waitCounts(t, m, 1, 0)
+		wantStatus(t, "readyz on "+m.ID, fh.do(call{method: "GET", path: "/readyz"}), http.StatusOK, "ok")
+		r := fh.do(call{method: "GET", path: "/v1/ui/keys"})
+		cl, _ := r.body["cluster"].(map[string]any)
+		keys, _ := r.body["keys"].([]any)
+		if cl["role"] != "follower" || cl["leader_id"] != lm.ID || len(keys) != 1 || keys[0].(map[string]any)["key"] != "ui-job" {
+			t.Fatalf("ui keys on follower %s = %s", m.ID, r.raw)
+		}
+		r = fh.do(call{method: "GET", path: "/v1/locks/ui-job"})
+		if hs, _ := r.body["holders"].([]any); r.status != http.StatusOK || len(hs) != 1 {
+			t.Fatalf("GET the lock on follower %s = %d %s", m.ID, r.status, r.raw)
+		}
+	}
+	r := lh.do(call{method: "GET", path: "/v1/ui/keys"})
+	if cl, _ := r.body["cluster"].(map[string]any); cl["role"] != "leader" {
+		t.Fatalf("ui keys on the leader = %s", r.raw)
+	}
+}
