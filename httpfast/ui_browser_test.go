@@ -3,11 +3,13 @@ package httpfast
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,6 +148,8 @@ func screenshots(t *testing.T, ctx context.Context, h *harness, dir string) {
 		c.send("sl", "pool/workers", "0 4")
 		c.read()
 	}
+	stop := traffic(t, h.ts.Addr, "billing/nightly")
+	defer stop()
 	shot := func(name string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, steps...); err != nil {
@@ -164,4 +168,84 @@ func screenshots(t *testing.T, ctx context.Context, h *harness, dir string) {
 		chromedp.Click(chromedp.CSS(`#keys tbody tr[data-key="orders/db-migrate"] td.key`)),
 		chromedp.WaitVisible(chromedp.ID("detail")),
 		chromedp.Sleep(1200*time.Millisecond))
+}
+
+// traffic acquires and releases a lock in a loop over TCP, with a
+// try-lock on the held key busy (a timeout) every tenth round, so the
+// page's rates have something to show; stop ends it.
+func traffic(t *testing.T, addr, busy string) (stop func()) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rd := make([]byte, 256)
+		ask := func(cmd, key, arg string) string {
+			if _, err := c.Write([]byte(cmd + "\n" + key + "\n" + arg + "\n")); err != nil {
+				return ""
+			}
+			n, err := c.Read(rd)
+			if err != nil {
+				return ""
+			}
+			return strings.TrimSpace(string(rd[:n]))
+		}
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			f := strings.Fields(ask("l", "hot/counter", "0"))
+			if len(f) < 2 || f[0] != "ok" {
+				return
+			}
+			ask("r", "hot/counter", f[1])
+			if i%10 == 0 {
+				ask("l", busy, "0")
+			}
+		}
+	}()
+	return func() { close(quit); wg.Wait(); c.Close() }
+}
+
+// TestDashboardClusterScreenshot saves dashboard-cluster.png: a
+// follower's page in a 3-node cluster. It runs only with
+// LATCHD_UI_SCREENSHOTS=<dir> (see docs/dashboard.md).
+func TestDashboardClusterScreenshot(t *testing.T) {
+	dir := os.Getenv("LATCHD_UI_SCREENSHOTS")
+	if dir == "" {
+		t.Skip("set LATCHD_UI_SCREENSHOTS=<dir> to take the cluster screenshot")
+	}
+	ctx := browser(t)
+	rc := startRESTCluster(t, nil, 60*time.Second)
+	lm, _ := rc.leader()
+	for _, k := range []string{"orders/db-migrate", "billing/nightly", "cron/cleanup"} {
+		c := dialTCP(t, lm.Addr)
+		c.send("l", k, "0")
+		c.read()
+	}
+	w := dialTCP(t, lm.Addr)
+	w.send("l", "orders/db-migrate", "60")
+	stop := traffic(t, lm.Addr, "billing/nightly")
+	defer stop()
+	f := rc.followers(lm)[0]
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(rc.h(f).base+"/ui/"),
+		chromedp.WaitVisible(chromedp.ID("cluster")),
+		chromedp.Sleep(3*time.Second),
+	); err != nil {
+		t.Fatalf("load a follower's page: %v", err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "dashboard-cluster.png"), png, 0o644)
+	}
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
 }
