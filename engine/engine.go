@@ -122,6 +122,10 @@ type Engine struct {
 	resMu  sync.Mutex    // serialises FenceReserve calls
 	keys   atomic.Int64  // keys in memory, for MaxKeys
 	sess   sessions
+
+	// Requests refused at MaxKeys and MaxWaiters (rare: kept off the
+	// shards' counters).
+	refusedKeys, refusedWaiters atomic.Uint64
 }
 
 // New returns an engine with cfg, which must be valid.
@@ -227,6 +231,7 @@ func (e *Engine) Acquire(now int64, req AcquireReq, sink Sink) (Outcome, error) 
 	if err == ErrMaxKeys && e.evictIdle(sh) {
 		out, err = sh.acquire(now, &req, sink, false)
 	}
+	e.countRefusal(err)
 	return out, err
 }
 
@@ -244,7 +249,19 @@ func (e *Engine) Enqueue(now int64, req AcquireReq) (Outcome, error) {
 	if err == ErrMaxKeys && e.evictIdle(sh) {
 		out, err = sh.acquire(now, &req, nil, true)
 	}
+	e.countRefusal(err)
 	return out, err
+}
+
+// countRefusal counts a request refused at MaxKeys or MaxWaiters.
+func (e *Engine) countRefusal(err error) {
+	switch err {
+	case nil:
+	case ErrMaxKeys:
+		e.refusedKeys.Add(1)
+	case ErrMaxWaiters:
+		e.refusedWaiters.Add(1)
+	}
 }
 
 // evictIdle drops one idle key from a shard other than skip (whose own

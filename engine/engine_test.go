@@ -166,7 +166,7 @@ func TestSnapshot(t *testing.T) {
 	}
 	_ = lock
 	st := e.Snapshot(now + 2500*int64(time.Millisecond))
-	wantLocks := []LockStat{{Key: "lock", OwnerConnID: 7, LeaseExpiresInS: 7.5, Waiters: 1}}
+	wantLocks := []LockStat{{Key: "lock", OwnerConnID: 7, OwnerConnIDStr: "7", LeaseExpiresInS: 7.5, Waiters: 1}}
 	wantSems := []SemaphoreStat{{Key: "sem", Limit: 4, Holders: 2}}
 	wantIdleL := []IdleStat{{Key: "idle-l", IdleS: 2.5}}
 	wantIdleS := []IdleStat{{Key: "idle-s", IdleS: 1.5}}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -60,10 +61,22 @@ func (e *Engine) Metrics() (Counters, Gauges) {
 	return c, g
 }
 
+// Refusals returns how many requests this engine refused at
+// Config.MaxKeys (no idle key to evict) and at Config.MaxWaiters since it
+// started. They are not engine state: a snapshot does not carry them, and
+// each replica counts what it applied.
+func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
+	return e.refusedKeys.Load(), e.refusedWaiters.Load()
+}
+
 // LockStat describes a held lock (a key with limit 1).
 type LockStat struct {
-	Key             string  `json:"key"`
-	OwnerConnID     uint64  `json:"owner_conn_id"`
+	Key         string `json:"key"`
+	OwnerConnID uint64 `json:"owner_conn_id"`
+	// OwnerConnIDStr is OwnerConnID in decimal, for JSON readers that
+	// parse numbers as float64 and would round it (REST session ids use
+	// the top bit).
+	OwnerConnIDStr  string  `json:"owner_conn_id_str"`
 	LeaseExpiresInS float64 `json:"lease_expires_in_s"`
 	Waiters         int     `json:"waiters"`
 }
@@ -113,6 +126,7 @@ func (e *Engine) Snapshot(now int64) Stats {
 			case r.limit == 1:
 				h := r.holders.head
 				st.Locks = append(st.Locks, LockStat{Key: r.key, OwnerConnID: uint64(h.owner),
+					OwnerConnIDStr:  strconv.FormatUint(uint64(h.owner), 10),
 					LeaseExpiresInS: seconds(h.deadline - now), Waiters: r.waiters.n})
 			default:
 				st.Semaphores = append(st.Semaphores, SemaphoreStat{Key: r.key, Limit: r.limit,

@@ -106,6 +106,7 @@ type options struct {
 	metrics     *metrics.Registry
 	node        *replica.Node // WithCluster
 	admin       *adminOptions // WithAdmin
+	ready       func() error  // WithReadiness
 }
 
 type adminOptions struct {
@@ -124,4 +125,11 @@ func WithConnections(f func() int) Option {
 // server makes a registry of its own (engine and REST metrics only).
 func WithMetrics(reg *metrics.Registry) Option {
 	return func(o *options) { o.metrics = reg }
+}
+
+// WithReadiness makes GET /readyz answer 503 with ready's error while it
+// returns one. Without it /readyz is 200 once the REST port serves, and in
+// cluster mode follows replica.Node.Ready.
+func WithReadiness(ready func() error) Option {
+	return func(o *options) { o.ready = ready }
 }

@@ -107,8 +107,8 @@ func TestRouting(t *testing.T) {
 		{name: "empty key", method: "POST", path: "/v1/locks/", wantCode: 404},
 		{name: "empty session id", method: "DELETE", path: "/v1/sessions/", wantCode: 404},
 		{name: "unknown session subroute", method: "POST", path: "/v1/sessions/x/y", wantCode: 404},
-		{name: "GET a lock", method: "GET", path: "/v1/locks/k", wantCode: 405, wantAllow: "POST, DELETE"},
-		{name: "PUT a semaphore", method: "PUT", path: "/v1/semaphores/k", wantCode: 405, wantAllow: "POST, DELETE"},
+		{name: "PATCH a lock", method: "PATCH", path: "/v1/locks/k", wantCode: 405, wantAllow: "GET, POST, DELETE"},
+		{name: "PUT a semaphore", method: "PUT", path: "/v1/semaphores/k", wantCode: 405, wantAllow: "GET, POST, DELETE"},
 		{name: "GET renew", method: "GET", path: "/v1/locks/k/renew", wantCode: 405, wantAllow: "POST"},
 		{name: "DELETE wait", method: "DELETE", path: "/v1/semaphores/k/wait", wantCode: 405, wantAllow: "POST"},
 		{name: "GET sessions", method: "GET", path: "/v1/sessions", wantCode: 405, wantAllow: "POST"},
@@ -118,6 +118,11 @@ func TestRouting(t *testing.T) {
 		{name: "POST healthz", method: "POST", path: "/healthz", wantCode: 405, wantAllow: "GET"},
 		{name: "DELETE metrics", method: "DELETE", path: "/metrics", wantCode: 405, wantAllow: "GET"},
 		{name: "PUT openapi", method: "PUT", path: "/v1/openapi.json", wantCode: 405, wantAllow: "GET"},
+		{name: "POST readyz", method: "POST", path: "/readyz", wantCode: 405, wantAllow: "GET"},
+		{name: "POST ui keys", method: "POST", path: "/v1/ui/keys", wantCode: 405, wantAllow: "GET"},
+		{name: "POST ui", method: "POST", path: "/ui/", wantCode: 405, wantAllow: "GET"},
+		{name: "unknown ui file", method: "GET", path: "/ui/nope.js", wantCode: 404},
+		{name: "ui prefix only", method: "GET", path: "/uix", wantCode: 404},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,6 +32,11 @@ const (
 	opAdminAddVoter    // POST /v1/admin/voters
 	opAdminRemoveVoter // DELETE /v1/admin/voters/{id}
 	opAdminTransfer    // POST /v1/admin/leadership-transfer
+	opReadyz           // GET /readyz
+	opUI               // GET /ui/...: the dashboard's static files
+	opUIKeys           // GET /v1/ui/keys: the dashboard's key list
+	opLockGet          // GET /v1/locks/{key}
+	opSemGet           // GET /v1/semaphores/{key}
 	opCount
 )
 
@@ -59,6 +64,11 @@ var opNames = [opCount]string{
 	opAdminAddVoter:    "admin_add_voter",
 	opAdminRemoveVoter: "admin_remove_voter",
 	opAdminTransfer:    "admin_leadership_transfer",
+	opReadyz:           "readyz",
+	opUI:               "ui",
+	opUIKeys:           "ui_keys",
+	opLockGet:          "lock_get",
+	opSemGet:           "semaphore_get",
 }
 
 // semaphore reports whether o is a /v1/semaphores route.
@@ -84,6 +94,10 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 	switch string(path) {
 	case "/healthz":
 		return one(get, opHealthz, "GET")
+	case "/readyz":
+		return one(get, opReadyz, "GET")
+	case "/v1/ui/keys":
+		return one(get, opUIKeys, "GET")
 	case "/metrics":
 		return one(get, opMetrics, "GET")
 	case "/v1/stats":
@@ -107,6 +121,13 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 		}
 		return opNotFound, nil, ""
 	}
+	if rest, ok := bytes.CutPrefix(path, []byte("/ui")); ok {
+		if len(rest) > 0 && rest[0] != '/' {
+			return opNotFound, nil, ""
+		}
+		o, _, allow = one(get, opUI, "GET")
+		return o, rest, allow
+	}
 	base := opLockAcquire
 	rest, ok := bytes.CutPrefix(path, []byte("/v1/locks/"))
 	if !ok {
@@ -125,8 +146,12 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 			return base, key, ""
 		case del:
 			return base + (opLockRelease - opLockAcquire), key, ""
+		case get && base == opLockAcquire:
+			return opLockGet, key, ""
+		case get:
+			return opSemGet, key, ""
 		}
-		return opBadMethod, nil, "POST, DELETE"
+		return opBadMethod, nil, "GET, POST, DELETE"
 	}
 	var o2 op
 	switch string(sub) {

@@ -39,6 +39,8 @@ type Server struct {
 	admin     *replica.Node // WithAdmin, else nil: the admin routes are 404
 	adminAuth []byte        // "Bearer <admin token>"
 
+	ready func() error // WithReadiness, else nil
+
 	parked atomic.Int64 // handlers blocked on a grant
 
 	mu       sync.Mutex
@@ -80,6 +82,7 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		node:     o.node,
 		log:      log,
 		conns:    o.connections,
+		ready:    o.ready,
 		met:      newHTTPMetrics(o.metrics),
 		stopping: make(chan struct{}),
 	}
@@ -208,10 +211,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 }
 
 // admit applies the per-IP rate limit and the bearer token: the admin
-// token on the admin routes, the client token on the others. /healthz is
-// exempt from both, /v1/openapi.json from auth only.
+// token on the admin routes, the client token on the others. /healthz and
+// /readyz are exempt from both, /v1/openapi.json and the dashboard's
+// static files (which hold no data) from auth only.
 func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, admin bool, now time.Time) bool {
-	if o == opHealthz {
+	if o == opHealthz || o == opReadyz {
 		return true
 	}
 	if s.lim != nil {
@@ -228,7 +232,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, admin bool, now time.Time
 	if admin {
 		want = s.adminAuth
 	}
-	if want != nil && o != opOpenAPI {
+	if want != nil && o != opOpenAPI && o != opUI {
 		got := ctx.Request.Header.Peek("Authorization")
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="latchd"`)
@@ -252,6 +256,14 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		writeError(ctx, errMethodNotAllowed, "method not allowed on this route")
 	case opHealthz:
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+	case opReadyz:
+		s.serveReadyz(ctx)
+	case opUI:
+		s.serveUI(ctx, param)
+	case opUIKeys:
+		s.serveUIKeys(ctx)
+	case opLockGet, opSemGet:
+		s.serveKey(ctx, o, param)
 	case opMetrics:
 		s.serveMetrics(ctx)
 	case opStats:

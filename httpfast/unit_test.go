@@ -27,7 +27,7 @@ func TestMatch(t *testing.T) {
 		{name: "sem release", method: "DELETE", path: "/v1/semaphores/s", wantOp: opSemRelease, wantParam: "s"},
 		{name: "keepalive", method: "POST", path: "/v1/sessions/abc/keepalive", wantOp: opSessionKeepalive, wantParam: "abc"},
 		{name: "session delete", method: "DELETE", path: "/v1/sessions/abc", wantOp: opSessionDelete, wantParam: "abc"},
-		{name: "wrong method", method: "PATCH", path: "/v1/locks/k", wantOp: opBadMethod, wantAllow: "POST, DELETE"},
+		{name: "wrong method", method: "PATCH", path: "/v1/locks/k", wantOp: opBadMethod, wantAllow: "GET, POST, DELETE"},
 		{name: "lowercase method", method: "post", path: "/v1/sessions", wantOp: opBadMethod, wantAllow: "POST"},
 		{name: "unknown", method: "GET", path: "/v2/locks/k", wantOp: opNotFound},
 		{name: "trailing slash", method: "POST", path: "/v1/locks/k/", wantOp: opNotFound},

@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapio"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
@@ -147,16 +147,62 @@ func moveLogs(from *BoltStore, to *WAL) error {
 	return from.DeleteRange(first, last)
 }
 
+// raftLogger sends hashicorp/raft's log lines to log at their own levels
+// (raft's TRACE and DEBUG at zap's debug), with raft's key/value pairs as
+// fields, so --log-level warn still shows raft's warnings and errors.
+// cfg.RaftLogLevel is raft's own floor on top of log's.
 func raftLogger(cfg Config, log *zap.Logger) hclog.Logger {
 	level := hclog.LevelFromString(cfg.RaftLogLevel)
 	if cfg.RaftLogLevel == "off" {
 		level = hclog.Off
 	}
-	return hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  level,
-		Output: &zapio.Writer{Log: log.With(zap.String("node_id", cfg.NodeID)), Level: zap.InfoLevel},
-	})
+	// The base logger writes nothing; every line goes through the sink.
+	il := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "raft", Level: hclog.Off, Output: io.Discard})
+	il.RegisterSink(&zapSink{log: log.With(zap.String("node_id", cfg.NodeID)), min: level})
+	return il
+}
+
+// zapSink is an hclog.SinkAdapter writing to zap.
+type zapSink struct {
+	log *zap.Logger
+	min hclog.Level
+}
+
+// zapLevel maps an hclog level to zap's.
+func zapLevel(l hclog.Level) zapcore.Level {
+	switch {
+	case l >= hclog.Error:
+		return zapcore.ErrorLevel
+	case l == hclog.Warn:
+		return zapcore.WarnLevel
+	case l == hclog.Info:
+		return zapcore.InfoLevel
+	}
+	return zapcore.DebugLevel
+}
+
+// Accept implements hclog.SinkAdapter.
+func (s *zapSink) Accept(name string, level hclog.Level, msg string, args ...any) {
+	if s.min == hclog.Off || level < s.min || level == hclog.Off {
+		return
+	}
+	ce := s.log.Check(zapLevel(level), msg)
+	if ce == nil {
+		return
+	}
+	fields := make([]zap.Field, 0, 1+len(args)/2)
+	fields = append(fields, zap.String("module", name))
+	for i := 0; i+1 < len(args); i += 2 {
+		k, ok := args[i].(string)
+		if !ok {
+			k = fmt.Sprint(args[i])
+		}
+		fields = append(fields, zap.Any(k, args[i+1]))
+	}
+	if len(args)%2 == 1 {
+		fields = append(fields, zap.Any("extra", args[len(args)-1]))
+	}
+	ce.Write(fields...)
 }
 
 // Node is one member of a latchd cluster: a raft.Raft over an FSM. Only
@@ -236,8 +282,11 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), watchDone: make(chan struct{})}
 	obs := make(chan raft.Observation, 64)
 	n.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState:
+			return true
+		}
+		return false
 	})
 	r.RegisterObserver(n.observer)
 	go n.watchLeader(obs)

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"github.com/hashicorp/raft"
+	"go.uber.org/zap"
 )
 
 // Status is one node's view of itself and the cluster, for the stats
@@ -118,6 +119,14 @@ func (n *Node) watchLeader(obs <-chan raft.Observation) {
 	seen := func(id string) {
 		if id != "" && id != last {
 			n.leaderChanges.Add(1)
+			l := n.Leader()
+			n.log.Info("raft leader", zap.String("node_id", n.cfg.NodeID), zap.String("leader_id", id),
+				zap.String("leader_raft_addr", l.RaftAddr), zap.Uint64("term", n.raft.CurrentTerm()),
+				zap.Bool("this_node", id == n.cfg.NodeID))
+		}
+		if id == "" && last != "" {
+			n.log.Warn("raft leader lost", zap.String("node_id", n.cfg.NodeID), zap.String("was", last),
+				zap.Uint64("term", n.raft.CurrentTerm()))
 		}
 		last = id
 	}
@@ -129,8 +138,12 @@ func (n *Node) watchLeader(obs <-chan raft.Observation) {
 		case <-n.stop:
 			return
 		case o := <-obs:
-			if lo, ok := o.Data.(raft.LeaderObservation); ok {
-				seen(string(lo.LeaderID))
+			switch d := o.Data.(type) {
+			case raft.LeaderObservation:
+				seen(string(d.LeaderID))
+			case raft.RaftState:
+				n.log.Info("raft role", zap.String("node_id", n.cfg.NodeID), zap.String("role", roleName(d)),
+					zap.Uint64("term", n.raft.CurrentTerm()))
 			}
 		}
 	}

@@ -180,8 +180,20 @@ func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, 
 		}
 		return nil, err
 	}
+	peers := make([]string, 0, len(rcfg.Peers))
+	for _, p := range rcfg.Peers {
+		peers = append(peers, p.ID+"="+p.RaftAddr)
+	}
+	log.Info("cluster mode", zap.String("node_id", rcfg.NodeID), zap.String("raft_addr", rcfg.BindAddr),
+		zap.String("raft_dir", rcfg.RaftDir), zap.Bool("bootstrap", rcfg.Bootstrap), zap.Strings("peers", peers),
+		zap.String("join", o.join))
 	return n, nil
 }
+
+// handOffWait bounds the leadership transfer a stopping leader makes
+// (replica.Node.HandOff); past it the node stops as leader and the others
+// elect one after their election timeout, as before.
+const handOffWait = 5 * time.Second
 
 // joinCluster asks the members at o.join (HTTP addresses) to add this node
 // as a voter, in turn, until one does or ctx ends. A member that is not

@@ -89,6 +89,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 		// Registered first: the node shuts down after the listeners, so
 		// their connections' Disconnects can still be proposed.
 		defer func() {
+			node.HandOff(handOffWait) // a leader hands over before it stops
 			if err := node.Shutdown(); err != nil {
 				log.Warn("raft shutdown", zap.Error(err))
 			}
@@ -104,6 +105,8 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 		engFn = func() *engine.Engine { return eng }
 	}
 	scfg, _ := o.serverConfig() // validated by run
+	rd := &readiness{httpOn: o.httpPort != 0, node: node}
+	go logRefusals(ctx.Done(), engFn, refusalLogEvery, log)
 	reg := metrics.NewRegistryFunc(engFn)
 	sopts := []server.Option{server.WithMetrics(reg.TCP())}
 	if node != nil {
@@ -122,10 +125,11 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	if err := srv.Start(); err != nil {
 		return err
 	}
+	rd.tcp.Store(true)
 	var web *httpfast.Server
 	if o.httpPort != 0 {
 		hcfg, _ := o.httpConfig() // validated by run
-		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg)}
+		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg), httpfast.WithReadiness(rd.check)}
 		if node != nil {
 			hopts = append(hopts, httpfast.WithCluster(node))
 			if o.adminToken != "" {
@@ -140,9 +144,10 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 			_ = stopAll(srv, nil)
 			return err
 		}
+		rd.http.Store(true)
 	}
 	if o.metricsAddr != "" { // the REST port serves /metrics too, when it is on
-		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"))
+		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"), metrics.WithReadiness(rd.check))
 		if err != nil {
 			_ = stopAll(srv, web)
 			return err
@@ -163,6 +168,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 		zap.String("version", version), zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""))
 
 	<-ctx.Done()
+	rd.stopping.Store(true)
 	log.Info("shutting down")
 	return stopAll(srv, web)
 }

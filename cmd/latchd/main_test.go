@@ -8,6 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/latchd/latchd/engine"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -117,5 +123,73 @@ func TestAdvertisedAddrs(t *testing.T) {
 		if o.clientAddr() != tt.client || o.httpAddr() != tt.restAddr {
 			t.Errorf("%v: client %q, REST %q; want %q, %q", tt.args, o.clientAddr(), o.httpAddr(), tt.client, tt.restAddr)
 		}
+	}
+}
+
+// TestLogRefusals: refusals at the caps are logged, once per interval
+// with the count, and not when there were none.
+func TestLogRefusals(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.MaxKeys, cfg.MaxWaiters = 1, 1
+	eng, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		logRefusals(stop, func() *engine.Engine { return eng }, 20*time.Millisecond, zap.New(core))
+	}()
+	defer func() { close(stop); <-done }()
+	acq := func(key string, owner engine.OwnerID) error {
+		_, err := eng.Acquire(0, engine.AcquireReq{Key: []byte(key), Owner: owner, Limit: 1, TTL: time.Minute, Timeout: time.Minute}, nopSink{})
+		return err
+	}
+	_ = acq("a", 1)
+	_ = acq("a", 2)
+	for i := range 3 {
+		if err := acq("b", engine.OwnerID(10+i)); err != engine.ErrMaxKeys {
+			t.Fatalf("b: %v", err)
+		}
+	}
+	if err := acq("a", 3); err != engine.ErrMaxWaiters {
+		t.Fatalf("a: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for logs.FilterMessageSnippet("--max-waiters").Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	keys := logs.FilterMessageSnippet("--max-locks").AllUntimed()
+	if len(keys) != 1 || keys[0].ContextMap()["refused"] != uint64(3) || logs.FilterMessageSnippet("--max-waiters").Len() != 1 {
+		t.Fatalf("logged %v; want one --max-locks line with refused=3 and one --max-waiters line", logs.AllUntimed())
+	}
+	time.Sleep(60 * time.Millisecond) // three more intervals with no refusal
+	if n := logs.Len(); n != 2 {
+		t.Fatalf("logged %d lines; want no more without new refusals", n)
+	}
+}
+
+type nopSink struct{}
+
+func (nopSink) Deliver(engine.Outcome) {}
+
+// TestReadiness: not ready until both listeners accept, nor once stopping.
+func TestReadiness(t *testing.T) {
+	r := &readiness{httpOn: true}
+	if r.check() == nil {
+		t.Fatal("ready before the listeners")
+	}
+	r.tcp.Store(true)
+	if r.check() == nil {
+		t.Fatal("ready before the REST listener")
+	}
+	r.http.Store(true)
+	if err := r.check(); err != nil {
+		t.Fatalf("not ready with both listeners: %v", err)
+	}
+	r.stopping.Store(true)
+	if r.check() == nil {
+		t.Fatal("ready while stopping")
 	}
 }

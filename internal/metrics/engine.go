@@ -12,6 +12,8 @@ type sample struct {
 	gauges         engine.Gauges
 	tcpConnections int64
 	lastFence      uint64
+	refusedKeys    uint64
+	refusedWaiters uint64
 }
 
 type family struct {
@@ -26,7 +28,9 @@ var families = [...]family{
 	{"latchd_keys", "Keys in memory, idle ones included.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.gauges.Keys) }},
 	{"latchd_held", "Slots held.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.gauges.Held) }},
 	{"latchd_waiters", "Requests waiting in queues.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.gauges.Waiting) }},
-	{"latchd_last_fence", "Last fence number issued.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.lastFence) }},
+	{"latchd_last_fence", "Last fence number issued (a float64: rounded above 2^53; see latchd_last_fence_high32 and _low32).", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.lastFence) }},
+	{"latchd_last_fence_high32", "Upper 32 bits of the last fence number issued: fence = high32 * 2^32 + low32, exactly.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.lastFence >> 32) }},
+	{"latchd_last_fence_low32", "Lower 32 bits of the last fence number issued.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.lastFence & 0xffffffff) }},
 	{"latchd_grants_total", "Slots granted, at once or to a waiter.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Grants) }},
 	{"latchd_releases_total", "Slots given back with a token.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Releases) }},
 	{"latchd_renewals_total", "Leases renewed.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Renewals) }},
@@ -36,6 +40,9 @@ var families = [...]family{
 	{"latchd_pruned_total", "Idle keys removed.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Pruned) }},
 }
 
+// refusedHelp describes latchd_refused_total, one series per cap.
+const refusedHelp = "Requests refused at a cap: limit=\"max_locks\" (--max-locks, no idle key to evict) or limit=\"max_waiters\" (--max-waiters)."
+
 // engineCollector is a prometheus.Collector that reads the engine once per
 // scrape and reports its counters and gauges as const metrics, with the
 // TCP connection count the server keeps in TCP.
@@ -43,6 +50,8 @@ type engineCollector struct {
 	eng   func() *engine.Engine
 	tcp   *TCP
 	descs [len(families)]*prometheus.Desc
+	// refused is latchd_refused_total{limit}.
+	refused *prometheus.Desc
 }
 
 func newEngineCollector(eng func() *engine.Engine, tcp *TCP) *engineCollector {
@@ -50,6 +59,7 @@ func newEngineCollector(eng func() *engine.Engine, tcp *TCP) *engineCollector {
 	for i := range families {
 		c.descs[i] = prometheus.NewDesc(families[i].name, families[i].help, nil, nil)
 	}
+	c.refused = prometheus.NewDesc("latchd_refused_total", refusedHelp, []string{"limit"}, nil)
 	return c
 }
 
@@ -58,6 +68,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
 	}
+	ch <- c.refused
 }
 
 // Collect implements prometheus.Collector: one engine.Metrics call (each
@@ -67,10 +78,13 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	if e := c.eng(); e != nil {
 		s.counters, s.gauges = e.Metrics()
 		s.lastFence = e.LastFence()
+		s.refusedKeys, s.refusedWaiters = e.Refusals()
 	}
 	s.tcpConnections = c.tcp.conns.Load()
 	for i := range families {
 		f := &families[i]
 		ch <- prometheus.MustNewConstMetric(c.descs[i], f.kind, f.value(&s))
 	}
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.refusedKeys), "max_locks")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.refusedWaiters), "max_waiters")
 }

@@ -267,3 +267,50 @@ func TestBucketsSorted(t *testing.T) {
 		t.Fatalf("Buckets %v do not span 50µs..30s", Buckets)
 	}
 }
+
+// TestRefusalsAndExactFence: refusals at MaxKeys and MaxWaiters are
+// counted per cap, and the fence's two 32-bit halves give it back
+// exactly where latchd_last_fence (a float64) rounds it.
+func TestRefusalsAndExactFence(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.MaxKeys, cfg.MaxWaiters = 1, 1
+	cfg.FenceSeed = 1<<60 + 12345 // not a float64 exactly
+	eng, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRegistry(eng)
+	req := func(key string, owner engine.OwnerID) error {
+		_, err := eng.Acquire(0, engine.AcquireReq{Key: []byte(key), Owner: owner, Limit: 1, TTL: time.Minute, Timeout: time.Minute}, nilSink{})
+		return err
+	}
+	if err := req("a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := req("a", 2); err != nil { // the one waiter allowed
+		t.Fatal(err)
+	}
+	if err := req("a", 3); err != engine.ErrMaxWaiters {
+		t.Fatalf("third on a: %v; want ErrMaxWaiters", err)
+	}
+	for o := range engine.OwnerID(2) {
+		if err := req("b", 10+o); err != engine.ErrMaxKeys {
+			t.Fatalf("b: %v; want ErrMaxKeys", err)
+		}
+	}
+	_, mfs := scrape(t, r)
+	if got := value(t, mfs, "latchd_refused_total", map[string]string{"limit": "max_locks"}).GetCounter().GetValue(); got != 2 {
+		t.Fatalf("refused max_locks = %v; want 2", got)
+	}
+	if got := value(t, mfs, "latchd_refused_total", map[string]string{"limit": "max_waiters"}).GetCounter().GetValue(); got != 1 {
+		t.Fatalf("refused max_waiters = %v; want 1", got)
+	}
+	hi := value(t, mfs, "latchd_last_fence_high32", nil).GetGauge().GetValue()
+	lo := value(t, mfs, "latchd_last_fence_low32", nil).GetGauge().GetValue()
+	if got, want := uint64(hi)<<32|uint64(lo), eng.LastFence(); got != want || want != 1<<60+12346 {
+		t.Fatalf("high32<<32|low32 = %d; want LastFence %d (= seed + 1)", got, want)
+	}
+	if f := value(t, mfs, "latchd_last_fence", nil).GetGauge().GetValue(); uint64(f) == eng.LastFence() {
+		t.Fatalf("latchd_last_fence = %v is exact: the test needs a fence a float64 rounds", f)
+	}
+}

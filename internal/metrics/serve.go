@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,12 +12,24 @@ import (
 	"go.uber.org/zap"
 )
 
+// ServeOption adjusts Serve.
+type ServeOption func(*serveOptions)
+
+type serveOptions struct{ ready func() error }
+
+// WithReadiness also serves GET /healthz (always 200) and GET /readyz:
+// 200 while ready returns nil, else 503 with its error, in the REST API's
+// JSON shapes.
+func WithReadiness(ready func() error) ServeOption {
+	return func(o *serveOptions) { o.ready = ready }
+}
+
 // Serve listens on addr (port 0 picks one) and serves reg on GET /metrics
 // with net/http, for when the REST server, which otherwise serves
 // /metrics, is off. It returns once the socket is bound, with a stop
 // function that shuts the listener down gracefully within ctx, and the
 // bound address.
-func Serve(addr string, reg *Registry, log *zap.Logger) (stop func(context.Context) error, boundAddr string, err error) {
+func Serve(addr string, reg *Registry, log *zap.Logger, opts ...ServeOption) (stop func(context.Context) error, boundAddr string, err error) {
 	if reg == nil {
 		return nil, "", errNilRegistry
 	}
@@ -29,6 +42,22 @@ func Serve(addr string, reg *Registry, log *zap.Logger) (stop func(context.Conte
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", reg.Handler())
+	var o serveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.ready != nil {
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		})
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if err := o.ready(); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "unavailable", "message": "not ready: " + err.Error()})
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		})
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -64,4 +93,10 @@ func Serve(addr string, reg *Registry, log *zap.Logger) (stop func(context.Conte
 		return nil
 	}
 	return stop, boundAddr, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v map[string]string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
 }

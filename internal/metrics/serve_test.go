@@ -2,9 +2,11 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,5 +79,43 @@ func TestServeErrors(t *testing.T) {
 	}
 	if _, _, err := Serve("256.0.0.1:bad", NewRegistry(nil), nil); err == nil {
 		t.Fatalf("Serve(bad address) succeeded")
+	}
+}
+
+// TestServeReadiness: with WithReadiness the metrics port answers
+// /healthz and /readyz, which follows the check.
+func TestServeReadiness(t *testing.T) {
+	var ready atomic.Bool
+	stop, addr, err := Serve("127.0.0.1:0", NewRegistry(newTestEngine(t)), zaptest.NewLogger(t),
+		WithReadiness(func() error {
+			if !ready.Load() {
+				return errors.New("tcp listener not accepting yet")
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	t.Cleanup(func() { _ = stop(context.Background()) })
+	hc := &http.Client{Timeout: 5 * time.Second}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := hc.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK || !strings.Contains(body, `"ok"`) {
+		t.Fatalf("/healthz = %d %s", code, body)
+	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not accepting yet") {
+		t.Fatalf("/readyz before ready = %d %s", code, body)
+	}
+	ready.Store(true)
+	if code, body := get("/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz when ready = %d %s", code, body)
 	}
 }

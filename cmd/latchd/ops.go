@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/replica"
+)
+
+// readiness is /readyz's check, on the REST port and on --metrics-addr:
+// a single node is ready once its TCP listener and (when on) its REST
+// listener accept; a cluster node also needs replica.Node.Ready (a known
+// leader, its log applied). Stopping makes it not ready at once.
+type readiness struct {
+	tcp, http, stopping atomic.Bool
+	httpOn              bool
+	node                *replica.Node
+}
+
+func (r *readiness) check() error {
+	switch {
+	case r.stopping.Load():
+		return errors.New("stopping")
+	case !r.tcp.Load():
+		return errors.New("the TCP listener is not accepting yet")
+	case r.httpOn && !r.http.Load():
+		return errors.New("the REST listener is not accepting yet")
+	case r.node != nil:
+		return r.node.Ready()
+	}
+	return nil
+}
+
+// refusalLogEvery is the least time between two refusal log lines.
+const refusalLogEvery = 10 * time.Second
+
+// logRefusals logs, at most once per every, how many requests the engine
+// refused at --max-locks and --max-waiters since the last line, until
+// stop is closed. The counts are also in latchd_refused_total.
+func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Duration, log *zap.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var lastKeys, lastWaiters uint64
+	var last *engine.Engine
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		e := eng()
+		if e == nil {
+			continue
+		}
+		if e != last { // first tick, or a snapshot restore replaced the engine: it counts from 0
+			last, lastKeys, lastWaiters = e, 0, 0
+		}
+		k, w := e.Refusals()
+		if k > lastKeys {
+			log.Warn("requests refused at --max-locks: no idle key to evict", zap.Uint64("refused", k-lastKeys),
+				zap.Duration("in", every), zap.Int("max_locks", e.Config().MaxKeys))
+		}
+		if w > lastWaiters {
+			log.Warn("requests refused at --max-waiters: the key's queue was full", zap.Uint64("refused", w-lastWaiters),
+				zap.Duration("in", every), zap.Int("max_waiters", e.Config().MaxWaiters))
+		}
+		lastKeys, lastWaiters = k, w
+	}
+}

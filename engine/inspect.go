@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+	"strings"
+)
+
+// Holder is one holder of a key, as Inspect reports it. Owner and Fence
+// are full 64-bit numbers: encoders for JSON should write them as
+// strings (a float64 keeps only 53 bits).
+type Holder struct {
+	Owner           OwnerID
+	Fence           uint64
+	LeaseExpiresInS float64
+}
+
+// Waiter is one queued request on a key, in queue order. WaitExpiresInS
+// is negative when the wait has no deadline (a two-phase enqueue not yet
+// collected by a wait).
+type Waiter struct {
+	Owner          OwnerID
+	WaitExpiresInS float64
+}
+
+// KeyInfo is one key's state: its limit (1 for a lock), its holders and
+// its waiters in queue order. IdleS is how long it has been idle, 0 when
+// it is not.
+type KeyInfo struct {
+	Key     string
+	Limit   int
+	Holders []Holder
+	Waiters []Waiter
+	IdleS   float64
+}
+
+// Inspect returns the state of key at now, or false when the engine has
+// no such key (never used, or garbage-collected). It locks one shard for
+// the time of copying that key's holders and waiters.
+func (e *Engine) Inspect(now int64, key string) (KeyInfo, bool) {
+	s := e.shardFor([]byte(key))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.res[key]
+	if !ok {
+		return KeyInfo{}, false
+	}
+	ki := KeyInfo{Key: r.key, Limit: r.limit, Holders: make([]Holder, 0, r.holders.n), Waiters: make([]Waiter, 0, r.waiters.n)}
+	for en := r.holders.head; en != nil; en = en.qnext {
+		ki.Holders = append(ki.Holders, Holder{Owner: en.owner, Fence: en.token.Fence, LeaseExpiresInS: seconds(en.deadline - now)})
+	}
+	for en := r.waiters.head; en != nil; en = en.qnext {
+		w := Waiter{Owner: en.owner, WaitExpiresInS: -1}
+		if en.hidx >= 0 {
+			w.WaitExpiresInS = max(0, seconds(en.deadline-now))
+		}
+		ki.Waiters = append(ki.Waiters, w)
+	}
+	if r.empty() {
+		ki.IdleS = seconds(now - r.idleAt)
+	}
+	return ki, true
+}
+
+// KeySummary is one key in a TopKeys answer. Owner and LeaseExpiresInS
+// are those of the first holder (the only one of a lock); Owner is 0 when
+// nobody holds the key.
+type KeySummary struct {
+	Key             string
+	Limit           int
+	Holders         int
+	Waiters         int
+	Owner           OwnerID
+	Fence           uint64
+	LeaseExpiresInS float64
+}
+
+// TopKeys returns the busiest keys in use (held or waited for) whose
+// name contains query (every one when query is ""), at most limit of
+// them, busiest first: most waiters, then most holders, then by key. It
+// also returns how many keys matched. Idle keys are left out.
+// It visits every key once, one shard locked at a time, and keeps only
+// the limit best in a heap, so a dashboard can poll it with 100,000 keys
+// without copying them all.
+func (e *Engine) TopKeys(now int64, query string, limit int) ([]KeySummary, int) {
+	if limit <= 0 {
+		return []KeySummary{}, 0
+	}
+	h := &topHeap{}
+	matched := 0
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		for _, r := range s.res {
+			if r.empty() || (query != "" && !strings.Contains(r.key, query)) {
+				continue
+			}
+			matched++
+			if h.Len() == limit && !busier(r.waiters.n, r.holders.n, r.key, (*h)[0]) {
+				continue
+			}
+			ks := KeySummary{Key: r.key, Limit: r.limit, Holders: r.holders.n, Waiters: r.waiters.n}
+			if en := r.holders.head; en != nil {
+				ks.Owner, ks.Fence, ks.LeaseExpiresInS = en.owner, en.token.Fence, seconds(en.deadline-now)
+			}
+			if h.Len() == limit {
+				(*h)[0] = ks
+				heap.Fix(h, 0)
+			} else {
+				heap.Push(h, ks)
+			}
+		}
+		s.mu.Unlock()
+	}
+	out := []KeySummary(*h)
+	slices.SortFunc(out, func(a, b KeySummary) int {
+		if busier(a.Waiters, a.Holders, a.Key, b) {
+			return -1
+		}
+		if busier(b.Waiters, b.Holders, b.Key, a) {
+			return 1
+		}
+		return 0
+	})
+	return out, matched
+}
+
+// busier reports whether a key with waiters, holders and name key ranks
+// before b in TopKeys' order.
+func busier(waiters, holders int, key string, b KeySummary) bool {
+	if c := cmp.Compare(waiters, b.Waiters); c != 0 {
+		return c > 0
+	}
+	if c := cmp.Compare(holders, b.Holders); c != 0 {
+		return c > 0
+	}
+	return key < b.Key
+}
+
+// topHeap is a min-heap by TopKeys' order: its root is the least busy
+// key kept, the one a busier key replaces.
+type topHeap []KeySummary
+
+func (h topHeap) Len() int { return len(h) }
+func (h topHeap) Less(i, j int) bool {
+	return busier(h[j].Waiters, h[j].Holders, h[j].Key, h[i])
+}
+func (h topHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *topHeap) Push(x any)   { *h = append(*h, x.(KeySummary)) }
+func (h *topHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
