@@ -100,6 +100,12 @@ func TestConnAnswers(t *testing.T) {
 			call: func(c *client.Conn) error { _, _, err := c.Enqueue(ctx, "k", 0); return err }},
 		{name: "wait not queued", reply: "error\n", wantReq: "sw\nk\n3\n", wantErr: client.ErrNotQueued,
 			call: func(c *client.Conn) error { _, err := c.SemWait(ctx, "k", 3*time.Second); return err }},
+		{name: "enqueue already enqueued", reply: "error_already_enqueued\n", wantReq: "se\nk\n2\n", wantErr: client.ErrAlreadyQueued,
+			call: func(c *client.Conn) error { _, _, err := c.SemEnqueue(ctx, "k", 2, 0); return err }},
+		{name: "wait not enqueued", reply: "error_not_enqueued\n", wantReq: "w\nk\n1\n", wantErr: client.ErrNotQueued,
+			call: func(c *client.Conn) error { _, err := c.Wait(ctx, "k", time.Second); return err }},
+		{name: "wait lease expired", reply: "error_lease_expired\n", wantReq: "w\nk\n1\n", wantErr: client.ErrLeaseExpired,
+			call: func(c *client.Conn) error { _, err := c.Wait(ctx, "k", time.Second); return err }},
 		{name: "release not holder", reply: "error\n", wantReq: "r\nk\n" + tok1 + "\n", wantErr: client.ErrNotHolder,
 			call: func(c *client.Conn) error { return c.Release(ctx, "k", tok1) }},
 		{name: "renew", reply: "ok 9\n", wantReq: "sn\nk\n" + tok1 + " 9\n",
@@ -305,4 +311,13 @@ func waitersOn(srv *testutil.Server, key string) int {
 		}
 	}
 	return -1
+}
+
+func TestLeaseExpiredIsNotQueued(t *testing.T) {
+	if !errors.Is(client.ErrLeaseExpired, client.ErrNotQueued) {
+		t.Error("ErrLeaseExpired does not match ErrNotQueued")
+	}
+	if errors.Is(client.ErrNotQueued, client.ErrLeaseExpired) {
+		t.Error("ErrNotQueued matches ErrLeaseExpired")
+	}
 }

@@ -25,10 +25,16 @@ var (
 	// not hold the key: never issued, already released, or expired.
 	ErrNotHolder = errors.New("client: token does not hold the key")
 	// ErrNotQueued reports a wait on a key this connection did not
-	// enqueue for.
+	// enqueue for (error_not_enqueued).
 	ErrNotQueued = errors.New("client: not enqueued for the key")
+	// ErrLeaseExpired reports a wait whose enqueued grant's lease ran out
+	// before the wait collected it (error_lease_expired): the slot went
+	// to the next waiter. It wraps ErrNotQueued, since nothing is
+	// enqueued any more, so code that tests for ErrNotQueued still
+	// matches; enqueue again to retry.
+	ErrLeaseExpired = fmt.Errorf("client: lease of the enqueued grant expired before the wait: %w", ErrNotQueued)
 	// ErrAlreadyQueued reports an enqueue on a key this connection already
-	// holds or waits for.
+	// holds or waits for (error_already_enqueued).
 	ErrAlreadyQueued = errors.New("client: connection already holds or waits on the key")
 	// ErrAuth reports a rejected (or unexpected) auth secret. The server
 	// closes the connection.
@@ -79,7 +85,8 @@ func (e *NotLeaderError) Error() string {
 }
 
 // errorFor maps a non-success status to an error. onError is what a bare
-// "error" means for the command that got it.
+// "error" means for the command that got it (a latchd before the dflockd
+// v1.10 words answered e and w with a bare error).
 func errorFor(r reply, onError error) error {
 	switch r.Status {
 	case codec.StatusTimeout:
@@ -94,6 +101,12 @@ func errorFor(r reply, onError error) error {
 		return ErrAuth
 	case codec.StatusErrorNotLeader:
 		return &NotLeaderError{Leader: strings.TrimSpace(r.Body)}
+	case codec.StatusErrorNotEnqueued:
+		return ErrNotQueued
+	case codec.StatusErrorAlreadyEnqueued:
+		return ErrAlreadyQueued
+	case codec.StatusErrorLeaseExpired:
+		return ErrLeaseExpired
 	case codec.StatusError:
 		return onError
 	}

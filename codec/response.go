@@ -21,6 +21,15 @@ const (
 	StatusErrorMaxWaiters
 	StatusErrorLimitMismatch
 	StatusErrorNotLeader
+	// StatusErrorNotEnqueued answers a w/sw with no e/se of the
+	// connection on the key left to collect (dflockd v1.10's word).
+	StatusErrorNotEnqueued
+	// StatusErrorAlreadyEnqueued answers an e/se on a key the connection
+	// already holds or waits on.
+	StatusErrorAlreadyEnqueued
+	// StatusErrorLeaseExpired answers a w/sw whose enqueued grant's lease
+	// ran out before the w collected it.
+	StatusErrorLeaseExpired
 	numStatus
 )
 
@@ -35,6 +44,10 @@ var statusWords = [numStatus]string{
 	StatusErrorMaxWaiters:    "error_max_waiters",
 	StatusErrorLimitMismatch: "error_limit_mismatch",
 	StatusErrorNotLeader:     "error_not_leader",
+
+	StatusErrorNotEnqueued:     "error_not_enqueued",
+	StatusErrorAlreadyEnqueued: "error_already_enqueued",
+	StatusErrorLeaseExpired:    "error_lease_expired",
 }
 
 // statusLines holds each word with its newline, built once, so AppendStatus

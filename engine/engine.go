@@ -292,8 +292,9 @@ func (e *Engine) evictIdle(skip *shard) bool {
 // token and the lease restarted at now for its full TTL; otherwise it
 // parks until timeout (0 = answer TimedOut at once). A wait that times out
 // leaves the queue. Wait collects an Enqueue once: without one not yet
-// collected, or when its lease ran out or was released first, it returns
-// ErrNotQueued.
+// collected, or when its grant was released first, it returns
+// ErrNotQueued; when the grant's lease ran out first, ErrLeaseExpired
+// (once: the next Wait returns ErrNotQueued).
 func (e *Engine) Wait(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink) (Outcome, error) {
 	if timeout < 0 {
 		return Outcome{}, ErrBadRequest

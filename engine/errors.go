@@ -18,6 +18,10 @@ var (
 	// ErrNotQueued means Wait found no two-phase enqueue of the owner on
 	// the key.
 	ErrNotQueued = errors.New("engine: owner has not enqueued on key")
+	// ErrLeaseExpired means Wait found the owner's two-phase enqueue
+	// granted, but its lease ran out before the Wait collected it: the
+	// slot went on and nothing is resurrected.
+	ErrLeaseExpired = errors.New("engine: enqueued grant's lease expired before wait")
 	// ErrMaxSessions means OpenSessionMax found its cap of open sessions
 	// reached.
 	ErrMaxSessions = errors.New("engine: max sessions reached")

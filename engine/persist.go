@@ -16,7 +16,7 @@ import (
 // stateMagic and stateVersion open every state written by WriteState.
 const (
 	stateMagic   = "LTCHST"
-	stateVersion = 2 // 2: a key per session; ReadState still reads 1
+	stateVersion = 3 // 2: a key per session; 3: lapsed two-phase grants; ReadState still reads 1 and 2
 )
 
 // entry flags in the state format.
@@ -60,6 +60,7 @@ func (e *Engine) WriteState(w io.Writer) error {
 		s.mu.Unlock()
 	}
 	b = e.sess.appendState(b)
+	b = e.appendLapsed(b)
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 	_, err := w.Write(b)
 	return err
@@ -131,6 +132,71 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+// appendLapsed writes the shards' lapsed two-phase grants (version 3, the
+// last section): how many (shard, owner) lists, then each list in shard
+// and owner order with its keys sorted.
+func (e *Engine) appendLapsed(b []byte) []byte {
+	type list struct {
+		shard int
+		owner OwnerID
+		keys  []string
+	}
+	var all []list
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		ids := make([]OwnerID, 0, len(s.lapsed))
+		for id := range s.lapsed {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			keys := slices.Clone(s.lapsed[id])
+			slices.Sort(keys)
+			all = append(all, list{i, id, keys})
+		}
+		s.mu.Unlock()
+	}
+	b = binary.AppendUvarint(b, uint64(len(all)))
+	for _, l := range all {
+		b = binary.AppendUvarint(b, uint64(l.shard))
+		b = binary.AppendUvarint(b, uint64(l.owner))
+		b = binary.AppendUvarint(b, uint64(len(l.keys)))
+		for _, k := range l.keys {
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+		}
+	}
+	return b
+}
+
+func (e *Engine) readLapsed(d *stateReader) {
+	for range d.count() {
+		i := d.index(len(e.shards))
+		id := OwnerID(d.uvarint())
+		nk := d.count()
+		if d.err != nil {
+			return
+		}
+		s := &e.shards[i]
+		s.mu.Lock()
+		if nk == 0 || s.lapsed[id] != nil {
+			s.mu.Unlock()
+			d.fail("bad lapsed list of %d", id)
+			return
+		}
+		keys := make([]string, 0, nk)
+		for range nk {
+			keys = append(keys, string(d.bytes()))
+		}
+		if s.lapsed == nil {
+			s.lapsed = make(map[OwnerID][]string)
+		}
+		s.lapsed[id] = keys
+		s.mu.Unlock()
+	}
 }
 
 func appendEntry(b []byte, en *entry) []byte {
@@ -224,6 +290,9 @@ func (e *Engine) ReadState(r io.Reader) error {
 	}
 	e.keys.Store(keys)
 	e.sess.readState(d)
+	if d.version >= 3 {
+		e.readLapsed(d)
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}

@@ -39,7 +39,7 @@ import (
 //
 // release and renew use the owner's latest token on the key (bad: the same
 // with a wrong salt). A wait that answers the owner's latest token again
-// (the grant its enqueue already returned) renders as "granted same". <error> is not_holder, not_queued, already_queued,
+// (the grant its enqueue already returned) renders as "granted same". <error> is not_holder, not_queued, lease_expired, already_queued,
 // limit_mismatch, max_keys, max_waiters or bad_request. After '|' come the
 // Outcomes the step delivered to Sinks, as owner:result (the step's key) or
 // owner:key:result; they must be exactly those, in order per key. Every
@@ -63,6 +63,7 @@ func TestScenarios(t *testing.T) {
 var scenarioErrs = map[string]error{
 	"not_holder":     ErrNotHolder,
 	"not_queued":     ErrNotQueued,
+	"lease_expired":  ErrLeaseExpired,
 	"already_queued": ErrAlreadyQueued,
 	"limit_mismatch": ErrLimitMismatch,
 	"max_keys":       ErrMaxKeys,

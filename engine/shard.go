@@ -29,6 +29,14 @@ const expireBudget = 4096
 // shard owns a slice of the key space: its resources, its owners' lists,
 // its deadline heap and its idle list, all under mu.
 type shard struct {
+	// lapsed names, per owner, the keys whose two-phase grant expired
+	// before a Wait collected it, so that Wait answers ErrLeaseExpired
+	// rather than ErrNotQueued. An entry goes at that Wait, at the owner's
+	// next Enqueue of the key, or when the owner is dropped. Not part of
+	// WriteState: after a restore such a Wait answers ErrNotQueued.
+	// Under mu.
+	lapsed map[OwnerID][]string
+
 	mu      sync.Mutex
 	e       *Engine
 	res     map[string]*resource
@@ -51,6 +59,43 @@ func (s *shard) init(e *Engine) {
 	s.res = make(map[string]*resource)
 	s.owners = make(map[OwnerID]*entry)
 	s.next.Store(math.MaxInt64)
+}
+
+// noteLapsedLocked records, when en is an uncollected two-phase grant
+// being expired, that its owner's next Wait on the key finds it lapsed.
+func (s *shard) noteLapsedLocked(en *entry) {
+	if !en.twoPhase || !en.holding {
+		return
+	}
+	if s.lapsed == nil {
+		s.lapsed = make(map[OwnerID][]string)
+	}
+	keys := s.lapsed[en.owner]
+	for _, k := range keys {
+		if k == en.res.key {
+			return
+		}
+	}
+	s.lapsed[en.owner] = append(keys, en.res.key)
+}
+
+// takeLapsedLocked forgets owner's lapsed record of key and reports
+// whether there was one.
+func (s *shard) takeLapsedLocked(owner OwnerID, key []byte) bool {
+	keys := s.lapsed[owner]
+	for i, k := range keys {
+		if k == string(key) {
+			keys[i] = keys[len(keys)-1]
+			keys[len(keys)-1] = ""
+			if keys = keys[:len(keys)-1]; len(keys) == 0 {
+				delete(s.lapsed, owner)
+			} else {
+				s.lapsed[owner] = keys
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // updateNextLocked publishes the earliest time Expire has work here.
@@ -258,6 +303,9 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 		s.mu.Unlock()
 		return Outcome{}, ErrAlreadyQueued
 	}
+	if twoPhase && len(s.lapsed) > 0 {
+		s.takeLapsedLocked(req.Owner, req.Key)
+	}
 	if res.holders.n < res.limit && res.waiters.n == 0 {
 		if res.idle {
 			s.idle.remove(res)
@@ -305,12 +353,15 @@ func (s *shard) wait(now int64, key []byte, owner OwnerID, timeout time.Duration
 }
 
 func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink, d **[]delivery) (Outcome, error) {
+	var en *entry
 	res := s.res[string(key)]
-	if res == nil {
-		return Outcome{}, ErrNotQueued
+	if res != nil {
+		en = s.findOwned(owner, res, true)
 	}
-	en := s.findOwned(owner, res, true)
 	if en == nil {
+		if len(s.lapsed) > 0 && s.takeLapsedLocked(owner, key) {
+			return Outcome{}, ErrLeaseExpired
+		}
 		return Outcome{}, ErrNotQueued
 	}
 	en.twoPhase = false
@@ -321,7 +372,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 		s.removeLocked(en)
 		s.ctr.expiries++
 		*d = s.promoteLocked(now, res, *d)
-		return Outcome{}, ErrNotQueued
+		return Outcome{}, ErrLeaseExpired
 	case en.holding:
 		s.heap.set(en, now+int64(en.ttl))
 		return Outcome{Result: Granted, Token: en.token, TTL: en.ttl}, nil
@@ -352,6 +403,7 @@ func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]deliv
 		return nil
 	}
 	if en.deadline <= now {
+		s.noteLapsedLocked(en)
 		s.removeLocked(en)
 		s.ctr.expiries++
 		*d = s.promoteLocked(now, res, *d)
@@ -408,6 +460,9 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration,
 func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 	var d *[]delivery
 	s.mu.Lock()
+	if len(s.lapsed) > 0 {
+		delete(s.lapsed, owner)
+	}
 	en := s.owners[owner]
 	if en == nil {
 		s.mu.Unlock()
@@ -419,6 +474,9 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 		res := en.res
 		switch {
 		case en.holding && keepHeld:
+			// Nobody is left to collect a two-phase grant: its expiry
+			// must not leave a lapsed record behind.
+			en.twoPhase = false
 			en = next
 			continue
 		case en.holding:
@@ -459,6 +517,7 @@ func (s *shard) expire(now int64) {
 		res := en.res
 		if en.holding {
 			s.ctr.expiries++
+			s.noteLapsedLocked(en)
 		} else {
 			s.ctr.timeouts++
 			if en.sink != nil {

@@ -203,3 +203,14 @@ func TestEngineLimits(t *testing.T) {
 		t.Fatalf("max_waiters without Retry-After")
 	}
 }
+
+// TestWaitLeaseExpired: a wait whose enqueued grant's lease ran out answers
+// lease_expired (dflockd v1.10's error_lease_expired), once.
+func TestWaitLeaseExpired(t *testing.T) {
+	h := startHTTP(t, nil)
+	a := h.session()
+	wantStatus(t, "enqueue", h.do(call{method: "POST", path: "/v1/locks/lapse/enqueue", session: a, body: `{"lease_ttl_s":1}`}), http.StatusOK, "acquired")
+	h.waitFor(0, 0) // the lease expired and the slot went on
+	wantStatus(t, "wait after expiry", h.do(call{method: "POST", path: "/v1/locks/lapse/wait", session: a}), http.StatusConflict, "lease_expired")
+	wantStatus(t, "second wait", h.do(call{method: "POST", path: "/v1/locks/lapse/wait", session: a}), http.StatusConflict, "not_enqueued")
+}

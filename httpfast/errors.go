@@ -26,6 +26,7 @@ const (
 	errLimitMismatch
 	errAlreadyEnqueued
 	errNotEnqueued
+	errLeaseExpired
 	errSessionRequired
 	errSessionGone
 	errBodyTooLarge
@@ -51,6 +52,7 @@ var apiErrs = [...]struct {
 	errLimitMismatch:    {409, "limit_mismatch"},
 	errAlreadyEnqueued:  {409, "already_enqueued"},
 	errNotEnqueued:      {409, "not_enqueued"},
+	errLeaseExpired:     {409, "lease_expired"},
 	errSessionRequired:  {400, "session_required"},
 	errSessionGone:      {410, "session_gone"},
 	errBodyTooLarge:     {413, "body_too_large"},
@@ -76,6 +78,8 @@ func apiErrFor(err error) (apiErr, string) {
 		return errAlreadyEnqueued, "this session already holds or waits on the key"
 	case errors.Is(err, engine.ErrNotQueued):
 		return errNotEnqueued, "this session has not enqueued on the key"
+	case errors.Is(err, engine.ErrLeaseExpired):
+		return errLeaseExpired, "the enqueued grant's lease ran out before this wait"
 	case errors.Is(err, engine.ErrMaxKeys):
 		return errMaxLocks, "the server holds its maximum number of keys"
 	case errors.Is(err, engine.ErrMaxWaiters):

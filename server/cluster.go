@@ -181,7 +181,7 @@ func (s *Server) run(ss *session, p *proposal) {
 // (which the protocol has a status for), not the replica's or raft's.
 func engineError(err error) bool {
 	for _, e := range [...]error{engine.ErrMaxKeys, engine.ErrMaxWaiters, engine.ErrLimitMismatch,
-		engine.ErrNotHolder, engine.ErrAlreadyQueued, engine.ErrNotQueued, engine.ErrBadRequest} {
+		engine.ErrNotHolder, engine.ErrAlreadyQueued, engine.ErrNotQueued, engine.ErrLeaseExpired, engine.ErrBadRequest} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -60,6 +60,28 @@ func TestClusterLeaderGrantsFollowerRedirects(t *testing.T) {
 	_ = waiter.c.Close()
 	other := dial(t, ms[li].Addr)
 	grant(t, other.do("l", "job", "5 30"), "ok")
+
+	// dflockd's two-phase error words come through the log as well.
+	tp := dial(t, ms[li].Addr)
+	if got := tp.do("w", "tp", "0"); got != "error_not_enqueued" {
+		t.Fatalf("w without e: %q", got)
+	}
+	grant(t, tp.do("e", "tp", "1"), "acquired")
+	if got := tp.do("e", "tp", ""); got != "error_already_enqueued" {
+		t.Fatalf("second e: %q", got)
+	}
+	eng := ms[li].Node.FSM().Engine()
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		for _, l := range eng.Snapshot(0).Locks {
+			if l.Key == "tp" {
+				return false
+			}
+		}
+		return true
+	}, "the enqueued grant's lease never expired")
+	if got := tp.do("w", "tp", "0"); got != "error_lease_expired" {
+		t.Fatalf("w after the lease ran out: %q", got)
+	}
 }
 
 // tok2line makes a grant line of a bare token, to reuse fenceOf.

@@ -223,11 +223,11 @@ func TestTwoPhase(t *testing.T) {
 	s := testutil.StartServer(t)
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	tokA := grant(t, a.do("e", "k", ""), "acquired")
-	if got := a.do("e", "k", ""); got != "error" {
-		t.Fatalf("second enqueue by holder: got %q, want error", got)
+	if got := a.do("e", "k", ""); got != "error_already_enqueued" {
+		t.Fatalf("second enqueue by holder: got %q, want error_already_enqueued", got)
 	}
-	if got := b.do("w", "k", "0"); got != "error" {
-		t.Fatalf("wait without enqueue: got %q, want error", got)
+	if got := b.do("w", "k", "0"); got != "error_not_enqueued" {
+		t.Fatalf("wait without enqueue: got %q, want error_not_enqueued", got)
 	}
 	if got := b.do("e", "k", "20"); got != "queued" {
 		t.Fatalf("enqueue on busy key: got %q, want queued", got)
@@ -235,8 +235,8 @@ func TestTwoPhase(t *testing.T) {
 	if got := b.do("w", "k", "0"); got != "timeout" {
 		t.Fatalf("w 0 while queued: got %q, want timeout", got)
 	}
-	if got := b.do("w", "k", "1"); got != "error" {
-		t.Fatalf("w after timed-out wait: got %q, want error (not enqueued)", got)
+	if got := b.do("w", "k", "1"); got != "error_not_enqueued" {
+		t.Fatalf("w after timed-out wait: got %q, want error_not_enqueued", got)
 	}
 	if got := b.do("e", "k", "20"); got != "queued" {
 		t.Fatalf("re-enqueue: got %q", got)

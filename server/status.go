@@ -17,6 +17,12 @@ func statusFor(err error) codec.Status {
 		return codec.StatusErrorMaxWaiters
 	case errors.Is(err, engine.ErrLimitMismatch):
 		return codec.StatusErrorLimitMismatch
+	case errors.Is(err, engine.ErrNotQueued):
+		return codec.StatusErrorNotEnqueued
+	case errors.Is(err, engine.ErrAlreadyQueued):
+		return codec.StatusErrorAlreadyEnqueued
+	case errors.Is(err, engine.ErrLeaseExpired):
+		return codec.StatusErrorLeaseExpired
 	}
 	return codec.StatusError
 }

@@ -414,7 +414,7 @@ func (w *worker) twoPhase(key string, limit int) {
 		if !ok {
 			return
 		}
-		if wline == "error" {
+		if wline == "error_lease_expired" || wline == "error" { // "error": a latchd before the dflockd words
 			// Legal only if the grant made between e and w lapsed first.
 			if wrecv < esent+ttl-w.l.cfg.StaleSlack {
 				w.fail("leases", "%s %q: error %v after e, lease %v", wcmd, key, wrecv-esent, ttl)

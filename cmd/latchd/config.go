@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,16 +38,22 @@ type options struct {
 	adminTokenFile, raftLogLevel             string
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
+
+	// dflockd compatibility (compat.go).
+	leaseSweepInterval, gcInterval int
+	debug                          bool
+	warnings                       []warning // logged at warn once the logger exists
 }
 
 // envName maps a flag to its environment variable: --max-locks is
-// LATCHD_MAX_LOCKS.
+// LATCHD_MAX_LOCKS. envNames adds the DFLOCKD_* fallbacks.
 func envName(flagName string) string {
 	return "LATCHD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // parseOptions reads args, then fills every flag not given on the command
-// line from its environment variable: flags win.
+// line from its environment variables: flags win, then LATCHD_*, then
+// DFLOCKD_* (compat.go).
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
@@ -92,34 +97,20 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token")
 	fs.StringVar(&o.raftLogLevel, "raft-log-level", "warn", "hashicorp/raft log level: off, error, warn, info, debug")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	o.addDflockdFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
+	src, err := applyEnv(fs, getenv)
+	if err != nil {
 		return nil, err
 	}
-	if o.authTokenFile != "" {
-		tok, err := readSecret(o.authTokenFile, "auth token")
-		if err != nil {
-			return nil, err
-		}
-		o.authToken = tok
+	o.applyDflockdFlags(src)
+	if err := o.resolveAuthToken(src); err != nil {
+		return nil, err
 	}
 	if err := o.clusterOptions(); err != nil {
 		return nil, err

@@ -64,6 +64,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	for _, w := range o.warnings {
+		log.Warn("flag accepted for dflockd compatibility has no effect", zap.String("flag", "--"+w.flag), zap.String("why", w.why))
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

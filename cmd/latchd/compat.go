@@ -1,0 +1,151 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+)
+
+// A dflockd v1.10 command line or environment starts latchd: its flags are
+// all accepted (docs/compat.md), and every flag falls back to the
+// environment in this order: the command line, then LATCHD_<FLAG>, then
+// dflockd's own name for the variable where it has one (dflockdEnv), then
+// DFLOCKD_<FLAG>, then the default.
+
+// source is where a flag's value came from; a larger one wins.
+type source uint8
+
+const (
+	fromDefault source = iota
+	fromDflockdEnv
+	fromLatchdEnv
+	fromFlag
+)
+
+// dflockdEnv names the variables dflockd v1.10 reads under a name other
+// than DFLOCKD_<FLAG>.
+var dflockdEnv = map[string]string{
+	"default-lease-ttl":    "DFLOCKD_DEFAULT_LEASE_TTL_S",
+	"lease-sweep-interval": "DFLOCKD_LEASE_SWEEP_INTERVAL_S",
+	"gc-interval":          "DFLOCKD_GC_LOOP_SLEEP",
+	"gc-max-idle":          "DFLOCKD_GC_MAX_UNUSED_TIME",
+	"read-timeout":         "DFLOCKD_READ_TIMEOUT_S",
+	"write-timeout":        "DFLOCKD_WRITE_TIMEOUT_S",
+	"shutdown-timeout":     "DFLOCKD_SHUTDOWN_TIMEOUT_S",
+}
+
+// noDflockdEnv are flags with no DFLOCKD_* fallback: a variable such as
+// DFLOCKD_VERSION=1.10 in an image's environment must not make latchd
+// print its version and exit.
+var noDflockdEnv = map[string]bool{"version": true}
+
+// envNames returns the variables of a flag, strongest first.
+func envNames(flagName string) []string {
+	names := []string{envName(flagName)}
+	if noDflockdEnv[flagName] {
+		return names
+	}
+	if alias, ok := dflockdEnv[flagName]; ok {
+		names = append(names, alias)
+	}
+	up := strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+	return append(names, "DFLOCKD_"+up)
+}
+
+// applyEnv fills every flag not given on the command line from the first
+// of its variables that is set, and returns where each flag's value came
+// from.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) (map[string]source, error) {
+	src := map[string]source{}
+	fs.Visit(func(f *flag.Flag) { src[f.Name] = fromFlag })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if src[f.Name] == fromFlag {
+			return
+		}
+		for _, name := range envNames(f.Name) {
+			v := getenv(name)
+			if v == "" {
+				continue
+			}
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				v = boolWord(v)
+			}
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
+			}
+			src[f.Name] = fromDflockdEnv
+			if strings.HasPrefix(name, "LATCHD_") {
+				src[f.Name] = fromLatchdEnv
+			}
+			return
+		}
+	})
+	return src, errors.Join(errs...)
+}
+
+// boolWord maps the yes/no spellings dflockd accepts in its environment
+// onto strconv.ParseBool's; anything else is left for it to judge.
+func boolWord(v string) string {
+	switch strings.ToLower(v) {
+	case "yes", "on":
+		return "true"
+	case "no", "off":
+		return "false"
+	}
+	return v
+}
+
+// addDflockdFlags defines the dflockd v1.10 flags latchd has no flag of
+// its own for. (--write-timeout and --shutdown-timeout are real latchd
+// flags, defined with the server's.)
+func (o *options) addDflockdFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.leaseSweepInterval, "lease-sweep-interval", 1,
+		"dflockd compatibility, no effect: leases expire at their deadline, there is no sweep")
+	fs.IntVar(&o.gcInterval, "gc-interval", 5,
+		"dflockd compatibility, no effect: an idle key is pruned at its --gc-max-idle deadline, there is no GC pass")
+	fs.BoolVar(&o.debug, "debug", false, "same as --log-level debug (dflockd's flag)")
+}
+
+// applyDflockdFlags turns the dflockd flags into latchd settings and
+// warnings, once the sources are known.
+func (o *options) applyDflockdFlags(src map[string]source) {
+	if o.debug {
+		o.logLevel = "debug"
+	}
+	for _, f := range [...]struct{ name, why string }{
+		{"lease-sweep-interval", "latchd expires each lease at its own deadline (within ~10 ms); there is no sweep to pace"},
+		{"gc-interval", "latchd prunes each idle key when its --gc-max-idle runs out; there is no periodic GC pass"},
+	} {
+		if src[f.name] != fromDefault {
+			o.warnings = append(o.warnings, warning{flag: f.name, why: f.why})
+		}
+	}
+}
+
+// warning is a flag accepted for compatibility that has no effect.
+type warning struct{ flag, why string }
+
+// resolveAuthToken picks the auth secret from --auth-token and
+// --auth-token-file (each a flag or a variable): the one from the stronger
+// source wins (command line, then LATCHD_*, then DFLOCKD_*); from the same
+// source, the inline token wins, as in dflockd. An empty value counts as
+// unset.
+func (o *options) resolveAuthToken(src map[string]source) error {
+	tokSrc, fileSrc := src["auth-token"], src["auth-token-file"]
+	if o.authToken == "" {
+		tokSrc = fromDefault
+	}
+	if o.authTokenFile == "" {
+		fileSrc = fromDefault
+	}
+	if fileSrc > tokSrc {
+		tok, err := readSecret(o.authTokenFile, "auth token")
+		if err != nil {
+			return err
+		}
+		o.authToken = tok
+	}
+	return nil
+}
