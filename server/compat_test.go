@@ -229,7 +229,7 @@ var compatCases = []compatCase{
 		"1> l held 10 -> ok $a 33",
 		"2> l held 10 &",
 		"1> sl pool 10 3 -> ok $b 33",
-		"1> stats _ _ -> {stats}",
+		"1>~ stats _ _ -> {stats}",
 	}},
 	{name: "requests in one write answered in order", steps: []string{
 		"1! l\np1\n0\nl\np2\n0\nr\np1\n00000000000000000000000000000000\n -> ok $a 33",
