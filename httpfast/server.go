@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
 )
@@ -39,7 +40,9 @@ type Server struct {
 	admin     *replica.Node // WithAdmin, else nil: the admin routes are 404
 	adminAuth []byte        // "Bearer <admin token>"
 
-	parked atomic.Int64 // handlers blocked on a grant
+	parked   atomic.Int64 // handlers blocked on a grant
+	draining atomic.Bool  // Drain was called: /healthz answers 503
+	lnSet    *listen.Set  // WithListeners; nil: /healthz ignores listeners
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -82,6 +85,7 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		conns:    o.connections,
 		met:      newHTTPMetrics(o.metrics),
 		stopping: make(chan struct{}),
+		lnSet:    o.listeners,
 	}
 	if cfg.AuthToken != "" {
 		s.auth = []byte("Bearer " + cfg.AuthToken)
@@ -127,6 +131,9 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("httpfast: listen %s: %w", s.cfg.Addr, err)
 	}
+	// Guarded: an accept error (EMFILE) is backed off and retried; fasthttp
+	// would end Serve on it.
+	ln = s.lnSet.Wrap("http", ln)
 	if s.cfg.TLS != nil {
 		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
@@ -174,6 +181,14 @@ func (s *Server) Stop(ctx context.Context) error {
 	close(s.stopping)
 	s.mu.Unlock()
 
+	// Close the listener and let Serve return before fasthttp's shutdown:
+	// it counts a running Serve as an open connection and polls the count
+	// every 100 ms, so an idle server would wait a tick for nothing.
+	_ = s.ln.Close()
+	select {
+	case <-s.served:
+	case <-ctx.Done():
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.ShutdownWithContext(ctx) }()
 	s.closeAllSessions()
@@ -251,7 +266,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		ctx.Response.Header.Set("Allow", allow)
 		writeError(ctx, errMethodNotAllowed, "method not allowed on this route")
 	case opHealthz:
-		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+		s.healthz(ctx)
 	case opMetrics:
 		s.serveMetrics(ctx)
 	case opStats:
@@ -271,6 +286,34 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 	default:
 		s.lockOp(ctx, o, param)
 	}
+}
+
+// Drain marks the server as stopping: /healthz answers 503 shutting_down
+// from now on. The engine's Drain makes the lock routes answer it.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// healthz answers GET /healthz: 200 while every listener accepts; 503
+// naming the listeners in backoff after an accept error (out of file
+// descriptors, say), or shutting_down once a graceful stop began.
+func (s *Server) healthz(ctx *fasthttp.RequestCtx) {
+	if s.draining.Load() {
+		writeError(ctx, errShuttingDown, "the server is stopping")
+		return
+	}
+	down := s.lnSet.Down()
+	if len(down) == 0 {
+		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+		return
+	}
+	b := append(make([]byte, 0, 96), `{"error":"listener_down","message":"not accepting connections","listeners":[`...)
+	for i, name := range down {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, name) // names are ours: plain ASCII
+	}
+	b = append(b, "]}"...)
+	writeJSON(ctx, fasthttp.StatusServiceUnavailable, b)
 }
 
 // handleParseError answers a request fasthttp could not read: a body over

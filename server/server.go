@@ -27,7 +27,7 @@ type Server struct {
 	log    *zap.Logger
 	met    *metrics.TCP  // nil: record nothing
 	node   *replica.Node // cluster mode; nil: s.eng is local
-	cli    *gnet.Client // the event loops plain TCP connections are enrolled in
+	cli    *gnet.Client  // the event loops plain TCP connections are enrolled in
 	addr   string
 	booted chan struct{}
 	lnSet  *listen.Set // nil: accept errors are only retried
@@ -140,6 +140,39 @@ func (s *Server) Addr() string { return s.addr }
 
 // Connections returns the number of open connections.
 func (s *Server) Connections() int { return int(s.conns.Load()) }
+
+// StopAccepting closes the listener: connections already open are served
+// until Stop. It is the first step of a graceful stop.
+func (s *Server) StopAccepting() {
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+}
+
+// Settle waits, within ctx, until every connection has taken the answers
+// the engine delivered to it (a Drain's errors, say): Stop closes
+// connections without running their pending wake-ups, so a graceful stop
+// settles first.
+func (s *Server) Settle(ctx context.Context) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		pending := false
+		s.reg.each(func(ss *session) {
+			if ss.woken.Load() {
+				pending = true
+			}
+		})
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
 
 // Stop closes the listener and every connection (releasing what each
 // held) and waits for the event loops to end, or for ctx.

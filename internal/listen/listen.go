@@ -138,8 +138,11 @@ func (g *Guard) Accept() (net.Conn, error) {
 }
 
 // Close closes the listener; a Guard in backoff notices at its next try.
+// Closing it again does nothing.
 func (g *Guard) Close() error {
-	g.closed.Store(true)
+	if !g.closed.CompareAndSwap(false, true) {
+		return nil
+	}
 	return g.Listener.Close()
 }
 

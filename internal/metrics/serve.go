@@ -17,6 +17,12 @@ import (
 // function that shuts the listener down gracefully within ctx, and the
 // bound address.
 func Serve(addr string, reg *Registry, log *zap.Logger) (stop func(context.Context) error, boundAddr string, err error) {
+	return ServeWrapped(addr, reg, log, nil)
+}
+
+// ServeWrapped is Serve with the listener passed through wrap first (nil:
+// as is), to guard its accept loop (listen.Set.Wrap).
+func ServeWrapped(addr string, reg *Registry, log *zap.Logger, wrap func(net.Listener) net.Listener) (stop func(context.Context) error, boundAddr string, err error) {
 	if reg == nil {
 		return nil, "", errNilRegistry
 	}
@@ -26,6 +32,9 @@ func Serve(addr string, reg *Registry, log *zap.Logger) (stop func(context.Conte
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("metrics: listen %s: %w", addr, err)
+	}
+	if wrap != nil {
+		ln = wrap(ln)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", reg.Handler())
