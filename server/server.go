@@ -124,10 +124,13 @@ func (s *Server) accept() {
 			return // closed: the guard retries everything else
 		}
 		if _, err := s.cli.EnrollContext(c, nil); err != nil {
-			// Enroll duplicates the descriptor, which can fail for want
-			// of one: the client is refused; the listener goes on.
+			// Enroll duplicates the descriptor, which fails for want of
+			// one like an accept: the client is dropped, and the guard
+			// counts it and backs off.
 			_ = c.Close() // EnrollContext closes c too; twice is harmless
-			s.debug("enroll", zap.Error(err))
+			if g, ok := s.ln.(*listen.Guard); ok {
+				g.Report(err)
+			}
 		}
 	}
 }

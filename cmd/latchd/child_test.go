@@ -63,7 +63,8 @@ func startChild(t testing.TB, nofile int, rest bool, args ...string) *child {
 	}
 	enc, _ := json.Marshal(args)
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), "LATCHD_TEST_CHILD=1", "LATCHD_TEST_ARGS="+string(enc))
+	// atexit_sleep_ms: a race-enabled binary otherwise sleeps 1 s on exit.
+	c.cmd.Env = append(os.Environ(), "LATCHD_TEST_CHILD=1", "LATCHD_TEST_ARGS="+string(enc), "GORACE=atexit_sleep_ms=0")
 	if nofile > 0 {
 		c.cmd.Env = append(c.cmd.Env, "LATCHD_TEST_NOFILE="+strconv.Itoa(nofile))
 	}

@@ -146,9 +146,9 @@ func TestAcceptSurvivesFDExhaustion(t *testing.T) {
 	if code, body, err := health.do("GET", "/healthz", "", "", 2*time.Second); code != 200 {
 		t.Fatalf("healthz after: %d %s %v", code, body, err)
 	}
-	_, scrape, err := httpOnce(c.http, "GET", "/metrics", "", "", 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	code, scrape, err := httpOnce(c.http, "GET", "/metrics", "", "", 5*time.Second)
+	if err != nil || code != 200 {
+		t.Fatalf("metrics: %d %v", code, err)
 	}
 	if acceptErrors(scrape, "tcp") == 0 || acceptErrors(scrape, "http") == 0 {
 		t.Fatalf("latchd_accept_errors_total not counted for tcp and http:\n%s", grepLines(scrape, "latchd_accept_errors_total"))

@@ -98,42 +98,67 @@ type Guard struct {
 	// Accept's goroutine only (a listener has one accept loop).
 	lastLog    time.Time
 	suppressed int
+	wait       time.Duration // the current backoff; 0 when accepting
+	owed       bool          // Report asked for a backoff before the next accept
 }
 
 // Accept returns the next connection. It returns an error only once the
 // listener is closed.
 func (g *Guard) Accept() (net.Conn, error) {
-	wait := time.Duration(0)
+	if g.owed {
+		g.owed = false
+		g.backoff()
+	}
 	for {
 		c, err := g.Listener.Accept()
 		if err == nil {
 			if !g.accepting.Load() {
 				g.accepting.Store(true)
 			}
+			g.wait = 0
 			return c, nil
 		}
 		if errors.Is(err, net.ErrClosed) || g.closed.Load() {
 			return nil, err
 		}
-		reason, resource := classify(err)
-		if g.set.count != nil {
-			g.set.count(g.name, reason)
+		if g.record(err) {
+			g.backoff()
 		}
-		g.logError(err, reason)
-		if !resource {
-			// A peer that went away before its turn (ECONNABORTED,
-			// ECONNRESET): nothing to wait for.
-			continue
-		}
+	}
+}
+
+// Report records an error taking over a connection Accept returned (a
+// descriptor that could not be duplicated, say) as an accept error: it is
+// counted and logged, and a shortage of descriptors backs the next Accept
+// off. Call it from the goroutine that calls Accept.
+func (g *Guard) Report(err error) {
+	g.owed = g.record(err)
+}
+
+// record counts and logs an accept error and reports whether it calls for
+// a backoff; it marks the listener down if so.
+func (g *Guard) record(err error) bool {
+	reason, resource := classify(err)
+	if g.set.count != nil {
+		g.set.count(g.name, reason)
+	}
+	g.logError(err, reason)
+	if resource {
+		// A peer that went away before its turn (ECONNABORTED,
+		// ECONNRESET) is not: nothing to wait for.
 		g.accepting.Store(false)
-		wait = min(max(wait*2, MinBackoff), MaxBackoff)
-		time.Sleep(wait)
-		if fdAvailable() {
-			// Descriptors are free again: report healthy now, even if no
-			// client is waiting to be accepted. Accept says otherwise if
-			// it fails again.
-			g.accepting.Store(true)
-		}
+	}
+	return resource
+}
+
+// backoff sleeps the next backoff step, then marks the listener up again
+// if descriptors are free: it may have nobody to accept, and Accept says
+// otherwise if it fails again.
+func (g *Guard) backoff() {
+	g.wait = min(max(g.wait*2, MinBackoff), MaxBackoff)
+	time.Sleep(g.wait)
+	if fdAvailable() {
+		g.accepting.Store(true)
 	}
 }
 
