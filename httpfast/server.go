@@ -40,9 +40,10 @@ type Server struct {
 	admin     *replica.Node // WithAdmin, else nil: the admin routes are 404
 	adminAuth []byte        // "Bearer <admin token>"
 
-	parked   atomic.Int64 // handlers blocked on a grant
-	draining atomic.Bool  // Drain was called: /healthz answers 503
-	lnSet    *listen.Set  // WithListeners; nil: /healthz ignores listeners
+	parked   atomic.Int64  // handlers blocked on a grant
+	draining atomic.Bool   // Drain was called: /healthz answers 503
+	lnSet    *listen.Set   // WithListeners; nil: /healthz ignores listeners
+	guard    *listen.Guard // the REST listener's guard, set by Start
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -111,6 +112,7 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		NoDefaultContentType: true,
 		CloseOnShutdown:      true,
 		Logger:               fasthttpLogger{log.Sugar()},
+		ConnState:            s.connState,
 	}
 	return s, nil
 }
@@ -134,6 +136,7 @@ func (s *Server) Start() error {
 	// Guarded: an accept error (EMFILE) is backed off and retried; fasthttp
 	// would end Serve on it.
 	ln = s.lnSet.Wrap("http", ln)
+	s.guard, _ = ln.(*listen.Guard)
 	if s.cfg.TLS != nil {
 		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
@@ -285,6 +288,14 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.adminOp(ctx, o, param)
 	default:
 		s.lockOp(ctx, o, param)
+	}
+}
+
+// connState tells the listener's guard when a connection closed: a
+// listener backing off for want of descriptors may accept again.
+func (s *Server) connState(_ net.Conn, st fasthttp.ConnState) {
+	if st == fasthttp.StateClosed && s.guard != nil {
+		s.guard.Freed()
 	}
 }
 

@@ -41,6 +41,7 @@ type Server struct {
 	loops      loops
 
 	ln      net.Listener   // guarded: Accept retries EMFILE and the like
+	lnGuard *listen.Guard  // the guard under ln
 	acceptW sync.WaitGroup // the accept loop
 	tlsW    sync.WaitGroup // TLS transport only: its connections
 
@@ -90,6 +91,7 @@ func (s *Server) Start() error {
 	}
 	s.addr = ln.Addr().String()
 	s.ln = s.lnSet.Wrap("tcp", ln)
+	s.lnGuard, _ = s.ln.(*listen.Guard)
 	if s.cfg.TLS != nil {
 		return s.startTLS()
 	}
@@ -128,11 +130,17 @@ func (s *Server) accept() {
 			// one like an accept: the client is dropped, and the guard
 			// counts it and backs off.
 			_ = c.Close() // EnrollContext closes c too; twice is harmless
-			if g, ok := s.ln.(*listen.Guard); ok {
+			if g, ok := s.guard(); ok {
 				g.Report(err)
 			}
 		}
 	}
+}
+
+// guard returns the listener's guard: the listener itself, or under the
+// TLS listener.
+func (s *Server) guard() (*listen.Guard, bool) {
+	return s.lnGuard, s.lnGuard != nil
 }
 
 // OnBoot is called by gnet when the event loops start.
@@ -283,6 +291,9 @@ func (s *Server) close(ss *session, err error) {
 		s.perIP.release(ss.ip)
 	}
 	s.reg.remove(ss)
+	if g, ok := s.guard(); ok {
+		g.Freed() // a listener out of descriptors may accept again
+	}
 	if s.node != nil {
 		s.closeCluster(ss)
 	} else {

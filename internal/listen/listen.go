@@ -58,7 +58,7 @@ func (s *Set) Wrap(name string, ln net.Listener) net.Listener {
 	if s == nil {
 		s = NewSet(nil, nil)
 	}
-	g := &Guard{Listener: ln, name: name, set: s}
+	g := &Guard{Listener: ln, name: name, set: s, nudge: make(chan struct{}, 1)}
 	g.accepting.Store(true)
 	s.mu.Lock()
 	s.all = append(s.all, g)
@@ -94,6 +94,7 @@ type Guard struct {
 
 	accepting atomic.Bool // false while in backoff after a resource error
 	closed    atomic.Bool
+	nudge     chan struct{} // one slot: a descriptor was freed
 
 	// Accept's goroutine only (a listener has one accept loop).
 	lastLog    time.Time
@@ -151,14 +152,33 @@ func (g *Guard) record(err error) bool {
 	return resource
 }
 
-// backoff sleeps the next backoff step, then marks the listener up again
-// if descriptors are free: it may have nobody to accept, and Accept says
-// otherwise if it fails again.
+// backoff sleeps the next backoff step, or until Freed is called, then
+// marks the listener up again if descriptors are free: it may have nobody
+// to accept, and Accept says otherwise if it fails again.
 func (g *Guard) backoff() {
 	g.wait = min(max(g.wait*2, MinBackoff), MaxBackoff)
-	time.Sleep(g.wait)
+	t := time.NewTimer(g.wait)
+	select {
+	case <-t.C:
+	case <-g.nudge:
+		t.Stop()
+	}
 	if fdAvailable() {
 		g.accepting.Store(true)
+	}
+}
+
+// Freed tells a Guard in backoff that a connection of its listener closed,
+// so a descriptor may be free: it retries at once rather than at the end
+// of its backoff step. It never blocks and costs a channel poll when the
+// Guard is not backing off.
+func (g *Guard) Freed() {
+	if g.accepting.Load() {
+		return
+	}
+	select {
+	case g.nudge <- struct{}{}:
+	default:
 	}
 }
 

@@ -140,3 +140,46 @@ func TestDefaultCaps(t *testing.T) {
 		}
 	}
 }
+
+// TestFreedCutsBackoff: a closed connection (Freed) ends a backoff step
+// early, so a listener that ran out of descriptors accepts as soon as one
+// is free rather than at the end of a step of up to a second.
+func TestFreedCutsBackoff(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emfile := os.NewSyscallError("accept4", syscall.EMFILE)
+	var errs []error
+	for range 8 { // without Freed: 5+10+...+640 ms = 1.275 s of sleep at least
+		errs = append(errs, emfile)
+	}
+	g := NewSet(nil, nil).Wrap("tcp", &script{Listener: inner, errs: errs}).(*Guard)
+	defer g.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				g.Freed()
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	ac, err := g.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac.Close()
+	if d := time.Since(start); d >= time.Second {
+		t.Fatalf("accepted after %v; Freed should cut the 1.275 s of backoff short", d)
+	}
+}
