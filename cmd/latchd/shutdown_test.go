@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
@@ -202,4 +204,24 @@ func waitQueued(t *testing.T, c *child, key string, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("%d waiters on %q never showed in stats", n, key)
+}
+
+func TestShutdownTimeoutFlag(t *testing.T) {
+	o, err := parseOptions(nil, env(map[string]string{"LATCHD_SHUTDOWN_TIMEOUT": "9", "LATCHD_HTTP_MAX_CONNECTIONS": "7"}), io.Discard)
+	if err != nil || o.shutdownTimeout != 9 || o.httpMaxConns != 7 {
+		t.Fatalf("from env: %+v, %v", o, err)
+	}
+	if o, _ := parseOptions(nil, env(nil), io.Discard); o.shutdownTimeout != 5 {
+		t.Fatalf("default shutdown timeout %d, want 5", o.shutdownTimeout)
+	}
+	var errb bytes.Buffer
+	if code := run([]string{"--shutdown-timeout", "-1"}, env(nil), io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "--shutdown-timeout") {
+		t.Fatalf("negative timeout: exit %d, %q", code, errb.String())
+	}
+	// 0 caps are derived from the descriptor limit; explicit ones kept.
+	o, _ = parseOptions([]string{"--http-port", "1", "--max-connections", "50"}, env(nil), io.Discard)
+	o.applyFDLimit(128)
+	if o.maxConns != 50 || o.httpMaxConns != 22 {
+		t.Fatalf("caps under 128 fds: tcp %d, http %d; want 50 (given) and 22 (derived)", o.maxConns, o.httpMaxConns)
+	}
 }
