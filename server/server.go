@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,22 +118,42 @@ func (s *Server) Start() error {
 }
 
 // accept takes connections until the listener closes and hands each to
-// an event loop, which runs OnOpen.
+// an enroller. Enrolling waits for an event loop to run OnOpen, so one
+// enroller per loop keeps every loop taking connections while this
+// goroutine accepts the next.
 func (s *Server) accept() {
 	defer s.acceptW.Done()
+	conns := make(chan net.Conn, 64)
+	var enrollers sync.WaitGroup
+	for range max(s.cfg.EventLoops, runtime.NumCPU()) {
+		enrollers.Add(1)
+		go func() {
+			defer enrollers.Done()
+			for c := range conns {
+				s.enroll(c)
+			}
+		}()
+	}
+	defer enrollers.Wait()
+	defer close(conns)
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
 			return // closed: the guard retries everything else
 		}
-		if _, err := s.cli.EnrollContext(c, nil); err != nil {
-			// Enroll duplicates the descriptor, which fails for want of
-			// one like an accept: the client is dropped, and the guard
-			// counts it and backs off.
-			_ = c.Close() // EnrollContext closes c too; twice is harmless
-			if g, ok := s.guard(); ok {
-				g.Report(err)
-			}
+		conns <- c
+	}
+}
+
+// enroll hands c to an event loop, which runs OnOpen.
+func (s *Server) enroll(c net.Conn) {
+	if _, err := s.cli.EnrollContext(c, nil); err != nil {
+		// Enroll duplicates the descriptor, which fails for want of one
+		// like an accept: the client is dropped, and the guard counts it
+		// and backs the listener off.
+		_ = c.Close() // EnrollContext closes c too; twice is harmless
+		if g, ok := s.guard(); ok {
+			g.Report(err)
 		}
 	}
 }

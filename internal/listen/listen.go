@@ -96,18 +96,20 @@ type Guard struct {
 	closed    atomic.Bool
 	nudge     chan struct{} // one slot: a descriptor was freed
 
+	owed atomic.Bool // Report asked for a backoff before the next accept
+
 	// Accept's goroutine only (a listener has one accept loop).
+	wait time.Duration // the current backoff; 0 when accepting
+
+	logMu      sync.Mutex // Accept and Report may log at once
 	lastLog    time.Time
 	suppressed int
-	wait       time.Duration // the current backoff; 0 when accepting
-	owed       bool          // Report asked for a backoff before the next accept
 }
 
 // Accept returns the next connection. It returns an error only once the
 // listener is closed.
 func (g *Guard) Accept() (net.Conn, error) {
-	if g.owed {
-		g.owed = false
+	if g.owed.Swap(false) {
 		g.backoff()
 	}
 	for {
@@ -131,9 +133,11 @@ func (g *Guard) Accept() (net.Conn, error) {
 // Report records an error taking over a connection Accept returned (a
 // descriptor that could not be duplicated, say) as an accept error: it is
 // counted and logged, and a shortage of descriptors backs the next Accept
-// off. Call it from the goroutine that calls Accept.
+// off. Any goroutine may call it.
 func (g *Guard) Report(err error) {
-	g.owed = g.record(err)
+	if g.record(err) {
+		g.owed.Store(true)
+	}
 }
 
 // record counts and logs an accept error and reports whether it calls for
@@ -195,6 +199,8 @@ func (g *Guard) Close() error {
 func (g *Guard) Accepting() bool { return g.accepting.Load() }
 
 func (g *Guard) logError(err error, reason string) {
+	g.logMu.Lock()
+	defer g.logMu.Unlock()
 	now := time.Now()
 	if !g.lastLog.IsZero() && now.Sub(g.lastLog) < logEvery {
 		g.suppressed++
