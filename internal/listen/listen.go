@@ -172,14 +172,12 @@ func (g *Guard) backoff() {
 	}
 }
 
-// Freed tells a Guard in backoff that a connection of its listener closed,
-// so a descriptor may be free: it retries at once rather than at the end
-// of its backoff step. It never blocks and costs a channel poll when the
-// Guard is not backing off.
+// Freed tells the Guard that a connection of its listener closed, so a
+// descriptor may be free: a backoff step under way, or the next one, ends
+// at once rather than at the end of its time. It never blocks (a
+// non-blocking send on a one-slot channel; a stale signal only makes one
+// retry early).
 func (g *Guard) Freed() {
-	if g.accepting.Load() {
-		return
-	}
 	select {
 	case g.nudge <- struct{}{}:
 	default:
