@@ -209,6 +209,11 @@ func (s *Server) Settle(ctx context.Context) error {
 // Stop closes the listener and every connection (releasing what each
 // held) and waits for the event loops to end, or for ctx.
 func (s *Server) Stop(ctx context.Context) error {
+	select {
+	case <-s.booted:
+	default:
+		return errors.New("server: not started")
+	}
 	var err error
 	s.stopOnce.Do(func() {
 		close(s.stop)
