@@ -18,12 +18,14 @@ type Result uint8
 
 // Results. Granted carries a token; Queued means the Sink will hear the
 // final Result later; TimedOut means the wait ended (or a try-lock found the
-// key busy); Canceled means the owner was dropped while it waited.
+// key busy); Canceled means the owner was dropped while it waited;
+// Drained means Drain withdrew the wait because the server is stopping.
 const (
 	Granted Result = iota + 1
 	Queued
 	TimedOut
 	Canceled
+	Drained
 )
 
 // String names the result.
@@ -37,6 +39,8 @@ func (r Result) String() string {
 		return "timed_out"
 	case Canceled:
 		return "canceled"
+	case Drained:
+		return "drained"
 	}
 	return "invalid"
 }
@@ -126,6 +130,8 @@ type Engine struct {
 	// Requests refused at MaxKeys and MaxWaiters (rare: kept off the
 	// shards' counters).
 	refusedKeys, refusedWaiters atomic.Uint64
+	// draining is set by Drain: no new holder or waiter, no hand-off.
+	draining atomic.Bool
 }
 
 // New returns an engine with cfg, which must be valid.
@@ -353,6 +359,25 @@ func (e *Engine) DisconnectVia(now int64, owner OwnerID, release bool, via Via) 
 		e.shards[i].dropOwner(now, owner, !release, via)
 	}
 }
+
+// Drain prepares the engine for a graceful stop: from now on it grants
+// nothing. Every parked request hears Drained, every two-phase enqueue is
+// withdrawn, and later Acquire, Enqueue and Wait calls fail with
+// ErrDraining (a Wait still collects a grant made before Drain). Releases
+// and renewals keep working, so holders can finish; a slot they free is
+// not handed on. It returns how many waits it withdrew. Drain is for a
+// single node's engine: a replica's state changes only through its log.
+func (e *Engine) Drain(now int64) int {
+	e.draining.Store(true)
+	n := 0
+	for i := range e.shards {
+		n += e.shards[i].drain(now)
+	}
+	return n
+}
+
+// Draining reports whether Drain was called.
+func (e *Engine) Draining() bool { return e.draining.Load() }
 
 // Expire ends every lease and wait whose deadline is <= now, hands freed
 // slots on, prunes idle keys and drops expired sessions. One clock

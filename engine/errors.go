@@ -28,4 +28,7 @@ var (
 	// ErrBadRequest means a request's fields are out of range (an empty
 	// key, a limit < 1, a negative duration).
 	ErrBadRequest = errors.New("engine: bad request")
+	// ErrDraining means the engine is draining for a stop (see Drain): it
+	// takes no new holder or waiter.
+	ErrDraining = errors.New("engine: draining for shutdown")
 )

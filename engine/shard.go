@@ -251,7 +251,7 @@ func (s *shard) grantLocked(now int64, en *entry) {
 // promoteLocked grants free slots of res to its oldest waiters and queues
 // their Sink calls on d. It marks res idle when nothing is left on it.
 func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delivery {
-	for res.holders.n < res.limit && res.waiters.head != nil {
+	for res.holders.n < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
 		en := res.waiters.head
 		res.waiters.remove(en)
 		s.waiting--
@@ -294,6 +294,10 @@ func (s *shard) removeLocked(en *entry) {
 
 func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (Outcome, error) {
 	s.mu.Lock()
+	if s.e.draining.Load() { // read under mu: Drain's pass comes after
+		s.mu.Unlock()
+		return Outcome{}, ErrDraining
+	}
 	res, err := s.resourceLocked(now, req.Key, req.Limit)
 	if err != nil {
 		s.mu.Unlock()
@@ -357,6 +361,9 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 	res := s.res[string(key)]
 	if res != nil {
 		en = s.findOwned(owner, res, true)
+	}
+	if s.e.draining.Load() && (en == nil || !en.holding) {
+		return Outcome{}, ErrDraining
 	}
 	if en == nil {
 		if len(s.lapsed) > 0 && s.takeLapsedLocked(owner, key) {
@@ -502,6 +509,31 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 	s.updateNextLocked()
 	s.mu.Unlock()
 	deliver(d, via)
+}
+
+// drain withdraws every waiter of the shard, parked ones hearing Drained,
+// and returns how many. The engine's draining flag is already set, so no
+// new waiter comes and nothing is handed on.
+func (s *shard) drain(now int64) int {
+	var d *[]delivery
+	n := 0
+	s.mu.Lock()
+	for _, res := range s.res {
+		for en := res.waiters.head; en != nil; en = res.waiters.head {
+			if en.sink != nil {
+				d = appendDelivery(d, en.sink, Outcome{Result: Drained})
+			}
+			s.removeLocked(en)
+			n++
+		}
+		if res.empty() && !res.idle {
+			s.idle.pushBack(res, now)
+		}
+	}
+	s.updateNextLocked()
+	s.mu.Unlock()
+	deliver(d, nil)
+	return n
 }
 
 func (s *shard) expire(now int64) {

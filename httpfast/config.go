@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
 )
@@ -105,6 +106,7 @@ type options struct {
 	connections func() int
 	metrics     *metrics.Registry
 	node        *replica.Node // WithCluster
+	listeners   *listen.Set   // WithListeners
 	admin       *adminOptions // WithAdmin
 	ready       func() error  // WithReadiness
 }
@@ -118,6 +120,13 @@ type adminOptions struct {
 // /v1/stats adds to the open sessions and /metrics reports.
 func WithConnections(f func() int) Option {
 	return func(o *options) { o.connections = f }
+}
+
+// WithListeners guards the REST listener in set (an accept error is
+// counted, logged and backed off instead of ending Serve) and makes
+// /healthz answer 503 while any listener of set is in backoff.
+func WithListeners(set *listen.Set) Option {
+	return func(o *options) { o.listeners = set }
 }
 
 // WithMetrics records the REST metrics in reg and serves all of reg on

@@ -38,6 +38,7 @@ const (
 	errNotLeader      // cluster mode: a follower; writeNotLeader adds "leader"
 	errUnknownOutcome // cluster mode: logged, then leadership lost
 	errUnavailable    // cluster mode: not taken in; it did not take effect
+	errShuttingDown   // a single node draining for a stop: no new grants
 )
 
 var apiErrs = [...]struct {
@@ -64,7 +65,11 @@ var apiErrs = [...]struct {
 	errNotLeader:        {503, "not_leader"},
 	errUnknownOutcome:   {503, "unknown_outcome"},
 	errUnavailable:      {503, "unavailable"},
+	errShuttingDown:     {503, "shutting_down"},
 }
+
+// msgShuttingDown explains errShuttingDown.
+const msgShuttingDown = "the server is stopping: it grants nothing more; releases and renewals still work"
 
 // apiErrFor maps an engine error to its answer and message. It is the one
 // place where engine errors meet the REST API.
@@ -88,6 +93,8 @@ func apiErrFor(err error) (apiErr, string) {
 		return errMaxSessions, "the server holds its maximum number of sessions"
 	case errors.Is(err, engine.ErrBadRequest):
 		return errBadRequest, "request fields out of range"
+	case errors.Is(err, engine.ErrDraining):
+		return errShuttingDown, msgShuttingDown
 	}
 	return errInternal, "internal error"
 }

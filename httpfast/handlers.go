@@ -366,6 +366,8 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, owner engine.OwnerID, timeout 
 		writeGrant(ctx, "ok", out.Token, out.TTL)
 	case engine.TimedOut:
 		writeJSON(ctx, fasthttp.StatusConflict, bodyTimedOut)
+	case engine.Drained: // the server began a graceful stop
+		writeError(ctx, errShuttingDown, msgShuttingDown)
 	case engine.Canceled: // cluster mode, the session still open
 		if how == parkedWithdrawn {
 			writeError(ctx, errUnavailable, "the server is stopping: the request was withdrawn; retry on the leader")

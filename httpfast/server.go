@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
 )
@@ -41,7 +42,10 @@ type Server struct {
 
 	ready func() error // WithReadiness, else nil
 
-	parked atomic.Int64 // handlers blocked on a grant
+	parked   atomic.Int64  // handlers blocked on a grant
+	draining atomic.Bool   // Drain was called: /healthz answers 503
+	lnSet    *listen.Set   // WithListeners; nil: /healthz ignores listeners
+	guard    *listen.Guard // the REST listener's guard, set by Start
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -85,6 +89,7 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		ready:    o.ready,
 		met:      newHTTPMetrics(o.metrics),
 		stopping: make(chan struct{}),
+		lnSet:    o.listeners,
 	}
 	if cfg.AuthToken != "" {
 		s.auth = []byte("Bearer " + cfg.AuthToken)
@@ -110,6 +115,7 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		NoDefaultContentType: true,
 		CloseOnShutdown:      true,
 		Logger:               fasthttpLogger{log.Sugar()},
+		ConnState:            s.connState,
 	}
 	return s, nil
 }
@@ -130,6 +136,10 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("httpfast: listen %s: %w", s.cfg.Addr, err)
 	}
+	// Guarded: an accept error (EMFILE) is backed off and retried; fasthttp
+	// would end Serve on it.
+	ln = s.lnSet.Wrap("http", ln)
+	s.guard, _ = ln.(*listen.Guard)
 	if s.cfg.TLS != nil {
 		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
@@ -177,6 +187,14 @@ func (s *Server) Stop(ctx context.Context) error {
 	close(s.stopping)
 	s.mu.Unlock()
 
+	// Close the listener and let Serve return before fasthttp's shutdown:
+	// it counts a running Serve as an open connection and polls the count
+	// every 100 ms, so an idle server would wait a tick for nothing.
+	_ = s.ln.Close()
+	select {
+	case <-s.served:
+	case <-ctx.Done():
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.ShutdownWithContext(ctx) }()
 	s.closeAllSessions()
@@ -255,7 +273,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		ctx.Response.Header.Set("Allow", allow)
 		writeError(ctx, errMethodNotAllowed, "method not allowed on this route")
 	case opHealthz:
-		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+		s.healthz(ctx)
 	case opReadyz:
 		s.serveReadyz(ctx)
 	case opUI:
@@ -283,6 +301,42 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 	default:
 		s.lockOp(ctx, o, param)
 	}
+}
+
+// connState tells the listener's guard when a connection closed: a
+// listener backing off for want of descriptors may accept again.
+func (s *Server) connState(_ net.Conn, st fasthttp.ConnState) {
+	if st == fasthttp.StateClosed && s.guard != nil {
+		s.guard.Freed()
+	}
+}
+
+// Drain marks the server as stopping: /healthz answers 503 shutting_down
+// from now on. The engine's Drain makes the lock routes answer it.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// healthz answers GET /healthz: 200 while every listener accepts; 503
+// naming the listeners in backoff after an accept error (out of file
+// descriptors, say), or shutting_down once a graceful stop began.
+func (s *Server) healthz(ctx *fasthttp.RequestCtx) {
+	if s.draining.Load() {
+		writeError(ctx, errShuttingDown, "the server is stopping")
+		return
+	}
+	down := s.lnSet.Down()
+	if len(down) == 0 {
+		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+		return
+	}
+	b := append(make([]byte, 0, 96), `{"error":"listener_down","message":"not accepting connections","listeners":[`...)
+	for i, name := range down {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, name) // names are ours: plain ASCII
+	}
+	b = append(b, "]}"...)
+	writeJSON(ctx, fasthttp.StatusServiceUnavailable, b)
 }
 
 // handleParseError answers a request fasthttp could not read: a body over

@@ -258,6 +258,10 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 // serveReadyz answers GET /readyz: 200 {"status":"ok"} when the node
 // serves, else 503 unavailable with the reason.
 func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
+	if s.draining.Load() || len(s.lnSet.Down()) > 0 {
+		s.healthz(ctx) // stopping, or a listener not accepting: its 503
+		return
+	}
 	var err error
 	switch {
 	case s.ready != nil:

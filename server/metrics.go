@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/latchd/latchd/codec"
+	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 )
 
@@ -16,6 +17,14 @@ type Option func(*Server)
 // nothing is recorded.
 func WithMetrics(m *metrics.TCP) Option {
 	return func(s *Server) { s.met = m }
+}
+
+// WithListeners guards the TCP listener in set: an accept error is
+// counted, logged and backed off instead of ending the listener, and the
+// set reports the listener down while it backs off. Without it the
+// listener is still guarded, outside any set.
+func WithListeners(set *listen.Set) Option {
+	return func(s *Server) { s.lnSet = set }
 }
 
 // answered records the latency of a request of command c decoded at start

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
 )
@@ -27,10 +28,10 @@ type Server struct {
 	log    *zap.Logger
 	met    *metrics.TCP  // nil: record nothing
 	node   *replica.Node // cluster mode; nil: s.eng is local
-	gnet   gnet.Engine
+	cli    *gnet.Client  // the event loops plain TCP connections are enrolled in
 	addr   string
 	booted chan struct{}
-	done   chan error
+	lnSet  *listen.Set // nil: accept errors are only retried
 
 	conns      atomic.Int64
 	refused    atomic.Uint64
@@ -40,9 +41,10 @@ type Server struct {
 	perIP      ipCounts
 	loops      loops
 
-	// TLS transport only.
-	ln   net.Listener
-	tlsW sync.WaitGroup
+	ln      net.Listener   // guarded: Accept retries EMFILE and the like
+	lnGuard *listen.Guard  // the guard under ln
+	acceptW sync.WaitGroup // the accept loop
+	tlsW    sync.WaitGroup // TLS transport only: its connections
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -61,7 +63,7 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		log = zap.NewNop()
 	}
 	s := &Server{cfg: cfg, eng: eng, log: log,
-		booted: make(chan struct{}), done: make(chan error, 1), stop: make(chan struct{})}
+		booted: make(chan struct{}), stop: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -76,45 +78,94 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 
 // Start listens and serves in the background. It returns once the server
 // accepts connections, or with the reason it could not.
+//
+// latchd runs its own accept loop rather than gnet's: gnet v2.10.0 shuts
+// its engine down for good on the first accept error it does not expect
+// (EMFILE among them), dropping every client. The loop accepts through a
+// listen.Guard, which backs off and retries such errors, and enrolls each
+// connection in the event loops of a gnet.Client with the same handler
+// and options, so serving a connection is unchanged.
 func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("server: listen %s: %w", s.cfg.Addr, err)
+	}
+	s.addr = ln.Addr().String()
+	s.ln = s.lnSet.Wrap("tcp", ln)
+	s.lnGuard, _ = s.ln.(*listen.Guard)
 	if s.cfg.TLS != nil {
 		return s.startTLS()
 	}
-	opts := []gnet.Option{
+	cli, err := gnet.NewClient(s,
 		gnet.WithMulticore(true),
 		gnet.WithNumEventLoop(s.cfg.EventLoops),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithLogger(s.log.Sugar()),
-		gnet.WithReuseAddr(true),
+	)
+	if err == nil {
+		err = cli.Start()
 	}
-	go func() { s.done <- gnet.Run(s, "tcp://"+s.cfg.Addr, opts...) }()
-	select {
-	case <-s.booted:
-	case err := <-s.done:
-		if err == nil {
-			err = errors.New("stopped before it started")
-		}
-		return fmt.Errorf("server: listen %s: %w", s.cfg.Addr, err)
+	if err != nil {
+		_ = s.ln.Close()
+		return fmt.Errorf("server: start event loops: %w", err)
 	}
+	s.cli = cli
+	close(s.booted)
+	s.acceptW.Add(1)
+	go s.accept()
 	go s.sweep()
 	return nil
 }
 
-// OnBoot records the engine and the bound address (port 0 picks one).
-func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
-	s.gnet = eng
-	s.addr = s.cfg.Addr
-	if fd, err := eng.Dup(); err == nil {
-		f := os.NewFile(uintptr(fd), "listener")
-		if ln, err := net.FileListener(f); err == nil {
-			s.addr = ln.Addr().String()
-			_ = ln.Close()
-		}
-		_ = f.Close()
+// accept takes connections until the listener closes and hands each to
+// an enroller. Enrolling waits for an event loop to run OnOpen, so one
+// enroller per loop keeps every loop taking connections while this
+// goroutine accepts the next.
+func (s *Server) accept() {
+	defer s.acceptW.Done()
+	conns := make(chan net.Conn, 64)
+	var enrollers sync.WaitGroup
+	for range max(s.cfg.EventLoops, runtime.NumCPU()) {
+		enrollers.Add(1)
+		go func() {
+			defer enrollers.Done()
+			for c := range conns {
+				s.enroll(c)
+			}
+		}()
 	}
-	close(s.booted)
-	return gnet.None
+	defer enrollers.Wait()
+	defer close(conns)
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return // closed: the guard retries everything else
+		}
+		conns <- c
+	}
 }
+
+// enroll hands c to an event loop, which runs OnOpen.
+func (s *Server) enroll(c net.Conn) {
+	if _, err := s.cli.EnrollContext(c, nil); err != nil {
+		// Enroll duplicates the descriptor, which fails for want of one
+		// like an accept: the client is dropped, and the guard counts it
+		// and backs the listener off.
+		_ = c.Close() // EnrollContext closes c too; twice is harmless
+		if g, ok := s.guard(); ok {
+			g.Report(err)
+		}
+	}
+}
+
+// guard returns the listener's guard: the listener itself, or under the
+// TLS listener.
+func (s *Server) guard() (*listen.Guard, bool) {
+	return s.lnGuard, s.lnGuard != nil
+}
+
+// OnBoot is called by gnet when the event loops start.
+func (s *Server) OnBoot(gnet.Engine) gnet.Action { return gnet.None }
 
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.addr }
@@ -122,9 +173,47 @@ func (s *Server) Addr() string { return s.addr }
 // Connections returns the number of open connections.
 func (s *Server) Connections() int { return int(s.conns.Load()) }
 
+// StopAccepting closes the listener: connections already open are served
+// until Stop. It is the first step of a graceful stop.
+func (s *Server) StopAccepting() {
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+}
+
+// Settle waits, within ctx, until every connection has taken the answers
+// the engine delivered to it (a Drain's errors, say): Stop closes
+// connections without running their pending wake-ups, so a graceful stop
+// settles first.
+func (s *Server) Settle(ctx context.Context) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		pending := false
+		s.reg.each(func(ss *session) {
+			if ss.woken.Load() {
+				pending = true
+			}
+		})
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // Stop closes the listener and every connection (releasing what each
 // held) and waits for the event loops to end, or for ctx.
 func (s *Server) Stop(ctx context.Context) error {
+	select {
+	case <-s.booted:
+	default:
+		return errors.New("server: not started")
+	}
 	var err error
 	s.stopOnce.Do(func() {
 		close(s.stop)
@@ -134,13 +223,17 @@ func (s *Server) Stop(ctx context.Context) error {
 			}
 			return
 		}
-		err = s.gnet.Stop(ctx)
-		if err == nil {
-			select {
-			case <-s.done:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
+		_ = s.ln.Close()
+		s.acceptW.Wait() // no enroll races the client's stop
+		done := make(chan error, 1)
+		// Client.Stop closes every connection (OnClose runs for each) and
+		// returns when the loops have ended, without gnet Engine.Stop's
+		// 500 ms polling.
+		go func() { done <- s.cli.Stop() }()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			err = ctx.Err()
 		}
 		if err == nil {
 			err = s.waitPending(ctx)
@@ -224,6 +317,9 @@ func (s *Server) close(ss *session, err error) {
 		s.perIP.release(ss.ip)
 	}
 	s.reg.remove(ss)
+	if g, ok := s.guard(); ok {
+		g.Freed() // a listener out of descriptors may accept again
+	}
 	if s.node != nil {
 		s.closeCluster(ss)
 	} else {

@@ -38,6 +38,8 @@ func appendOutcome(dst []byte, st codec.Status, o engine.Outcome) []byte {
 		return codec.AppendStatus(dst, codec.StatusQueued)
 	case engine.TimedOut:
 		return codec.AppendStatus(dst, codec.StatusTimeout)
+	case engine.Drained: // a graceful stop withdrew the wait
+		return codec.AppendStatus(dst, codec.StatusError)
 	}
 	return dst // Canceled: the connection is going away; nobody reads it
 }

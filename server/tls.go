@@ -3,13 +3,10 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"net"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"go.uber.org/zap"
 )
 
 // writeTimeout bounds one write to a TLS client that stopped reading.
@@ -32,12 +29,7 @@ func (p *tlsPeer) Wake(gnet.AsyncCallback) error {
 func (p *tlsPeer) Close() error { return p.c.Close() }
 
 func (s *Server) startTLS() error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("server: listen %s: %w", s.cfg.Addr, err)
-	}
-	s.ln = tls.NewListener(ln, s.cfg.TLS)
-	s.addr = ln.Addr().String()
+	s.ln = tls.NewListener(s.ln, s.cfg.TLS)
 	close(s.booted)
 	s.tlsW.Add(1)
 	go s.acceptTLS()
@@ -45,17 +37,14 @@ func (s *Server) startTLS() error {
 	return nil
 }
 
+// acceptTLS takes TLS connections until the listener closes; the guard
+// under it retries and backs off accept errors.
 func (s *Server) acceptTLS() {
 	defer s.tlsW.Done()
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.debug("accept", zap.Error(err))
-			time.Sleep(5 * time.Millisecond) // e.g. out of file descriptors: back off
-			continue
+			return
 		}
 		s.tlsW.Add(1)
 		go s.serveTLS(c)

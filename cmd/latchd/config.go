@@ -10,6 +10,7 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
+	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/server"
 )
 
@@ -25,7 +26,8 @@ type options struct {
 	gcMaxIdle, httpSessionTTL      int
 	maxLocks, maxWaiters, maxConns int
 	eventLoops, shards             int
-	httpMaxSessions                int
+	httpMaxSessions, httpMaxConns  int
+	shutdownTimeout                int
 	httpRateLimit                  float64
 	autoRelease, version           bool
 	tls                            *tls.Config // loaded from tlsCert and tlsKey
@@ -64,7 +66,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.defaultLeaseTTL, "default-lease-ttl", 33, "lease TTL in seconds when a request names none")
 	fs.IntVar(&o.maxLocks, "max-locks", 1024, "cap on keys in memory (0 = no cap)")
 	fs.IntVar(&o.maxWaiters, "max-waiters", 0, "cap on each key's queue (0 = no cap)")
-	fs.IntVar(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = no cap)")
+	fs.IntVar(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = derived from the file descriptor limit)")
+	fs.IntVar(&o.httpMaxConns, "http-max-connections", 0, "cap on open REST connections; past it a connection gets 503 and is closed (0 = derived from the file descriptor limit)")
+	fs.IntVar(&o.shutdownTimeout, "shutdown-timeout", 5, "seconds a graceful stop gives holders to release before closing everything")
 	fs.IntVar(&o.readTimeout, "read-timeout", 23, "seconds a connection may sit on a partial request")
 	fs.BoolVar(&o.autoRelease, "auto-release-on-disconnect", true, "release what a connection held when it closes")
 	fs.IntVar(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
@@ -131,6 +135,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if o.port < 0 || o.port > 65535 || o.httpPort < 0 || o.httpPort > 65535 {
 		return nil, fmt.Errorf("ports must be within 0-65535")
 	}
+	if o.shutdownTimeout < 0 {
+		return nil, fmt.Errorf("--shutdown-timeout must be >= 0, got %d", o.shutdownTimeout)
+	}
+	if o.httpMaxConns < 0 {
+		return nil, fmt.Errorf("--http-max-connections must be >= 0, got %d", o.httpMaxConns)
+	}
 	return o, nil
 }
 
@@ -167,7 +177,20 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 	c.RateLimitPerIP = o.httpRateLimit
 	c.MaxSessions = o.httpMaxSessions
 	c.TLS = o.tls
+	c.MaxConnections = o.httpMaxConns
 	return c, c.Validate()
+}
+
+// applyFDLimit fills the connection caps left at 0 from a descriptor
+// limit of n (see listen.DefaultCaps).
+func (o *options) applyFDLimit(n uint64) {
+	tcp, rest := listen.DefaultCaps(n, o.httpPort != 0)
+	if o.maxConns == 0 {
+		o.maxConns = tcp
+	}
+	if o.httpMaxConns == 0 && o.httpPort != 0 {
+		o.httpMaxConns = rest
+	}
 }
 
 func hostPort(host string, port int) string {

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/internal/fencefile"
+	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
@@ -68,26 +70,71 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		log.Warn("flag accepted for dflockd compatibility has no effect", zap.String("flag", "--"+w.flag), zap.String("why", w.why))
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := serve(ctx, o, ecfg, log); err != nil {
-		log.Error("latchd stopped", zap.Error(err))
+	// A signal starts a graceful stop; a second one cuts its drain short.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		select {
+		case sig := <-sigs:
+			cancel(fmt.Errorf("signal %v", sig))
+		case <-ctx.Done():
+		}
+	}()
+	sum, err := serve(ctx, o, ecfg, log, sigs)
+	sum.log(log, err)
+	if err != nil {
 		return 1
 	}
 	return 0
 }
 
-// serve runs until ctx ends, then shuts everything down.
-func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger) error {
+// stopSummary is what the one line latchd logs when it stops says.
+type stopSummary struct {
+	reason    string
+	began     time.Time // the stop began; zero if latchd never served
+	conns     int       // TCP connections open when everything closed
+	sessions  int       // REST sessions open then
+	leases    int       // leases still held then (dropped by the close)
+	waiters   int       // waits answered error / 503 shutting_down
+	drainedAt time.Duration
+}
+
+// log writes the one line: why latchd stopped and what it dropped.
+func (s stopSummary) log(log *zap.Logger, err error) {
+	fields := []zap.Field{zap.String("reason", s.reason)}
+	if !s.began.IsZero() {
+		fields = append(fields, zap.Int("connections_closed", s.conns), zap.Int("sessions_closed", s.sessions),
+			zap.Int("leases_dropped", s.leases), zap.Int("waiters_answered", s.waiters),
+			zap.Duration("drain", s.drainedAt), zap.Duration("elapsed", time.Since(s.began)))
+	}
+	if err != nil {
+		log.Error("latchd stopped", append(fields, zap.Error(err))...)
+		return
+	}
+	log.Info("latchd stopped", fields...)
+}
+
+// serve runs until ctx ends, then shuts everything down. A signal on sigs
+// during the drain cuts it short.
+func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger, sigs <-chan os.Signal) (sum stopSummary, err error) {
+	sum.reason = "startup failed"
+	limit, lerr := listen.RaiseNoFile()
+	if lerr != nil {
+		log.Warn("cannot read the file descriptor limit", zap.Error(lerr))
+	} else {
+		o.applyFDLimit(limit)
+	}
 	var (
 		eng   *engine.Engine
 		node  *replica.Node
 		engFn func() *engine.Engine
 	)
 	if o.raftDir != "" {
-		var err error
 		if node, err = startNode(o, ecfg, log); err != nil {
-			return err
+			return sum, err
 		}
 		// Registered first: the node shuts down after the listeners, so
 		// their connections' Disconnects can still be proposed.
@@ -101,17 +148,20 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	} else {
 		local, err := startEngine(o, &ecfg, log)
 		if err != nil {
-			return err
+			return sum, err
 		}
 		defer local.stop()
 		eng = local.eng
 		engFn = func() *engine.Engine { return eng }
 	}
-	scfg, _ := o.serverConfig() // validated by run
+	scfg, _ := o.serverConfig() // validated by run; the caps filled in since
 	rd := &readiness{httpOn: o.httpPort != 0, node: node}
 	go logRefusals(ctx.Done(), engFn, refusalLogEvery, log)
 	reg := metrics.NewRegistryFunc(engFn)
-	sopts := []server.Option{server.WithMetrics(reg.TCP())}
+	var lnMet *metrics.Listeners
+	lns := listen.NewSet(log.Named("listen"), func(l, r string) { lnMet.AcceptError(l, r) })
+	lnMet = reg.Listeners(lns.Down)
+	sopts := []server.Option{server.WithMetrics(reg.TCP()), server.WithListeners(lns)}
 	if node != nil {
 		sopts = append(sopts, server.WithCluster(node))
 		reg.MustRegister(metrics.NewClusterCollector(func() metrics.ClusterSample {
@@ -122,17 +172,18 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	}
 	srv, err := server.New(scfg, eng, log.Named("tcp"), sopts...)
 	if err != nil {
-		return err
+		return sum, err
 	}
 
 	if err := srv.Start(); err != nil {
-		return err
+		return sum, err
 	}
 	rd.tcp.Store(true)
 	var web *httpfast.Server
 	if o.httpPort != 0 {
 		hcfg, _ := o.httpConfig() // validated by run
-		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg), httpfast.WithReadiness(rd.check)}
+		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg),
+			httpfast.WithReadiness(rd.check), httpfast.WithListeners(lns)}
 		if node != nil {
 			hopts = append(hopts, httpfast.WithCluster(node))
 			if o.adminToken != "" {
@@ -144,16 +195,17 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 			err = web.Start()
 		}
 		if err != nil {
-			_ = stopAll(srv, nil)
-			return err
+			_ = stopAll(context.Background(), srv, nil)
+			return sum, err
 		}
 		rd.http.Store(true)
 	}
 	if o.metricsAddr != "" { // the REST port serves /metrics too, when it is on
-		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"), metrics.WithReadiness(rd.check))
+		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"), metrics.WithReadiness(rd.check),
+			metrics.WithListenerWrap(func(ln net.Listener) net.Listener { return lns.Wrap("metrics", ln) }))
 		if err != nil {
-			_ = stopAll(srv, web)
-			return err
+			_ = stopAll(context.Background(), srv, web)
+			return sum, err
 		}
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -162,18 +214,82 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 		}()
 	}
 	if o.debugAddr != "" {
-		startDebug(o.debugAddr, log)
+		startDebug(o.debugAddr, lns, log)
 	}
 	if node != nil && o.join != "" {
 		go joinCluster(ctx, o, node, log.Named("join"))
 	}
 	log.Info("latchd listening", zap.String("tcp", srv.Addr()), zap.Bool("tls", scfg.TLS != nil),
-		zap.String("version", version), zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""))
+		zap.String("version", version), zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""),
+		zap.Uint64("fd_limit", limit), zap.Int("max_connections", o.maxConns), zap.Int("http_max_connections", o.httpMaxConns))
 
 	<-ctx.Done()
 	rd.stopping.Store(true)
-	log.Info("shutting down")
-	return stopAll(srv, web)
+	sum.reason = context.Cause(ctx).Error()
+	sum.began = time.Now()
+	log.Info("shutting down", zap.String("reason", sum.reason), zap.Int("shutdown_timeout_s", o.shutdownTimeout))
+	if eng != nil { // a single node drains; a cluster node withdraws its waits through the log in Stop
+		sum.waiters = drain(eng, srv, web, secs(o.shutdownTimeout), sigs)
+		sum.drainedAt = time.Since(sum.began)
+	}
+	sum.conns = srv.Connections()
+	if web != nil {
+		sum.sessions = web.Sessions()
+	}
+	if eng != nil {
+		_, g := eng.Metrics()
+		sum.leases = g.Held
+	}
+	// Closing is quick (milliseconds); the bound is for a wedged peer.
+	ctx, cancel := context.WithTimeout(context.Background(), stopBudget(node != nil))
+	defer cancel()
+	return sum, stopAll(ctx, srv, web)
+}
+
+// stopBudget bounds closing everything after the drain: a single node
+// closes in milliseconds; a cluster node proposes its connections'
+// cleanup through the log, as before --shutdown-timeout existed.
+func stopBudget(cluster bool) time.Duration {
+	if cluster {
+		return 10 * time.Second
+	}
+	return 2 * time.Second
+}
+
+// drain is the graceful part of a single node's stop: stop accepting TCP
+// connections, answer every queued waiter (TCP error, REST 503
+// shutting_down) and refuse new acquires, then give holders until timeout
+// to release; a second signal cuts that short. The REST listener keeps
+// accepting, because a REST holder may release on a new connection. It
+// returns how many waits were answered.
+func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout time.Duration, sigs <-chan os.Signal) int {
+	srv.StopAccepting()
+	if web != nil {
+		web.Drain()
+	}
+	n := eng.Drain(clock.Now())
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, g := eng.Metrics(); g.Held == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+			continue
+		case <-deadline.C:
+		case <-sigs:
+		}
+		break
+	}
+	// The waiters' errors are queued on their connections: let them be
+	// written before the close.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_ = srv.Settle(ctx)
+	return n
 }
 
 // localEngine is a single node's engine with what keeps it: the expiry
@@ -234,10 +350,8 @@ func startEngine(o *options, ecfg *engine.Config, log *zap.Logger) (*localEngine
 }
 
 // stopAll stops the listeners, releasing everything their clients held,
-// within 10 seconds.
-func stopAll(srv *server.Server, web *httpfast.Server) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+// within ctx.
+func stopAll(ctx context.Context, srv *server.Server, web *httpfast.Server) error {
 	var errs []error
 	if web != nil {
 		errs = append(errs, web.Stop(ctx))

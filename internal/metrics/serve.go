@@ -15,7 +15,10 @@ import (
 // ServeOption adjusts Serve.
 type ServeOption func(*serveOptions)
 
-type serveOptions struct{ ready func() error }
+type serveOptions struct {
+	ready func() error
+	wrap  func(net.Listener) net.Listener
+}
 
 // WithReadiness also serves GET /healthz (always 200) and GET /readyz:
 // 200 while ready returns nil, else 503 with its error, in the REST API's
@@ -24,12 +27,22 @@ func WithReadiness(ready func() error) ServeOption {
 	return func(o *serveOptions) { o.ready = ready }
 }
 
+// WithListenerWrap passes the listener through wrap first, to guard its
+// accept loop (listen.Set.Wrap).
+func WithListenerWrap(wrap func(net.Listener) net.Listener) ServeOption {
+	return func(o *serveOptions) { o.wrap = wrap }
+}
+
 // Serve listens on addr (port 0 picks one) and serves reg on GET /metrics
 // with net/http, for when the REST server, which otherwise serves
 // /metrics, is off. It returns once the socket is bound, with a stop
 // function that shuts the listener down gracefully within ctx, and the
 // bound address.
 func Serve(addr string, reg *Registry, log *zap.Logger, opts ...ServeOption) (stop func(context.Context) error, boundAddr string, err error) {
+	var o serveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if reg == nil {
 		return nil, "", errNilRegistry
 	}
@@ -40,12 +53,11 @@ func Serve(addr string, reg *Registry, log *zap.Logger, opts ...ServeOption) (st
 	if err != nil {
 		return nil, "", fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
+	if o.wrap != nil {
+		ln = o.wrap(ln)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", reg.Handler())
-	var o serveOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
 	if o.ready != nil {
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -1,0 +1,247 @@
+// Package listen keeps latchd's listeners alive through accept errors.
+//
+// A listener whose accept fails with EMFILE ("too many open files") or
+// another resource error must neither die nor spin: Guard wraps a
+// net.Listener so that Accept never returns such an error. It counts it,
+// logs it (at most once a second per listener), backs off (5 ms doubling to
+// 1 s) and tries again, while the connections already open keep being
+// served. A Set tracks which of its listeners are in backoff, for
+// /healthz.
+package listen
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Backoff bounds: the first retry after a resource error waits MinBackoff,
+// each further failure doubles it, up to MaxBackoff.
+const (
+	MinBackoff = 5 * time.Millisecond
+	MaxBackoff = time.Second
+)
+
+// logEvery rate-limits the accept-error log line of one listener.
+const logEvery = time.Second
+
+// Set is the guarded listeners of one process. Its zero value is not
+// usable: build it with NewSet.
+type Set struct {
+	log   *zap.Logger
+	count func(listener, reason string) // may be nil
+
+	mu  sync.Mutex
+	all []*Guard
+}
+
+// NewSet returns a Set that logs to log and reports each accept error to
+// count (a metric; nil: none).
+func NewSet(log *zap.Logger, count func(listener, reason string)) *Set {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Set{log: log, count: count}
+}
+
+// Wrap guards ln under name (tcp, http, metrics, debug: the metric's
+// listener label). On a nil Set it guards ln all the same, unlogged and
+// unreported.
+func (s *Set) Wrap(name string, ln net.Listener) net.Listener {
+	if s == nil {
+		s = NewSet(nil, nil)
+	}
+	g := &Guard{Listener: ln, name: name, set: s, nudge: make(chan struct{}, 1)}
+	g.accepting.Store(true)
+	s.mu.Lock()
+	s.all = append(s.all, g)
+	s.mu.Unlock()
+	return g
+}
+
+// Down returns the names of the listeners in backoff after an accept
+// error, sorted; none when every listener is accepting. A closed listener
+// is not down. A nil Set has none.
+func (s *Set) Down() []string {
+	if s == nil {
+		return nil
+	}
+	var down []string
+	s.mu.Lock()
+	for _, g := range s.all {
+		if !g.accepting.Load() && !g.closed.Load() {
+			down = append(down, g.name)
+		}
+	}
+	s.mu.Unlock()
+	sort.Strings(down)
+	return down
+}
+
+// Guard is a net.Listener whose Accept retries every error but
+// net.ErrClosed.
+type Guard struct {
+	net.Listener
+	name string
+	set  *Set
+
+	accepting atomic.Bool // false while in backoff after a resource error
+	closed    atomic.Bool
+	nudge     chan struct{} // one slot: a descriptor was freed
+
+	owed atomic.Bool // Report asked for a backoff before the next accept
+
+	// Accept's goroutine only (a listener has one accept loop).
+	wait time.Duration // the current backoff; 0 when accepting
+
+	logMu      sync.Mutex // Accept and Report may log at once
+	lastLog    time.Time
+	suppressed int
+}
+
+// Accept returns the next connection. It returns an error only once the
+// listener is closed.
+func (g *Guard) Accept() (net.Conn, error) {
+	if g.owed.Swap(false) {
+		g.backoff()
+	}
+	for {
+		c, err := g.Listener.Accept()
+		if err == nil {
+			if !g.accepting.Load() {
+				g.accepting.Store(true)
+			}
+			g.wait = 0
+			return c, nil
+		}
+		if errors.Is(err, net.ErrClosed) || g.closed.Load() {
+			return nil, err
+		}
+		if g.record(err) {
+			g.backoff()
+		}
+	}
+}
+
+// Report records an error taking over a connection Accept returned (a
+// descriptor that could not be duplicated, say) as an accept error: it is
+// counted and logged, and a shortage of descriptors backs the next Accept
+// off. Any goroutine may call it.
+func (g *Guard) Report(err error) {
+	if g.record(err) {
+		g.owed.Store(true)
+	}
+}
+
+// record counts and logs an accept error and reports whether it calls for
+// a backoff; it marks the listener down if so.
+func (g *Guard) record(err error) bool {
+	reason, resource := classify(err)
+	if g.set.count != nil {
+		g.set.count(g.name, reason)
+	}
+	g.logError(err, reason)
+	if resource {
+		// A peer that went away before its turn (ECONNABORTED,
+		// ECONNRESET) is not: nothing to wait for.
+		g.accepting.Store(false)
+	}
+	return resource
+}
+
+// backoff sleeps the next backoff step, or until Freed is called, then
+// marks the listener up again if descriptors are free: it may have nobody
+// to accept, and Accept says otherwise if it fails again.
+func (g *Guard) backoff() {
+	g.wait = min(max(g.wait*2, MinBackoff), MaxBackoff)
+	t := time.NewTimer(g.wait)
+	select {
+	case <-t.C:
+	case <-g.nudge:
+		t.Stop()
+	}
+	if fdAvailable() {
+		g.accepting.Store(true)
+	}
+}
+
+// Freed tells the Guard that a connection of its listener closed, so a
+// descriptor may be free: a backoff step under way, or the next one, ends
+// at once rather than at the end of its time. It never blocks (a
+// non-blocking send on a one-slot channel; a stale signal only makes one
+// retry early).
+func (g *Guard) Freed() {
+	select {
+	case g.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Close closes the listener; a Guard in backoff notices at its next try.
+// Closing it again does nothing.
+func (g *Guard) Close() error {
+	if !g.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return g.Listener.Close()
+}
+
+// Accepting reports whether the listener is not in backoff.
+func (g *Guard) Accepting() bool { return g.accepting.Load() }
+
+func (g *Guard) logError(err error, reason string) {
+	g.logMu.Lock()
+	defer g.logMu.Unlock()
+	now := time.Now()
+	if !g.lastLog.IsZero() && now.Sub(g.lastLog) < logEvery {
+		g.suppressed++
+		return
+	}
+	g.set.log.Warn("accept failed; backing off", zap.String("listener", g.name),
+		zap.String("reason", reason), zap.Int("suppressed", g.suppressed), zap.Error(err))
+	g.lastLog, g.suppressed = now, 0
+}
+
+// classify names an accept error for the metric and says whether it is a
+// shortage of a resource (descriptors, buffers, memory) that calls for a
+// backoff.
+func classify(err error) (reason string, resource bool) {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return "other", true
+	}
+	switch errno {
+	case syscall.EMFILE:
+		return "emfile", true
+	case syscall.ENFILE:
+		return "enfile", true
+	case syscall.ENOBUFS:
+		return "enobufs", true
+	case syscall.ENOMEM:
+		return "enomem", true
+	case syscall.ECONNABORTED:
+		return "econnaborted", false
+	case syscall.ECONNRESET:
+		return "econnreset", false
+	case syscall.EINTR:
+		return "eintr", false
+	}
+	return "other", true
+}
+
+// fdAvailable reports whether the process can open a descriptor now.
+func fdAvailable() bool {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return false
+	}
+	_ = f.Close()
+	return true
+}
