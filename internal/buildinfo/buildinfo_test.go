@@ -1,6 +1,9 @@
 package buildinfo
 
 import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"testing"
 )
@@ -37,5 +40,27 @@ func TestRead(t *testing.T) {
 	}
 	if got := read("", "", none); got.Version != "devel" || got.Commit != "unknown" || got.GoVersion == "" {
 		t.Fatalf("no build info: %+v", got)
+	}
+}
+
+// The Makefile's -X flags reach the binary.
+func TestStamped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	out := filepath.Join(t.TempDir(), "printversion")
+	pkg := "github.com/latchd/latchd/internal/buildinfo"
+	build := exec.Command("go", "build", "-o", out,
+		"-ldflags", "-X "+pkg+".Version=v9.8.7 -X "+pkg+".Commit=0123abc", "./testdata/printversion")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	b, err := exec.Command(out).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "v9.8.7 (commit 0123abc, " + runtime.Version() + ")\n"
+	if string(b) != want {
+		t.Fatalf("stamped binary printed %q, want %q", b, want)
 	}
 }
