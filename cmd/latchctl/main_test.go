@@ -25,8 +25,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
 )
@@ -407,7 +410,15 @@ func TestSemAndElect(t *testing.T) {
 
 func TestStatsAndHealth(t *testing.T) {
 	t.Parallel()
-	s := testutil.StartServer(t)
+	var eng *engine.Engine // set below, before anything scrapes
+	reg := metrics.NewRegistryFunc(func() *engine.Engine { return eng })
+	s := testutil.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())})
+	eng = s.Engine
+	stopMetrics, metricsAddr, err := metrics.Serve("127.0.0.1:0", reg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stopMetrics(context.Background()) }) // the test is over
 	ctx := context.Background()
 	conn, err := client.Dial(ctx, s.Addr)
 	if err != nil {
@@ -429,6 +440,10 @@ func TestStatsAndHealth(t *testing.T) {
 	code, out, _ = runCtl(t, nil, 10*time.Second, "--addr", s.Addr, "top", "--once")
 	if code != 0 || !strings.Contains(out, "held-key") || !strings.Contains(out, "connections") {
 		t.Fatalf("top --once exited %d: %q", code, out)
+	}
+	if code, out, stderr := runCtl(t, nil, 10*time.Second, "--addr", s.Addr, "top", "--once", "--interval", "0.2",
+		"--metrics-url", "http://"+metricsAddr+"/metrics"); code != 0 || !strings.Contains(out, "ops/s: grants ") {
+		t.Fatalf("top --once --metrics-url exited %d: %q %s", code, out, stderr)
 	}
 	if code, out, _ := runCtl(t, nil, 10*time.Second, "--addr", s.Addr, "health"); code != 0 || !strings.Contains(out, "ok") {
 		t.Fatalf("health exited %d: %q", code, out)
