@@ -1,21 +1,24 @@
 package engine
 
-// heapItem is what an indexHeap orders: a pointer to a value that keeps
-// its own deadline and its index in the heap.
-type heapItem[E any] interface {
-	// before reports whether the receiver is due before o.
-	before(o E) bool
-	// setDeadline stores the deadline the heap orders by.
-	setDeadline(deadline int64)
-	// index returns the item's heap index: -1 while it is not in the heap.
-	index() *int
-}
+// heapItem is what an indexHeap orders: an entry (a lease or a parked
+// wait; by deadline) or an idle REST session (by deadline, then owner).
+// Each keeps its deadline and its index in the heap, -1 while out of it.
+type heapItem interface{ *entry | *session }
 
 // indexHeap is a min-heap of items that know their index, so a release,
 // renewal or touch can remove or move one in O(log n). One implementation
 // serves the shards' lease and wait deadlines (deadlines) and the REST
 // sessions' idle deadlines (sessionHeap).
-type indexHeap[E heapItem[E]] []E
+//
+// The items are reached through the type switches of index, before and
+// setDeadline rather than through methods of a type parameter, and the
+// methods below call each other as little as possible: Go neither inlines
+// one generic method into another nor calls a type parameter's methods
+// directly. Measured with cachegrind (instructions per op against the
+// two hand-written heaps this replaced): AcquireRelease/uncontended
+// +2%, HandOff +4%, Sessions/touch +3%; a method-based version cost up to
+// +12%.
+type indexHeap[E heapItem] []E
 
 // deadlines is a shard's heap of entries, ordered by deadline.
 type deadlines = indexHeap[*entry]
@@ -23,31 +26,66 @@ type deadlines = indexHeap[*entry]
 // sessionHeap is the heap of idle sessions, ordered by (deadline, owner).
 type sessionHeap = indexHeap[*session]
 
-func (en *entry) before(o *entry) bool    { return en.deadline < o.deadline }
-func (en *entry) setDeadline(d int64)     { en.deadline = d }
-func (en *entry) index() *int             { return &en.hidx }
-func (s *session) before(o *session) bool { return sessionBefore(s, o) }
-func (s *session) setDeadline(d int64)    { s.deadline = d }
-func (s *session) index() *int            { return &s.hidx }
+// index returns where x keeps its heap index.
+func index[E heapItem](x E) *int {
+	if en, ok := any(x).(*entry); ok {
+		return &en.hidx
+	}
+	return &any(x).(*session).hidx
+}
 
-func (h *indexHeap[E]) push(x E) {
-	*x.index() = len(*h)
+// before reports whether a is due before b.
+func before[E heapItem](a, b E) bool {
+	if en, ok := any(a).(*entry); ok {
+		return en.deadline < any(b).(*entry).deadline
+	}
+	return sessionBefore(any(a).(*session), any(b).(*session))
+}
+
+func setDeadline[E heapItem](x E, deadline int64) {
+	if en, ok := any(x).(*entry); ok {
+		en.deadline = deadline
+		return
+	}
+	any(x).(*session).deadline = deadline
+}
+
+// set gives x a new deadline, adding it to the heap if it is not there.
+func (h *indexHeap[E]) set(x E, deadline int64) {
+	setDeadline(x, deadline)
+	if i := *index(x); i >= 0 {
+		h.fix(i)
+		return
+	}
 	*h = append(*h, x)
-	h.up(len(*h) - 1)
+	hh := *h
+	i := len(hh) - 1
+	*index(x) = i
+	for i > 0 { // sift up
+		p := (i - 1) / 2
+		if !before(hh[i], hh[p]) {
+			break
+		}
+		hh[i], hh[p] = hh[p], hh[i]
+		*index(hh[i]), *index(hh[p]) = i, p
+		i = p
+	}
 }
 
 // remove takes x out of the heap.
 func (h *indexHeap[E]) remove(x E) {
-	i := *x.index()
-	last := len(*h) - 1
+	hh := *h
+	i := *index(x)
+	last := len(hh) - 1
 	if i != last {
-		h.swap(i, last)
+		hh[i] = hh[last]
+		*index(hh[i]) = i
 	}
 	var zero E
-	(*h)[last] = zero
-	*h = (*h)[:last]
-	*x.index() = -1
-	if c := cap(*h); c > shrinkFloor && last < c/4 {
+	hh[last] = zero
+	*h = hh[:last]
+	*index(x) = -1
+	if c := cap(hh); c > shrinkFloor && last < c/4 {
 		*h = append(make(indexHeap[E], 0, c/2), *h...) // give a burst's array back
 	}
 	if i != last {
@@ -55,39 +93,23 @@ func (h *indexHeap[E]) remove(x E) {
 	}
 }
 
-// set gives x a new deadline, adding it to the heap if it is not there.
-func (h *indexHeap[E]) set(x E, deadline int64) {
-	x.setDeadline(deadline)
-	if i := *x.index(); i >= 0 {
-		h.fix(i)
+// fix restores the order after the item at i changed its deadline.
+func (h indexHeap[E]) fix(i int) {
+	if h.down(i) {
 		return
 	}
-	h.push(x)
-}
-
-func (h indexHeap[E]) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h indexHeap[E]) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	*h[i].index() = i
-	*h[j].index() = j
-}
-
-func (h indexHeap[E]) up(i int) {
-	for i > 0 {
+	for i > 0 { // sift up
 		p := (i - 1) / 2
-		if !h[i].before(h[p]) {
+		if !before(h[i], h[p]) {
 			return
 		}
-		h.swap(i, p)
+		h[i], h[p] = h[p], h[i]
+		*index(h[i]), *index(h[p]) = i, p
 		i = p
 	}
 }
 
+// down sifts the item at i down and reports whether it moved.
 func (h indexHeap[E]) down(i int) bool {
 	start := i
 	for {
@@ -96,13 +118,14 @@ func (h indexHeap[E]) down(i int) bool {
 			break
 		}
 		m := l
-		if r := l + 1; r < len(h) && h[r].before(h[l]) {
+		if r := l + 1; r < len(h) && before(h[r], h[l]) {
 			m = r
 		}
-		if !h[m].before(h[i]) {
+		if !before(h[m], h[i]) {
 			break
 		}
-		h.swap(i, m)
+		h[i], h[m] = h[m], h[i]
+		*index(h[i]), *index(h[m]) = i, m
 		i = m
 	}
 	return i > start
