@@ -8,9 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/latchd/latchd/internal/buildinfo"
 )
 
 // Options is what the table command of latchd-bench was asked to do.
@@ -22,6 +27,9 @@ type Options struct {
 	Plot string
 	// NoProgress hides the progress bar even on a terminal.
 	NoProgress bool
+	// Flags are the flags given, by name, for --json's metadata; an auth
+	// token is redacted.
+	Flags map[string]string
 }
 
 // targetList is a repeatable --compare flag.
@@ -93,12 +101,24 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	fs.BoolVar(&o.JSON, "json", false, "print JSON instead of a table")
 	fs.StringVar(&o.Plot, "plot", "", "draw throughput and p99 against workers into FILE.svg or FILE.png")
 	fs.BoolVar(&o.NoProgress, "no-progress", false, "never draw the progress bar")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Flags of the table command:")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err
 	}
 	if fs.NArg() > 0 {
 		return Options{}, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
+	o.Flags = map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		v := f.Value.String()
+		if f.Name == "auth" {
+			v = "(redacted)"
+		}
+		o.Flags[f.Name] = v
+	})
 	if *rounds < 0 || *duration < 0 {
 		return Options{}, errors.New("bench: --rounds and --duration must be >= 0")
 	}
@@ -150,7 +170,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case "leader":
 			err = leaderMain(ctx, args[1:], stdout, stderr)
 		case "help", "-h", "-help", "--help":
-			fmt.Fprint(stdout, usageText)
+			fmt.Fprint(stdout, usageText+"\n")
+			_, _ = ParseArgs([]string{"-h"}, stdout) // prints the flags and returns flag.ErrHelp
 			return 0
 		default:
 			err = tableMain(ctx, args, stdout, stderr)
@@ -175,7 +196,7 @@ var errUsage = errors.New("usage")
 
 const usageText = `latchd-bench drives a lock server and prints throughput and latency tables.
 
-  latchd-bench [flags]                 the table (latchd-bench -h lists flags)
+  latchd-bench [flags]                 the table; its flags are listed below
   latchd-bench ceiling --port P        a no-op responder: the transport's limit
   latchd-bench selfcheck [--addr A]    plain client vs harness, side by side
   latchd-bench freeport                print a free loopback TCP port
@@ -191,6 +212,16 @@ func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return errUsage
 	}
+	if err := preflight(ctx, o); err != nil {
+		return err
+	}
+	meta := Meta{
+		Version: buildinfo.Get().String(), Time: time.Now().UTC(), Cores: runtime.NumCPU(),
+		GoMaxProc: runtime.GOMAXPROCS(0), Mode: o.Config.Mode, Loop: "closed", Flags: o.Flags,
+	}
+	if o.Config.Rate > 0 {
+		meta.Loop = "open"
+	}
 	var rs []Result
 	if !o.NoProgress && IsTerminal(stderr) {
 		bar := StartProgress(stderr, o.Config)
@@ -201,7 +232,7 @@ func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(rs) > 0 {
 		if o.JSON {
-			if werr := WriteJSON(stdout, rs); werr != nil {
+			if werr := WriteJSON(stdout, meta, rs); werr != nil {
 				return werr
 			}
 		} else {
@@ -223,6 +254,50 @@ func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	return err
+}
+
+// preflight checks, before the sweep starts, what would otherwise fail
+// only after it: the plot file can be written, and every target (the
+// --compare ones included) accepts connections.
+func preflight(ctx context.Context, o Options) error {
+	if o.Plot != "" {
+		if err := checkPlotPath(o.Plot); err != nil {
+			return err
+		}
+	}
+	for i, t := range o.Config.Targets {
+		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		var nd net.Dialer
+		c, err := nd.DialContext(dctx, "tcp", t.Addr)
+		cancel()
+		if err != nil {
+			what := "target"
+			if i > 0 {
+				what = "--compare target"
+			}
+			return fmt.Errorf("bench: %s %s (%s): %w", what, t.Name, t.Addr, err)
+		}
+		_ = c.Close() // a probe: nothing was sent
+	}
+	return nil
+}
+
+// checkPlotPath checks that path names an .svg or .png file that can be
+// created, without leaving anything behind.
+func checkPlotPath(path string) error {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if format != "svg" && format != "png" {
+		return fmt.Errorf("bench: --plot %q: want a .svg or .png file", path)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("bench: --plot %q is a directory", path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".latchd-bench-plot-*")
+	if err != nil {
+		return fmt.Errorf("bench: --plot %q: cannot write there: %w", path, err)
+	}
+	_ = f.Close()              // empty probe
+	return os.Remove(f.Name()) // leave nothing behind
 }
 
 func ceilingMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {

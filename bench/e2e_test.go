@@ -317,7 +317,7 @@ func TestMainTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("Main = %d; stderr: %s", code, errOut.String())
 	}
-	for _, want := range []string{`"workers": 1`, `"workers": 3`, `"ops": 30`} {
+	for _, want := range []string{`"workers": 1`, `"workers": 3`, `"ops": 30`, `"meta"`, `"version"`, `"cores"`, `"mode": "lock"`, `"loop": "closed"`, `"rounds": "10"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("JSON lacks %s:\n%s", want, out.String())
 		}

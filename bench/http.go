@@ -163,7 +163,7 @@ func (d *httpDriver) grant(status string) error {
 func (d *httpDriver) refusal() error {
 	switch d.resp.StatusCode() {
 	case fasthttp.StatusConflict, fasthttp.StatusTooManyRequests:
-		return errRefused
+		return refused(fmt.Sprintf("HTTP %d %s", d.resp.StatusCode(), bytes.TrimSpace(d.resp.Body())))
 	}
 	return fmt.Errorf("HTTP %d: %s", d.resp.StatusCode(), d.resp.Body())
 }

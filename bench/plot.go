@@ -45,17 +45,28 @@ func WritePlotFile(path string, rs []Result) error {
 	return f.Close()
 }
 
+// describeRun names what a sweep measured, for a plot's titles: "mode
+// lock, closed loop" or "mode sem, open loop at 5000 ops/s".
+func describeRun(r Result) string {
+	d := "mode " + string(r.Mode)
+	if r.Rate > 0 {
+		return d + fmt.Sprintf(", open loop at %g ops/s", r.Rate)
+	}
+	return d + ", closed loop"
+}
+
 // WritePlot draws the plot of WritePlotFile to w in format "svg" or "png".
 func WritePlot(w io.Writer, format string, rs []Result) error {
 	if len(rs) == 0 {
 		return fmt.Errorf("bench: nothing to plot")
 	}
+	desc := describeRun(rs[0])
 	tp := plot.New()
-	tp.Title.Text = "Throughput"
+	tp.Title.Text = "Throughput, " + desc
 	tp.X.Label.Text = "workers"
 	tp.Y.Label.Text = "ops/s"
 	lat := plot.New()
-	lat.Title.Text = "p99 latency"
+	lat.Title.Text = "p99 latency, " + desc
 	lat.X.Label.Text = "workers"
 	lat.Y.Label.Text = "ms"
 	for _, p := range []*plot.Plot{tp, lat} {

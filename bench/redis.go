@@ -141,7 +141,7 @@ func (d *redisDriver) op() error {
 			deadline = now.Add(d.timeout)
 		}
 		if !now.Before(deadline) {
-			return errRefused
+			return refused("timeout (the key stayed taken)")
 		}
 		time.Sleep(backoff/2 + time.Duration(d.rng.Int64N(int64(backoff))))
 		backoff = min(2*backoff, redisBackoffMax)
@@ -162,7 +162,7 @@ func (d *redisDriver) op() error {
 		return err
 	}
 	if n != 1 {
-		return errRefused
+		return refused("release found the lease gone")
 	}
 	return nil
 }

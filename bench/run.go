@@ -24,6 +24,26 @@ const (
 // an error and goes on. Any other error ends the worker's run.
 var errRefused = errors.New("bench: refused")
 
+// refusedError is a refusal with the server's answer, so that a row whose
+// every op was refused can say why. It matches errRefused.
+type refusedError struct{ answer string }
+
+func (e *refusedError) Error() string        { return "bench: refused: " + e.answer }
+func (e *refusedError) Is(target error) bool { return target == errRefused }
+
+// refused returns a refusal carrying answer. It allocates: refusals are
+// the unusual path.
+func refused(answer string) error { return &refusedError{answer: answer} }
+
+// refusalAnswer returns the server's answer carried by err, or "".
+func refusalAnswer(err error) string {
+	var re *refusedError
+	if errors.As(err, &re) {
+		return re.answer
+	}
+	return ""
+}
+
 // driver runs ops over one worker's connection. It is used by one
 // goroutine only.
 type driver interface {
@@ -36,14 +56,17 @@ type driver interface {
 
 // Result is one row: one target at one worker count.
 type Result struct {
-	Target     Target
-	Mode       Mode
-	Workers    int
-	Rounds     int           // ops per worker asked for; 0 in duration mode
-	Duration   time.Duration // asked for; 0 in rounds mode
-	Rate       float64       // open-loop schedule; 0 = closed loop
-	Ops        int64         // granted and released
-	Errors     int64         // refused ops (not counted in Ops)
+	Target   Target
+	Mode     Mode
+	Workers  int
+	Rounds   int           // ops per worker asked for; 0 in duration mode
+	Duration time.Duration // asked for; 0 in rounds mode
+	Rate     float64       // open-loop schedule; 0 = closed loop
+	Ops      int64         // granted and released
+	Errors   int64         // refused ops (not counted in Ops)
+	// Refusal is the server's answer to the first refused op ("timeout",
+	// "error_not_leader 10.0.0.2:6388", ...), or "".
+	Refusal    string
 	Elapsed    time.Duration
 	Throughput float64 // Ops per second of Elapsed
 	Mean       time.Duration
@@ -63,6 +86,7 @@ type worker struct {
 	sum    time.Duration
 	ops    int64
 	errors int64
+	first  error // the first refusal
 	err    error
 }
 
@@ -145,6 +169,9 @@ func measure(ctx context.Context, cfg Config, target Target, ws []*worker, progr
 		sum += w.sum
 		res.Ops += w.ops
 		res.Errors += w.errors
+		if res.Refusal == "" && w.first != nil {
+			res.Refusal = refusalAnswer(w.first)
+		}
 	}
 	summarize(&res, merged, sum)
 	return res, nil
@@ -271,6 +298,9 @@ func (w *worker) run(s schedule, id int, stop *atomic.Bool, progress *atomic.Int
 			_ = w.hist.RecordValue(v) // in range by construction
 		case errors.Is(err, errRefused):
 			w.errors++
+			if w.first == nil {
+				w.first = err
+			}
 		default:
 			w.err = err
 			return

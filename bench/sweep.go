@@ -3,9 +3,14 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/latchd/latchd/codec"
 )
 
 // Sweep runs every target at every worker count of cfg. Targets alternate
@@ -26,10 +31,34 @@ func Sweep(ctx context.Context, cfg Config, progress *atomic.Int64) ([]Result, e
 				return out, err
 			}
 			out = append(out, r)
+			if r.Ops == 0 && r.Errors > 0 {
+				// Every op was refused: the rows after it would measure
+				// the same refusal.
+				setRatios(out[first:])
+				return out, allRefused(r)
+			}
 		}
 		setRatios(out[first:])
 	}
 	return out, nil
+}
+
+// ErrAllRefused reports a row in which the server refused every op.
+var ErrAllRefused = errors.New("bench: the server refused every op")
+
+// allRefused explains a row whose every op was refused, naming the
+// leader when a cluster follower answered error_not_leader.
+func allRefused(r Result) error {
+	what := fmt.Sprintf("%s at %d workers, %d ops", r.Target.Name, r.Workers, r.Errors)
+	if rest, ok := strings.CutPrefix(r.Refusal, codec.StatusErrorNotLeader.String()); ok {
+		if leader := strings.TrimSpace(rest); leader != "" {
+			return fmt.Errorf("%w (%s): error_not_leader: %s is a cluster follower; the leader is %s (run against it: --addr %s)",
+				ErrAllRefused, what, r.Target.Addr, leader, leader)
+		}
+		return fmt.Errorf("%w (%s): error_not_leader: %s is a cluster follower and knows no leader (an election under way?)",
+			ErrAllRefused, what, r.Target.Addr)
+	}
+	return fmt.Errorf("%w (%s): the server answered %q", ErrAllRefused, what, r.Refusal)
 }
 
 // setRatios sets each row's Ratio against the first row's throughput.
@@ -76,6 +105,7 @@ type jsonRow struct {
 	Rate       float64 `json:"rate,omitempty"`
 	Ops        int64   `json:"ops"`
 	Errors     int64   `json:"errors"`
+	Refusal    string  `json:"first_refusal,omitempty"`
 	ElapsedS   float64 `json:"elapsed_s"`
 	Throughput float64 `json:"throughput_ops_s"`
 	MeanMs     float64 `json:"mean_ms"`
@@ -86,8 +116,20 @@ type jsonRow struct {
 	Ratio      float64 `json:"ratio,omitempty"`
 }
 
-// WriteJSON writes rs as one JSON document: {"results":[...]}.
-func WriteJSON(w io.Writer, rs []Result) error {
+// Meta describes a run for --json: which latchd-bench, when, on what
+// machine, asked what.
+type Meta struct {
+	Version   string            `json:"version"`    // latchd-bench's version (commit, Go version)
+	Time      time.Time         `json:"time"`       // when the sweep started
+	Cores     int               `json:"cores"`      // logical CPUs of the machine running the bench
+	GoMaxProc int               `json:"gomaxprocs"` // what the bench's Go runtime used
+	Mode      Mode              `json:"mode"`       // lock, contended, sem or twophase
+	Loop      string            `json:"loop"`       // "closed" or "open"
+	Flags     map[string]string `json:"flags"`      // the flags given (an auth token is redacted)
+}
+
+// WriteJSON writes rs as one JSON document: {"meta":{...},"results":[...]}.
+func WriteJSON(w io.Writer, meta Meta, rs []Result) error {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	rows := make([]jsonRow, len(rs))
 	for i, r := range rs {
@@ -95,7 +137,7 @@ func WriteJSON(w io.Writer, rs []Result) error {
 			Target: r.Target.Name, Kind: r.Target.Kind, Addr: r.Target.Addr,
 			Mode: r.Mode, Workers: r.Workers, Rounds: r.Rounds,
 			DurationS: r.Duration.Seconds(), Rate: r.Rate,
-			Ops: r.Ops, Errors: r.Errors, ElapsedS: r.Elapsed.Seconds(),
+			Ops: r.Ops, Errors: r.Errors, Refusal: r.Refusal, ElapsedS: r.Elapsed.Seconds(),
 			Throughput: r.Throughput, MeanMs: ms(r.Mean), P50Ms: ms(r.P50),
 			P99Ms: ms(r.P99), P999Ms: ms(r.P999), MaxMs: ms(r.Max), Ratio: r.Ratio,
 		}
@@ -103,6 +145,7 @@ func WriteJSON(w io.Writer, rs []Result) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
+		Meta    Meta      `json:"meta"`
 		Results []jsonRow `json:"results"`
-	}{rows})
+	}{meta, rows})
 }

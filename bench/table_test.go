@@ -159,10 +159,10 @@ func TestSetRatios(t *testing.T) {
 func TestWriteJSON(t *testing.T) {
 	var b bytes.Buffer
 	rs := []Result{{Target: Target{Name: "latchd", Kind: KindTCP, Addr: "a:1"}, Workers: 2, Rounds: 3, Ops: 6, P99: 1500 * time.Microsecond}}
-	if err := WriteJSON(&b, rs); err != nil {
+	if err := WriteJSON(&b, Meta{Mode: ModeLock, Cores: 2}, rs); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"target": "latchd"`, `"workers": 2`, `"ops": 6`, `"p99_ms": 1.5`} {
+	for _, want := range []string{`"target": "latchd"`, `"workers": 2`, `"ops": 6`, `"p99_ms": 1.5`, `"mode": "lock"`, `"cores": 2`} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("JSON lacks %s:\n%s", want, b.String())
 		}

@@ -127,9 +127,18 @@ func (d *tcpDriver) op() error {
 		return err
 	}
 	if d.resp.Status != codec.StatusOK {
-		return errRefused
+		return d.refusal()
 	}
 	return nil
+}
+
+// refusal is the refused op of the answer in d.resp.
+func (d *tcpDriver) refusal() error {
+	answer := d.resp.Status.String()
+	if len(d.resp.Body) > 0 {
+		answer += " " + string(d.resp.Body)
+	}
+	return refused(answer)
 }
 
 func (d *tcpDriver) enqueueWait() error {
@@ -162,7 +171,7 @@ func (d *tcpDriver) granted(want codec.Status) error {
 	case d.resp.Status == codec.StatusInvalid || d.resp.Status == codec.StatusErrorAuth:
 		return fmt.Errorf("server answered %q", d.resp.Body)
 	}
-	return errRefused
+	return d.refusal()
 }
 
 func (d *tcpDriver) interrupt() { _ = d.conn.SetDeadline(timePast) }

@@ -47,6 +47,8 @@ import (
 // flight at a time and a blocking one holds the connection. Lock,
 // Semaphore and Election with Cluster set open a Cluster per grant.
 type Cluster struct {
+	commands
+
 	seeds []string
 	opts  []Option
 	o     options
@@ -77,6 +79,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ...Option) (*Cluster,
 		o:       o,
 		dialing: make(chan struct{}, 1),
 	}
+	c.commands = commands{c}
 	if err := c.do(ctx, "dial", "", idempotent, func(*Conn, *bool) error { return nil }); err != nil {
 		return nil, err
 	}
@@ -108,65 +111,12 @@ func (c *Cluster) Close() error {
 	return conn.Close()
 }
 
-// Acquire is Conn.Acquire on the leader; see Cluster for what is retried.
-func (c *Cluster) Acquire(ctx context.Context, key string, timeout, ttl time.Duration) (Grant, error) {
-	return c.acquire(ctx, lockCmds, key, 1, timeout, ttl)
-}
-
-// SemAcquire is Conn.SemAcquire on the leader.
-func (c *Cluster) SemAcquire(ctx context.Context, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
-	return c.acquire(ctx, semCmds, key, limit, timeout, ttl)
-}
-
-// Release is Conn.Release on the leader.
-func (c *Cluster) Release(ctx context.Context, key, token string) error {
-	return c.release(ctx, lockCmds, key, token)
-}
-
-// SemRelease is Conn.SemRelease on the leader.
-func (c *Cluster) SemRelease(ctx context.Context, key, token string) error {
-	return c.release(ctx, semCmds, key, token)
-}
-
-// Renew is Conn.Renew on the leader.
-func (c *Cluster) Renew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
-	return c.renew(ctx, lockCmds, key, token, ttl)
-}
-
-// SemRenew is Conn.SemRenew on the leader.
-func (c *Cluster) SemRenew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
-	return c.renew(ctx, semCmds, key, token, ttl)
-}
-
-// Enqueue is Conn.Enqueue on the leader.
-func (c *Cluster) Enqueue(ctx context.Context, key string, ttl time.Duration) (g Grant, acquired bool, err error) {
-	return c.enqueue(ctx, lockCmds, key, 1, ttl)
-}
-
-// SemEnqueue is Conn.SemEnqueue on the leader.
-func (c *Cluster) SemEnqueue(ctx context.Context, key string, limit int, ttl time.Duration) (g Grant, acquired bool, err error) {
-	return c.enqueue(ctx, semCmds, key, limit, ttl)
-}
-
-// Wait is Conn.Wait on the leader. The queue entry belongs to the
-// connection that enqueued: after a failover in between, Wait returns
-// ErrNotQueued.
-func (c *Cluster) Wait(ctx context.Context, key string, timeout time.Duration) (Grant, error) {
-	return c.wait(ctx, lockCmds, key, timeout)
-}
-
-// SemWait is Conn.SemWait on the leader.
-func (c *Cluster) SemWait(ctx context.Context, key string, timeout time.Duration) (Grant, error) {
-	return c.wait(ctx, semCmds, key, timeout)
-}
-
-// Stats is Conn.Stats on the current connection. Stats is not a mutating
-// command: a follower answers it with its own, possibly stale, view.
-func (c *Cluster) Stats(ctx context.Context) (*Stats, error) {
+// stats is Conn.Stats on the current connection.
+func (c *Cluster) stats(ctx context.Context) (*Stats, error) {
 	var st *Stats
 	err := c.do(ctx, "stats", "", idempotent, func(conn *Conn, _ *bool) error {
 		var err error
-		st, err = conn.Stats(ctx)
+		st, err = conn.stats(ctx)
 		return err
 	})
 	return st, err
@@ -413,8 +363,8 @@ func (c *Conn) closeIdle() {
 	_ = c.Close() // nobody waits for this error
 }
 
-// compile-time checks: both kinds of connection can carry a lease.
+// compile-time checks: both kinds of connection carry the commands.
 var (
-	_ leaseConn = (*Conn)(nil)
-	_ leaseConn = (*Cluster)(nil)
+	_ commander = (*Conn)(nil)
+	_ commander = (*Cluster)(nil)
 )

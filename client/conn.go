@@ -46,6 +46,8 @@ func (g Grant) Fence() uint64 {
 // I/O error, an expired context or a protocol error the Conn is closed and
 // every later call returns an error wrapping ErrClosed.
 type Conn struct {
+	commands
+
 	nc   net.Conn
 	br   *bufio.Reader
 	opts options
@@ -105,6 +107,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Conn, error) {
 		addr: addr,
 		turn: make(chan struct{}, 1),
 	}
+	c.commands = commands{c}
 	if o.authToken != "" {
 		if err := c.auth(dctx); err != nil {
 			_ = c.Close() // already failed; the auth error is the one to report
@@ -255,71 +258,8 @@ func (c *Conn) readLine() ([]byte, error) {
 	return c.line, err
 }
 
-// Acquire asks for the lock on key, waiting up to timeout for it (0: try
-// once). ttl is the lease length; 0 means the server's default. Durations
-// are rounded up to whole seconds. When the wait ends without a grant it
-// returns ErrTimeout, and the Conn stays usable.
-func (c *Conn) Acquire(ctx context.Context, key string, timeout, ttl time.Duration) (Grant, error) {
-	return c.acquire(ctx, lockCmds, key, 1, timeout, ttl)
-}
-
-// SemAcquire is Acquire for a semaphore of up to limit holders. The first
-// acquirer of a key sets its limit; another limit gets ErrLimitMismatch.
-func (c *Conn) SemAcquire(ctx context.Context, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
-	return c.acquire(ctx, semCmds, key, limit, timeout, ttl)
-}
-
-// Release releases the lease token holds on key. ErrNotHolder means it
-// held nothing (never issued, released, or expired).
-func (c *Conn) Release(ctx context.Context, key, token string) error {
-	return c.release(ctx, lockCmds, key, token)
-}
-
-// SemRelease is Release for a semaphore slot.
-func (c *Conn) SemRelease(ctx context.Context, key, token string) error {
-	return c.release(ctx, semCmds, key, token)
-}
-
-// Renew resets the lease token holds on key to ttl from now (0: the
-// server's default) and returns the time it has left. ErrNotHolder means
-// the lease is gone; nothing is resurrected.
-func (c *Conn) Renew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
-	return c.renew(ctx, lockCmds, key, token, ttl)
-}
-
-// SemRenew is Renew for a semaphore slot.
-func (c *Conn) SemRenew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
-	return c.renew(ctx, semCmds, key, token, ttl)
-}
-
-// Enqueue is the first phase of a two-phase acquire: it takes the lock if
-// it is free and nobody waits (acquired is true and g holds the grant), or
-// joins the FIFO queue without blocking (acquired is false); Wait then
-// blocks for the grant. ErrAlreadyQueued means this Conn already holds or
-// waits on key.
-func (c *Conn) Enqueue(ctx context.Context, key string, ttl time.Duration) (g Grant, acquired bool, err error) {
-	return c.enqueue(ctx, lockCmds, key, 1, ttl)
-}
-
-// SemEnqueue is Enqueue for a semaphore of up to limit holders.
-func (c *Conn) SemEnqueue(ctx context.Context, key string, limit int, ttl time.Duration) (g Grant, acquired bool, err error) {
-	return c.enqueue(ctx, semCmds, key, limit, ttl)
-}
-
-// Wait blocks up to timeout for the grant of a key enqueued on this Conn;
-// the lease starts when Wait returns. ErrTimeout means the wait ended and
-// the queue entry is gone; ErrNotQueued that there was none.
-func (c *Conn) Wait(ctx context.Context, key string, timeout time.Duration) (Grant, error) {
-	return c.wait(ctx, lockCmds, key, timeout)
-}
-
-// SemWait is Wait for a semaphore.
-func (c *Conn) SemWait(ctx context.Context, key string, timeout time.Duration) (Grant, error) {
-	return c.wait(ctx, semCmds, key, timeout)
-}
-
-// Stats returns the server's state (the stats command).
-func (c *Conn) Stats(ctx context.Context) (*Stats, error) {
+// stats runs the stats command.
+func (c *Conn) stats(ctx context.Context) (*Stats, error) {
 	r, err := c.roundTrip(ctx, codec.CmdStats, "_", []byte("_"), 0, nil)
 	if err != nil {
 		return nil, err

@@ -55,7 +55,7 @@ type Lock struct {
 	// Options are extra Dial options (timeouts, a dialer).
 	Options []Option
 
-	l lease
+	leased
 }
 
 func (l *Lock) spec() (spec, error) {
@@ -89,32 +89,6 @@ func (l *Lock) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
 	return l.l.wait(ctx, sp, timeout)
 }
 
-// Release releases the lock, or withdraws from the queue after Enqueue,
-// and stops renewal. It returns an error wrapping ErrLost if the lease was
-// lost before, and ErrNotHeld if there was nothing to release.
-func (l *Lock) Release(ctx context.Context) error { return l.l.release(ctx) }
-
-// Token returns the current grant's fencing token, or "" when nothing is
-// held. It stays set after the lease is lost, until Release or the next
-// acquire.
-func (l *Lock) Token() string { return l.l.token() }
-
-// Fence returns the current grant's fence number, or 0.
-func (l *Lock) Fence() uint64 { return l.l.fenceNum() }
-
-// Lost returns a channel closed when the current grant is lost (not when
-// it is released). Before a grant, and after Release, it returns the
-// channel of the next grant, so a watcher may start early.
-func (l *Lock) Lost() <-chan struct{} { return l.l.lostChan() }
-
-// Err returns why the current grant was lost, or nil.
-func (l *Lock) Err() error { return l.l.lostErr() }
-
-// Held reports whether the Lock holds a grant that is not lost and whose
-// lease has not run out on the local clock: while a renewal is late, Held
-// is already false though Lost is not yet closed.
-func (l *Lock) Held() bool { return l.l.holding() }
-
 // Semaphore is Lock for a key that up to Limit holders share: the same
 // fields, methods and renewal, plus Limit. The first acquirer of a key sets
 // its limit; a different Limit gets ErrLimitMismatch while the key exists.
@@ -129,7 +103,7 @@ type Semaphore struct {
 	TLSConfig      *tls.Config
 	Options        []Option
 
-	l lease
+	leased
 }
 
 func (s *Semaphore) spec() (spec, error) {
@@ -157,20 +131,34 @@ func (s *Semaphore) Wait(ctx context.Context, timeout time.Duration) (bool, erro
 	return s.l.wait(ctx, sp, timeout)
 }
 
-// Release is Lock.Release.
-func (s *Semaphore) Release(ctx context.Context) error { return s.l.release(ctx) }
+// leased is the half of Lock and Semaphore that does not depend on the
+// kind of key: the grant held, its release and its signals. Both embed it,
+// so these methods are written once.
+type leased struct{ l lease }
 
-// Token is Lock.Token.
-func (s *Semaphore) Token() string { return s.l.token() }
+// Release releases the lock or semaphore slot, or withdraws from the queue
+// after Enqueue, and stops renewal. It returns an error wrapping ErrLost
+// if the lease was lost before, and ErrNotHeld if there was nothing to
+// release.
+func (x *leased) Release(ctx context.Context) error { return x.l.release(ctx) }
 
-// Fence is Lock.Fence.
-func (s *Semaphore) Fence() uint64 { return s.l.fenceNum() }
+// Token returns the current grant's fencing token, or "" when nothing is
+// held. It stays set after the lease is lost, until Release or the next
+// acquire.
+func (x *leased) Token() string { return x.l.token() }
 
-// Lost is Lock.Lost.
-func (s *Semaphore) Lost() <-chan struct{} { return s.l.lostChan() }
+// Fence returns the current grant's fence number, or 0.
+func (x *leased) Fence() uint64 { return x.l.fenceNum() }
 
-// Err is Lock.Err.
-func (s *Semaphore) Err() error { return s.l.lostErr() }
+// Lost returns a channel closed when the current grant is lost (not when
+// it is released). Before a grant, and after Release, it returns the
+// channel of the next grant, so a watcher may start early.
+func (x *leased) Lost() <-chan struct{} { return x.l.lostChan() }
 
-// Held is Lock.Held.
-func (s *Semaphore) Held() bool { return s.l.holding() }
+// Err returns why the current grant was lost, or nil.
+func (x *leased) Err() error { return x.l.lostErr() }
+
+// Held reports whether a grant is held that is not lost and whose lease
+// has not run out on the local clock: while a renewal is late, Held is
+// already false though Lost is not yet closed.
+func (x *leased) Held() bool { return x.l.holding() }

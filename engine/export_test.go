@@ -190,7 +190,7 @@ func (ss *sessions) check() error {
 		if s.hidx != i || ss.m[s.owner] != s {
 			return fmt.Errorf("session heap slot %d broken", i)
 		}
-		if i > 0 && ss.heap.less(i, (i-1)/2) {
+		if i > 0 && sessionBefore(s, ss.heap[(i-1)/2]) {
 			return fmt.Errorf("session heap order broken at %d", i)
 		}
 	}

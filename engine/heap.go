@@ -1,68 +1,116 @@
 package engine
 
-// deadlines is a min-heap of entries ordered by deadline. Each entry keeps
-// its index (hidx) so a release or renewal can remove or move it in
-// O(log n); hidx is -1 while the entry is not in the heap.
-type deadlines []*entry
+// heapItem is what an indexHeap orders: an entry (a lease or a parked
+// wait; by deadline) or an idle REST session (by deadline, then owner).
+// Each keeps its deadline and its index in the heap, -1 while out of it.
+type heapItem interface{ *entry | *session }
 
-func (h *deadlines) push(en *entry) {
-	en.hidx = len(*h)
-	*h = append(*h, en)
-	h.up(en.hidx)
+// indexHeap is a min-heap of items that know their index, so a release,
+// renewal or touch can remove or move one in O(log n). One implementation
+// serves the shards' lease and wait deadlines (deadlines) and the REST
+// sessions' idle deadlines (sessionHeap).
+//
+// The items are reached through the type switches of index, before and
+// setDeadline rather than through methods of a type parameter, and the
+// methods below call each other as little as possible: Go neither inlines
+// one generic method into another nor calls a type parameter's methods
+// directly. Measured with cachegrind (instructions per op against the
+// two hand-written heaps this replaced): AcquireRelease/uncontended
+// +2%, HandOff +4%, Sessions/touch +3%; a method-based version cost up to
+// +12%.
+type indexHeap[E heapItem] []E
+
+// deadlines is a shard's heap of entries, ordered by deadline.
+type deadlines = indexHeap[*entry]
+
+// sessionHeap is the heap of idle sessions, ordered by (deadline, owner).
+type sessionHeap = indexHeap[*session]
+
+// index returns where x keeps its heap index.
+func index[E heapItem](x E) *int {
+	if en, ok := any(x).(*entry); ok {
+		return &en.hidx
+	}
+	return &any(x).(*session).hidx
 }
 
-// remove takes en out of the heap.
-func (h *deadlines) remove(en *entry) {
-	i := en.hidx
-	last := len(*h) - 1
-	if i != last {
-		h.swap(i, last)
+// before reports whether a is due before b.
+func before[E heapItem](a, b E) bool {
+	if en, ok := any(a).(*entry); ok {
+		return en.deadline < any(b).(*entry).deadline
 	}
-	(*h)[last] = nil
-	*h = (*h)[:last]
-	en.hidx = -1
-	if c := cap(*h); c > shrinkFloor && last < c/4 {
-		*h = append(make(deadlines, 0, c/2), *h...) // give a burst's array back
+	return sessionBefore(any(a).(*session), any(b).(*session))
+}
+
+func setDeadline[E heapItem](x E, deadline int64) {
+	if en, ok := any(x).(*entry); ok {
+		en.deadline = deadline
+		return
+	}
+	any(x).(*session).deadline = deadline
+}
+
+// set gives x a new deadline, adding it to the heap if it is not there.
+func (h *indexHeap[E]) set(x E, deadline int64) {
+	setDeadline(x, deadline)
+	if i := *index(x); i >= 0 {
+		h.fix(i)
+		return
+	}
+	*h = append(*h, x)
+	hh := *h
+	i := len(hh) - 1
+	*index(x) = i
+	for i > 0 { // sift up
+		p := (i - 1) / 2
+		if !before(hh[i], hh[p]) {
+			break
+		}
+		hh[i], hh[p] = hh[p], hh[i]
+		*index(hh[i]), *index(hh[p]) = i, p
+		i = p
+	}
+}
+
+// remove takes x out of the heap.
+func (h *indexHeap[E]) remove(x E) {
+	hh := *h
+	i := *index(x)
+	last := len(hh) - 1
+	if i != last {
+		hh[i] = hh[last]
+		*index(hh[i]) = i
+	}
+	var zero E
+	hh[last] = zero
+	*h = hh[:last]
+	*index(x) = -1
+	if c := cap(hh); c > shrinkFloor && last < c/4 {
+		*h = append(make(indexHeap[E], 0, c/2), *h...) // give a burst's array back
 	}
 	if i != last {
 		h.fix(i)
 	}
 }
 
-// set gives en a new deadline, adding it to the heap if it is not there.
-func (h *deadlines) set(en *entry, deadline int64) {
-	en.deadline = deadline
-	if en.hidx < 0 {
-		h.push(en)
+// fix restores the order after the item at i changed its deadline.
+func (h indexHeap[E]) fix(i int) {
+	if h.down(i) {
 		return
 	}
-	h.fix(en.hidx)
-}
-
-func (h deadlines) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h deadlines) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hidx = i
-	h[j].hidx = j
-}
-
-func (h deadlines) up(i int) {
-	for i > 0 {
+	for i > 0 { // sift up
 		p := (i - 1) / 2
-		if h[p].deadline <= h[i].deadline {
+		if !before(h[i], h[p]) {
 			return
 		}
-		h.swap(i, p)
+		h[i], h[p] = h[p], h[i]
+		*index(h[i]), *index(h[p]) = i, p
 		i = p
 	}
 }
 
-func (h deadlines) down(i int) bool {
+// down sifts the item at i down and reports whether it moved.
+func (h indexHeap[E]) down(i int) bool {
 	start := i
 	for {
 		l := 2*i + 1
@@ -70,13 +118,14 @@ func (h deadlines) down(i int) bool {
 			break
 		}
 		m := l
-		if r := l + 1; r < len(h) && h[r].deadline < h[l].deadline {
+		if r := l + 1; r < len(h) && before(h[r], h[l]) {
 			m = r
 		}
-		if h[i].deadline <= h[m].deadline {
+		if !before(h[m], h[i]) {
 			break
 		}
-		h.swap(i, m)
+		h[i], h[m] = h[m], h[i]
+		*index(h[i]), *index(h[m]) = i, m
 		i = m
 	}
 	return i > start

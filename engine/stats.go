@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/latchd/latchd/stats"
 )
 
 // counters are a shard's running totals, kept under its lock.
@@ -69,41 +71,19 @@ func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
 	return e.refusedKeys.Load(), e.refusedWaiters.Load()
 }
 
-// LockStat describes a held lock (a key with limit 1).
-type LockStat struct {
-	Key         string `json:"key"`
-	OwnerConnID uint64 `json:"owner_conn_id"`
-	// OwnerConnIDStr is OwnerConnID in decimal, for JSON readers that
-	// parse numbers as float64 and would round it (REST session ids use
-	// the top bit).
-	OwnerConnIDStr  string  `json:"owner_conn_id_str"`
-	LeaseExpiresInS float64 `json:"lease_expires_in_s"`
-	Waiters         int     `json:"waiters"`
-}
-
-// SemaphoreStat describes a semaphore (a key with limit > 1) in use.
-type SemaphoreStat struct {
-	Key     string `json:"key"`
-	Limit   int    `json:"limit"`
-	Holders int    `json:"holders"`
-	Waiters int    `json:"waiters"`
-}
-
-// IdleStat describes a key with no holder and no waiter, kept until GC.
-type IdleStat struct {
-	Key   string  `json:"key"`
-	IdleS float64 `json:"idle_s"`
-}
-
-// Stats is the engine's state as the stats command reports it, sorted by
-// key. Connections is filled in by the caller.
-type Stats struct {
-	Connections    int             `json:"connections"`
-	Locks          []LockStat      `json:"locks"`
-	Semaphores     []SemaphoreStat `json:"semaphores"`
-	IdleLocks      []IdleStat      `json:"idle_locks"`
-	IdleSemaphores []IdleStat      `json:"idle_semaphores"`
-}
+// The stats command's report, defined once in package stats, which the
+// client decodes with too.
+type (
+	// LockStat describes a held lock (a key with limit 1).
+	LockStat = stats.Lock
+	// SemaphoreStat describes a semaphore (a key with limit > 1) in use.
+	SemaphoreStat = stats.Semaphore
+	// IdleStat describes a key with no holder and no waiter, kept until GC.
+	IdleStat = stats.Idle
+	// Stats is the engine's state as the stats command reports it, sorted
+	// by key. Connections is filled in by the caller.
+	Stats = stats.Report
+)
 
 // Snapshot returns the state at now. It copies under each shard's lock in
 // turn, so it is consistent per shard, not across shards.

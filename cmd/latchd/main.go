@@ -20,6 +20,7 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
+	"github.com/latchd/latchd/internal/buildinfo"
 	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/internal/listen"
@@ -27,9 +28,6 @@ import (
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -46,7 +44,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return 2
 	}
 	if o.version {
-		fmt.Fprintf(stdout, "latchd %s\n", version)
+		fmt.Fprintf(stdout, "latchd %s\n", buildinfo.Get()) // version, commit, Go version
 		return 0
 	}
 	ecfg, err := o.engineConfig()
@@ -220,7 +218,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 		go joinCluster(ctx, o, node, log.Named("join"))
 	}
 	log.Info("latchd listening", zap.String("tcp", srv.Addr()), zap.Bool("tls", scfg.TLS != nil),
-		zap.String("version", version), zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""),
+		zap.String("version", buildinfo.Get().Version), zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""),
 		zap.Uint64("fd_limit", limit), zap.Int("max_connections", o.maxConns), zap.Int("http_max_connections", o.httpMaxConns))
 
 	<-ctx.Done()

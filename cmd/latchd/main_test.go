@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -100,8 +101,10 @@ func TestVersion(t *testing.T) {
 	if code := run([]string{"--version"}, env(nil), &out, &bytes.Buffer{}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if !strings.HasPrefix(out.String(), "latchd ") {
-		t.Fatalf("version output %q", out.String())
+	// "latchd v1.2.3 (commit 0123abc, go1.26.8)": version, commit and the
+	// Go version, whether stamped or read from the build info.
+	if got := out.String(); !strings.HasPrefix(got, "latchd ") || !strings.Contains(got, "(commit ") || !strings.Contains(got, runtime.Version()) {
+		t.Fatalf("version output %q", got)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/buildinfo"
 )
 
 // Buckets are the upper bounds, in seconds, of every latency histogram:
@@ -50,10 +51,24 @@ func NewRegistryFunc(eng func() *engine.Engine) *Registry {
 	r := &Registry{reg: reg, tcp: newTCP(reg), http: newHTTP(reg)}
 	reg.MustRegister(
 		newEngineCollector(eng, r.tcp),
+		buildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return r
+}
+
+// buildInfo is latchd_build_info: always 1, with the build's identity in
+// its labels, so a dashboard can show which version each node runs.
+func buildInfo() prometheus.Collector {
+	bi := buildinfo.Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "latchd_build_info",
+		Help:        "Always 1; the labels name the running build: version, commit and Go version.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Commit, "goversion": bi.GoVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // MustRegister adds collectors to the registry (cluster state, say).

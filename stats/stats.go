@@ -1,0 +1,47 @@
+// Package stats defines the report of the protocol's stats command: the
+// JSON document the server writes (engine.Snapshot fills it) and the
+// client reads (client.Conn.Stats returns it). Both sides use these types,
+// so their shapes cannot drift apart.
+//
+// stats is a leaf: it imports the standard library only, so the engine may
+// import it without gaining a dependency and the client without importing
+// the engine. It holds data, no behaviour.
+package stats
+
+// Report is the server's state as the stats command reports it, each list
+// sorted by key. A reader ignores fields it does not know, so the server
+// may add some.
+type Report struct {
+	Connections    int         `json:"connections"`
+	Locks          []Lock      `json:"locks"`
+	Semaphores     []Semaphore `json:"semaphores"`
+	IdleLocks      []Idle      `json:"idle_locks"`
+	IdleSemaphores []Idle      `json:"idle_semaphores"`
+}
+
+// Lock describes a held lock (a key with limit 1).
+type Lock struct {
+	Key         string `json:"key"`
+	OwnerConnID uint64 `json:"owner_conn_id"`
+	// OwnerConnIDStr is OwnerConnID in decimal, for JSON readers that
+	// parse numbers as float64 and would round it (REST session ids use
+	// the top bit).
+	OwnerConnIDStr  string  `json:"owner_conn_id_str"`
+	LeaseExpiresInS float64 `json:"lease_expires_in_s"`
+	Waiters         int     `json:"waiters"`
+}
+
+// Semaphore describes a semaphore (a key with limit > 1) in use.
+type Semaphore struct {
+	Key     string `json:"key"`
+	Limit   int    `json:"limit"`
+	Holders int    `json:"holders"`
+	Waiters int    `json:"waiters"`
+}
+
+// Idle describes a key with no holder and no waiter, kept until it is
+// garbage-collected.
+type Idle struct {
+	Key   string  `json:"key"`
+	IdleS float64 `json:"idle_s"`
+}
