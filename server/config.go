@@ -3,7 +3,10 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/latchd/latchd/codec"
 )
 
 // Config sets the TCP server up. Build it from DefaultConfig.
@@ -57,6 +60,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: max connections per IP must be >= 0, got %d", c.MaxConnectionsPerIP)
 	case c.MaxConnections < 0:
 		return fmt.Errorf("server: max connections must be >= 0, got %d", c.MaxConnections)
+	case len(c.AuthToken) > codec.MaxLine || strings.ContainsAny(c.AuthToken, "\r\n"):
+		// The auth request carries the secret on one line.
+		return fmt.Errorf("server: auth token must be at most %d bytes with no line break, got %d bytes", codec.MaxLine, len(c.AuthToken))
 	case c.MaxParked < 1024:
 		return fmt.Errorf("server: max parked bytes must be >= 1024, got %d", c.MaxParked)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/server"
@@ -121,6 +122,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 		o.authToken = tok
 	}
+	if err := checkAuthSecret(o.authToken, o.authSource(given)); err != nil {
+		return nil, err
+	}
 	if err := o.clusterOptions(); err != nil {
 		return nil, err
 	}
@@ -141,6 +145,34 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return nil, fmt.Errorf("ports must be within 0-65535")
 	}
 	return o, nil
+}
+
+// authSource names where the auth secret came from, for error messages.
+func (o *options) authSource(given map[string]bool) string {
+	switch {
+	case o.authTokenFile != "" && given["auth-token-file"]:
+		return "--auth-token-file " + o.authTokenFile
+	case o.authTokenFile != "":
+		return envName("auth-token-file") + "=" + o.authTokenFile
+	case given["auth-token"]:
+		return "--auth-token"
+	}
+	return envName("auth-token")
+}
+
+// checkAuthSecret refuses a secret no TCP client could send: the auth
+// request carries it on one line of at most codec.MaxLine bytes, which
+// cannot hold a line break. (REST would accept a longer one, so without
+// this check latchd would start and TCP auth would fail forever.)
+func checkAuthSecret(tok, source string) error {
+	switch {
+	case len(tok) > codec.MaxLine:
+		return fmt.Errorf("auth token from %s is %d bytes: TCP clients send it on one auth line of at most %d bytes, so none could authenticate; use a secret of at most %d bytes",
+			source, len(tok), codec.MaxLine, codec.MaxLine)
+	case strings.ContainsAny(tok, "\r\n"):
+		return fmt.Errorf("auth token from %s contains a line break, which no auth line can carry", source)
+	}
+	return nil
 }
 
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }

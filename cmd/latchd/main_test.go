@@ -119,3 +119,42 @@ func TestAdvertisedAddrs(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthSecretTooLongForTCP: a secret that cannot fit on the 256-byte
+// auth line is refused at startup, whichever way it is given; 256 bytes
+// is accepted.
+func TestAuthSecretTooLongForTCP(t *testing.T) {
+	long := strings.Repeat("s", 257)
+	p := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(p, []byte(long+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{name: "flag", args: []string{"--auth-token", long}, want: "--auth-token is 257 bytes"},
+		{name: "file", args: []string{"--auth-token-file", p}, want: "--auth-token-file " + p + " is 257 bytes"},
+		{name: "env", env: map[string]string{"LATCHD_AUTH_TOKEN": long}, want: "LATCHD_AUTH_TOKEN is 257 bytes"},
+		{name: "env file", env: map[string]string{"LATCHD_AUTH_TOKEN_FILE": p}, want: "LATCHD_AUTH_TOKEN_FILE=" + p},
+		{name: "line break", args: []string{"--auth-token", "a\nb"}, want: "line break"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// parseOptions, not run: without the check run would serve.
+			_, err := parseOptions(tt.args, env(tt.env), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("parseOptions: %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	o, err := parseOptions([]string{"--auth-token", strings.Repeat("s", 256)}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("a 256-byte secret: %v", err)
+	}
+	if _, err := o.serverConfig(); err != nil {
+		t.Fatalf("a 256-byte secret: server config: %v", err)
+	}
+}
