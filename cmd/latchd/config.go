@@ -12,6 +12,7 @@ import (
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
+	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/server"
 )
 
@@ -30,6 +31,7 @@ type options struct {
 	httpMaxSessions                int
 	httpRateLimit                  float64
 	autoRelease, version           bool
+	metricsPublic                  bool
 	tls                            *tls.Config // loaded from tlsCert and tlsKey
 
 	// Cluster mode (on with raftDir).
@@ -78,6 +80,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.maxConnsPerIP, "max-connections-per-ip", 0, "cap on open TCP connections from one IP (0 = no cap)")
 	fs.StringVar(&o.fenceFile, "fence-state-file", "", "fence-counter journal: tokens never go back, even across crashes and clock steps")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (the REST port serves it too)")
+	fs.BoolVar(&o.metricsPublic, "metrics-public", false, "serve --metrics-addr without the bearer token even when auth is on")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve net/http/pprof on this address (off when empty)")
 	fs.StringVar(&o.raftDir, "raft-dir", "", "cluster mode: directory of this node's raft log and snapshots (off when empty)")
 	fs.StringVar(&o.nodeID, "node-id", "", "cluster mode: this node's ID, unique in the cluster")
@@ -173,6 +176,15 @@ func checkAuthSecret(tok, source string) error {
 		return fmt.Errorf("auth token from %s contains a line break, which no auth line can carry", source)
 	}
 	return nil
+}
+
+// metricsOptions protects --metrics-addr with the auth token, as the REST
+// API's /metrics is, unless --metrics-public opens it.
+func (o *options) metricsOptions() []metrics.ServeOption {
+	if o.metricsPublic || o.authToken == "" {
+		return nil
+	}
+	return []metrics.ServeOption{metrics.WithBearerToken(o.authToken)}
 }
 
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }

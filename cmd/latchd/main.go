@@ -142,7 +142,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 		}
 	}
 	if o.metricsAddr != "" { // the REST port serves /metrics too, when it is on
-		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"))
+		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"), o.metricsOptions()...)
 		if err != nil {
 			_ = stopAll(srv, web)
 			return err

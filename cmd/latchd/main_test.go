@@ -2,12 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/internal/metrics"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -156,5 +162,40 @@ func TestAuthSecretTooLongForTCP(t *testing.T) {
 	}
 	if _, err := o.serverConfig(); err != nil {
 		t.Fatalf("a 256-byte secret: server config: %v", err)
+	}
+}
+
+// TestMetricsAddrNeedsToken: with auth on, --metrics-addr answers 401
+// without the bearer token, unless --metrics-public.
+func TestMetricsAddrNeedsToken(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{name: "auth on", args: []string{"--auth-token", "s3cret"}, want: http.StatusUnauthorized},
+		{name: "metrics public", args: []string{"--auth-token", "s3cret", "--metrics-public"}, want: http.StatusOK},
+		{name: "auth off", want: http.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseOptions(tt.args, env(nil), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop, addr, err := metrics.Serve("127.0.0.1:0", metrics.NewRegistry(nil), zap.NewNop(), o.metricsOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = stop(context.Background()) })
+			hc := &http.Client{Timeout: 5 * time.Second}
+			resp, err := hc.Get("http://" + addr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("GET /metrics without a token = %d; want %d", resp.StatusCode, tt.want)
+			}
+		})
 	}
 }

@@ -2,8 +2,10 @@ package metrics
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -11,14 +13,36 @@ import (
 	"go.uber.org/zap"
 )
 
+// ServeOption adjusts Serve.
+type ServeOption func(*serveOptions)
+
+type serveOptions struct {
+	bearer []byte // "Bearer <token>", or nil: no auth
+}
+
+// WithBearerToken makes GET /metrics require "Authorization: Bearer
+// <token>", as the REST API's /metrics does when auth is on; a request
+// without it gets 401. An empty token leaves /metrics open.
+func WithBearerToken(token string) ServeOption {
+	return func(o *serveOptions) {
+		if token != "" {
+			o.bearer = []byte("Bearer " + token)
+		}
+	}
+}
+
 // Serve listens on addr (port 0 picks one) and serves reg on GET /metrics
 // with net/http, for when the REST server, which otherwise serves
 // /metrics, is off. It returns once the socket is bound, with a stop
 // function that shuts the listener down gracefully within ctx, and the
 // bound address.
-func Serve(addr string, reg *Registry, log *zap.Logger) (stop func(context.Context) error, boundAddr string, err error) {
+func Serve(addr string, reg *Registry, log *zap.Logger, opts ...ServeOption) (stop func(context.Context) error, boundAddr string, err error) {
 	if reg == nil {
 		return nil, "", errNilRegistry
+	}
+	var so serveOptions
+	for _, o := range opts {
+		o(&so)
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -28,7 +52,7 @@ func Serve(addr string, reg *Registry, log *zap.Logger) (stop func(context.Conte
 		return nil, "", fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", reg.Handler())
+	mux.Handle("GET /metrics", requireBearer(so.bearer, reg.Handler()))
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -64,4 +88,23 @@ func Serve(addr string, reg *Registry, log *zap.Logger) (stop func(context.Conte
 		return nil
 	}
 	return stop, boundAddr, nil
+}
+
+// requireBearer wraps h so that it runs only for requests carrying want
+// in their Authorization header (compared in constant time); nil want
+// lets every request through.
+func requireBearer(want []byte, h http.Handler) http.Handler {
+	if want == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="latchd"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":"unauthorized","message":"missing or wrong bearer token"}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
