@@ -148,6 +148,19 @@ func (e *Engine) Config() Config { return e.cfg }
 // LastFence returns the last fence number issued.
 func (e *Engine) LastFence() uint64 { return e.fence.Load() }
 
+// RaiseFence makes every fence number issued from now on greater than
+// floor: it moves the last issued number up to floor when it is below,
+// and never down. A replicated engine calls it from the log (a new
+// leader's clock), so every replica raises alike.
+func (e *Engine) RaiseFence(floor uint64) {
+	for {
+		cur := e.fence.Load()
+		if floor <= cur || e.fence.CompareAndSwap(cur, floor) {
+			return
+		}
+	}
+}
+
 // FenceLimit returns the highest fence number the engine may issue now.
 func (e *Engine) FenceLimit() uint64 { return e.limit.Load() }
 

@@ -56,7 +56,7 @@ type Command struct {
 	TTL     time.Duration
 	Timeout time.Duration
 	Salt    uint64      // the grant's token salt, from the leader's CSPRNG
-	Token   fence.Token // Release, Renew
+	Token   fence.Token // Release, Renew; in a Restamp, Token.Fence is the fence floor (see FSM)
 	Release bool        // Disconnect: release held leases too
 	Addr    string      // Restamp: the leader's client address
 	// HTTPAddr is, in a Restamp, where the leader serves the REST API
