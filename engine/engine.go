@@ -328,6 +328,16 @@ func (e *Engine) RenewAs(now int64, key []byte, tok fence.Token, ttl time.Durati
 	return e.shardFor(key).renew(now, key, tok, ttl, owner)
 }
 
+// CancelWait withdraws owner's parked request on key (an Acquire that
+// queued, or a Wait that blocks), for a client that gave up on it: its
+// Sink hears Canceled. It reports false when there is none, because the
+// request was already answered (granted, timed out) or never parked; a
+// grant that won the race is then the caller's to release. Other waits
+// and holdings of the owner are untouched.
+func (e *Engine) CancelWait(now int64, key []byte, owner OwnerID) bool {
+	return e.shardFor(key).cancelWait(now, key, owner)
+}
+
 // DropOwner releases everything owner holds and withdraws everything it
 // waits for, as on a disconnect. Parked requests of the owner hear
 // Canceled. It costs one lock of each shard plus what the owner had.

@@ -28,11 +28,12 @@ const (
 	OpBeginSession               // engine.BeginSession: Owner
 	OpEndSession                 // engine.EndSession: Owner
 	OpRestamp                    // a new leader's clock: Key = its node ID, Addr = its client address, HTTPAddr = its REST address
+	OpCancelWait                 // engine.CancelWait: Owner, Key
 	opEnd
 )
 
 var opNames = [...]string{"", "acquire", "enqueue", "wait", "release", "renew", "disconnect",
-	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp"}
+	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait"}
 
 // String names the op.
 func (o Op) String() string {

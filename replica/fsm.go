@@ -238,6 +238,8 @@ func (f *FSM) applyCommand(c *Command) Reply {
 		r.OK = e.BeginSession(now, c.Owner)
 	case OpEndSession:
 		e.EndSession(now, c.Owner)
+	case OpCancelWait:
+		r.OK = e.CancelWait(now, c.Key, c.Owner)
 	default:
 		r.Err = ErrBadCommand
 	}

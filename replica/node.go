@@ -523,6 +523,14 @@ func (n *Node) Disconnect(ctx context.Context, owner engine.OwnerID, release boo
 	return err
 }
 
+// CancelWait proposes engine.CancelWait: owner's parked request on key
+// leaves the queue and its Sink (on the node that proposed it) hears
+// Canceled. It reports false when the request was already answered.
+func (n *Node) CancelWait(ctx context.Context, key []byte, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpCancelWait, Owner: owner, Key: key}, nil)
+	return r.OK, err
+}
+
 // OpenSession proposes engine.OpenSessionKeyed (no cap); key is the
 // opener's secret for the session (0 for none), replicated with it.
 func (n *Node) OpenSession(ctx context.Context, owner engine.OwnerID, ttl time.Duration, key uint64) error {
