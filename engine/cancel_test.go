@@ -55,3 +55,27 @@ func TestCancelWait(t *testing.T) {
 		t.Fatalf("DropOwner(2) heard %s; want [2:other:canceled]", got)
 	}
 }
+
+// TestCancelWaitWithoutSink: a replica applies a parked request with no
+// Sink (only the proposing node has one); CancelWait must withdraw it
+// there too, and leave a two-phase enqueue that is not waited on alone.
+func TestCancelWaitWithoutSink(t *testing.T) {
+	e := newTestEngine(t, nil)
+	k := []byte("k")
+	mustGrant(t, e, 0, AcquireReq{Key: k, Owner: 1, Limit: 1, TTL: time.Minute})
+	if out, _ := e.Acquire(sec, AcquireReq{Key: k, Owner: 2, Limit: 1, TTL: time.Minute, Timeout: time.Minute}, nil); out.Result != Queued {
+		t.Fatalf("Acquire by 2 = %v; want queued", out.Result)
+	}
+	if out, _ := e.Enqueue(sec, AcquireReq{Key: k, Owner: 3, Limit: 1, TTL: time.Minute}); out.Result != Queued {
+		t.Fatalf("Enqueue by 3 = %v; want queued", out.Result)
+	}
+	if e.CancelWait(2*sec, k, 3) {
+		t.Fatal("CancelWait withdrew an enqueue nobody waits on")
+	}
+	if !e.CancelWait(2*sec, k, 2) {
+		t.Fatal("CancelWait(k, 2) without a sink = false; want true")
+	}
+	if _, g := e.Metrics(); g.Waiting != 1 {
+		t.Fatalf("waiting = %d; want 1 (owner 3's enqueue)", g.Waiting)
+	}
+}

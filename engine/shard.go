@@ -346,7 +346,10 @@ func (s *shard) cancelWait(now int64, key []byte, owner OwnerID) bool {
 	var en *entry
 	if res != nil {
 		for en = s.owners[owner]; en != nil; en = en.onext {
-			if en.res == res && !en.holding && en.sink != nil {
+			// A parked request is queued and not two-phase (a Wait clears
+			// the mark). Not en.sink: replicas without the Sink must find
+			// the same entry.
+			if en.res == res && !en.holding && !en.twoPhase {
 				break
 			}
 		}
@@ -364,7 +367,9 @@ func (s *shard) cancelWait(now int64, key []byte, owner OwnerID) bool {
 	}
 	s.updateNextLocked()
 	s.mu.Unlock()
-	sink.Deliver(Outcome{Result: Canceled})
+	if sink != nil {
+		sink.Deliver(Outcome{Result: Canceled})
+	}
 	return true
 }
 

@@ -37,6 +37,7 @@ const (
 	errNotLeader      // cluster mode: a follower; writeNotLeader adds "leader"
 	errUnknownOutcome // cluster mode: logged, then leadership lost
 	errUnavailable    // cluster mode: not taken in; it did not take effect
+	errClientGone     // the client closed its connection while parked; nobody reads it
 )
 
 var apiErrs = [...]struct {
@@ -62,6 +63,7 @@ var apiErrs = [...]struct {
 	errNotLeader:        {503, "not_leader"},
 	errUnknownOutcome:   {503, "unknown_outcome"},
 	errUnavailable:      {503, "unavailable"},
+	errClientGone:       {499, "client_gone"},
 }
 
 // apiErrFor maps an engine error to its answer and message. It is the one

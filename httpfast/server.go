@@ -40,6 +40,7 @@ type Server struct {
 	adminAuth []byte        // "Bearer <admin token>"
 
 	parked atomic.Int64 // handlers blocked on a grant
+	watch  connWatch    // parked handlers' connections, for clients that leave
 
 	mu       sync.Mutex
 	ln       net.Listener
