@@ -2,6 +2,8 @@ package httpfast
 
 import (
 	"encoding/json"
+	"errors"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -28,7 +30,13 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
-	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions)
+	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions, ip.Unmap(), s.cfg.MaxSessionsPerIP)
+	if errors.Is(err, errMaxSessionsPerIP) {
+		// Counted in latchd_http_responses_total{code="429"}.
+		writeError(ctx, errMaxSessions, "this address holds its maximum number of sessions")
+		return
+	}
 	if err != nil {
 		e, msg := apiErrFor(err)
 		if e != errMaxSessions {

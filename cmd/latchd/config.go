@@ -29,6 +29,8 @@ type options struct {
 	maxLocks, maxWaiters, maxConns int
 	eventLoops, shards             int
 	httpMaxSessions                int
+	httpMaxSessionsPerIP           int
+	authFailuresPerMinute          int
 	httpRateLimit                  float64
 	autoRelease, version           bool
 	metricsPublic                  bool
@@ -72,6 +74,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.shards, "shards", 64, "engine shards (a power of two)")
 	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
 	fs.IntVar(&o.httpMaxSessions, "http-max-sessions", 100000, "cap on open REST sessions; past it POST /v1/sessions answers 429 (0 = no cap)")
+	fs.IntVar(&o.httpMaxSessionsPerIP, "http-max-sessions-per-ip", 1000, "cap on REST sessions one client IP may hold open; past it POST /v1/sessions answers 429 (0 = no cap)")
+	fs.IntVar(&o.authFailuresPerMinute, "auth-failures-per-minute", 60, "failed auths (TCP auth, REST bearer token) one IP may make at once and then per minute; past it, it is refused without a check (0 = no limit)")
 	fs.Float64Var(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "console or json")
@@ -209,6 +213,7 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.AutoRelease = o.autoRelease
 	c.TLS = o.tls
 	c.MaxConnectionsPerIP = o.maxConnsPerIP
+	c.AuthFailuresPerMinute = o.authFailuresPerMinute
 	return c, c.Validate()
 }
 
@@ -219,6 +224,8 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 	c.AuthToken = o.authToken
 	c.RateLimitPerIP = o.httpRateLimit
 	c.MaxSessions = o.httpMaxSessions
+	c.MaxSessionsPerIP = o.httpMaxSessionsPerIP
+	c.AuthFailuresPerMinute = o.authFailuresPerMinute
 	c.TLS = o.tls
 	return c, c.Validate()
 }

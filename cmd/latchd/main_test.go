@@ -199,3 +199,28 @@ func TestMetricsAddrNeedsToken(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthLimitFlags: the failed-auth limit and the per-IP session cap
+// reach both servers' configs, with their defaults.
+func TestAuthLimitFlags(t *testing.T) {
+	o, err := parseOptions(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := o.serverConfig()
+	hc, _ := o.httpConfig()
+	if sc.AuthFailuresPerMinute != 60 || hc.AuthFailuresPerMinute != 60 || hc.MaxSessionsPerIP != 1000 {
+		t.Fatalf("defaults: tcp %d, http %d failures/min, %d sessions/IP; want 60, 60, 1000",
+			sc.AuthFailuresPerMinute, hc.AuthFailuresPerMinute, hc.MaxSessionsPerIP)
+	}
+	o, err = parseOptions([]string{"--auth-failures-per-minute", "5", "--http-max-sessions-per-ip", "7"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ = o.serverConfig()
+	hc, _ = o.httpConfig()
+	if sc.AuthFailuresPerMinute != 5 || hc.AuthFailuresPerMinute != 5 || hc.MaxSessionsPerIP != 7 {
+		t.Fatalf("flags: tcp %d, http %d failures/min, %d sessions/IP; want 5, 5, 7",
+			sc.AuthFailuresPerMinute, hc.AuthFailuresPerMinute, hc.MaxSessionsPerIP)
+	}
+}
