@@ -161,6 +161,19 @@ func (o *options) replicaConfig(ecfg engine.Config) (replica.Config, error) {
 	return c, c.Validate()
 }
 
+// fenceFloor reads a single node's fence journal once: the cluster's
+// fences start above what that node could have issued. The raft log keeps
+// the counter from then on; the file is not written again.
+func fenceFloor(path string) (uint64, error) {
+	j, err := fencefile.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	floor := j.Seed()
+	_ = j.Close()
+	return floor, nil
+}
+
 // startNode opens the raft dir and starts this node.
 func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, error) {
 	rcfg, err := o.replicaConfig(ecfg)
@@ -168,15 +181,9 @@ func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, 
 		return nil, err
 	}
 	if o.fenceFile != "" {
-		// A single node's journal, read once: the cluster's fences start
-		// above what that node could have issued (the raft log keeps the
-		// counter from then on; the file is not written again).
-		j, err := fencefile.Open(o.fenceFile)
-		if err != nil {
+		if rcfg.FenceFloor, err = fenceFloor(o.fenceFile); err != nil {
 			return nil, err
 		}
-		rcfg.FenceFloor = j.Seed()
-		_ = j.Close()
 		log.Info("fence floor from the fence journal", zap.String("file", o.fenceFile), zap.Uint64("floor", rcfg.FenceFloor))
 	}
 	st, err := replica.DiskStorage(rcfg, log.Named("raft"))

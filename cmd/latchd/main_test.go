@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/internal/metrics"
 )
 
@@ -222,5 +223,25 @@ func TestAuthLimitFlags(t *testing.T) {
 	if sc.AuthFailuresPerMinute != 5 || hc.AuthFailuresPerMinute != 5 || hc.MaxSessionsPerIP != 7 {
 		t.Fatalf("flags: tcp %d, http %d failures/min, %d sessions/IP; want 5, 5, 7",
 			sc.AuthFailuresPerMinute, hc.AuthFailuresPerMinute, hc.MaxSessionsPerIP)
+	}
+}
+
+// TestClusterFenceFloorFromJournal: in cluster mode --fence-state-file is
+// accepted and read as the cluster's fence floor: at least what the
+// single node that kept it could have issued.
+func TestClusterFenceFloorFromJournal(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fence.state")
+	ahead := uint64(time.Now().Add(48 * time.Hour).UnixNano())
+	j, err := fencefile.Open(p, fencefile.WithClockFloor(ahead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Close()
+	if _, err := parseOptions([]string{"--raft-dir", t.TempDir(), "--node-id", "n1", "--fence-state-file", p}, env(nil), io.Discard); err != nil {
+		t.Fatalf("cluster mode with --fence-state-file: %v", err)
+	}
+	floor, err := fenceFloor(p)
+	if err != nil || floor < ahead {
+		t.Fatalf("fenceFloor = %d, %v; want at least %d", floor, err, ahead)
 	}
 }
