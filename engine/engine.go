@@ -158,6 +158,19 @@ func (e *Engine) Config() Config { return e.cfg }
 // LastFence returns the last fence number issued.
 func (e *Engine) LastFence() uint64 { return e.fence.Load() }
 
+// RaiseFence makes every fence number issued from now on greater than
+// floor: it moves the last issued number up to floor when it is below,
+// and never down. A replicated engine calls it from the log (a new
+// leader's clock), so every replica raises alike.
+func (e *Engine) RaiseFence(floor uint64) {
+	for {
+		cur := e.fence.Load()
+		if floor <= cur || e.fence.CompareAndSwap(cur, floor) {
+			return
+		}
+	}
+}
+
 // FenceLimit returns the highest fence number the engine may issue now.
 func (e *Engine) FenceLimit() uint64 { return e.limit.Load() }
 
@@ -337,6 +350,16 @@ func (e *Engine) RenewAs(now int64, key []byte, tok fence.Token, ttl time.Durati
 		return 0, ErrBadRequest
 	}
 	return e.shardFor(key).renew(now, key, tok, ttl, owner)
+}
+
+// CancelWait withdraws owner's parked request on key (an Acquire that
+// queued, or a Wait that blocks), for a client that gave up on it: its
+// Sink hears Canceled. It reports false when there is none, because the
+// request was already answered (granted, timed out) or never parked; a
+// grant that won the race is then the caller's to release. Other waits
+// and holdings of the owner are untouched.
+func (e *Engine) CancelWait(now int64, key []byte, owner OwnerID) bool {
+	return e.shardFor(key).cancelWait(now, key, owner)
 }
 
 // DropOwner releases everything owner holds and withdraws everything it

@@ -398,6 +398,39 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 	return Outcome{Result: Queued}, nil
 }
 
+func (s *shard) cancelWait(now int64, key []byte, owner OwnerID) bool {
+	s.mu.Lock()
+	res := s.res[string(key)]
+	var en *entry
+	if res != nil {
+		for en = s.owners[owner]; en != nil; en = en.onext {
+			// A parked request is queued and not two-phase (a Wait clears
+			// the mark). Not en.sink: replicas without the Sink must find
+			// the same entry.
+			if en.res == res && !en.holding && !en.twoPhase {
+				break
+			}
+		}
+	}
+	if en == nil {
+		s.mu.Unlock()
+		return false
+	}
+	sink := en.sink
+	// A waiter never blocks a free slot (see resource), so leaving the
+	// queue grants nobody.
+	s.removeLocked(en)
+	if res.empty() && !res.idle {
+		s.idle.pushBack(res, now)
+	}
+	s.updateNextLocked()
+	s.mu.Unlock()
+	if sink != nil {
+		sink.Deliver(Outcome{Result: Canceled})
+	}
+	return true
+}
+
 // holderLocked finds the live holder of key with tok. A lease found past
 // its deadline is expired on the spot (its slot handed on, queued on d).
 func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]delivery) *entry {

@@ -31,6 +31,9 @@ type backend interface {
 	acquire(req engine.AcquireReq, sink engine.Sink) (engine.Outcome, error)
 	enqueue(req engine.AcquireReq) (engine.Outcome, error)
 	wait(key []byte, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) (engine.Outcome, error)
+	// cancelWait withdraws owner's parked request on key: its sink hears
+	// Canceled, unless the request was answered first (engine.CancelWait).
+	cancelWait(key []byte, owner engine.OwnerID) error
 	release(key []byte, tok fence.Token) error
 	renew(key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error)
 	// disconnect withdraws everything owner waits for and, with release,
@@ -72,6 +75,11 @@ func (b *localBackend) enqueue(req engine.AcquireReq) (engine.Outcome, error) {
 
 func (b *localBackend) wait(key []byte, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) (engine.Outcome, error) {
 	return b.eng.Wait(clock.Now(), key, owner, timeout, sink)
+}
+
+func (b *localBackend) cancelWait(key []byte, owner engine.OwnerID) error {
+	b.eng.CancelWait(clock.Now(), key, owner)
+	return nil
 }
 
 func (b *localBackend) release(key []byte, tok fence.Token) error {
@@ -156,6 +164,13 @@ func (b *clusterBackend) wait(key []byte, owner engine.OwnerID, timeout time.Dur
 	ctx, cancel := proposeCtx()
 	defer cancel()
 	return b.n.Wait(ctx, key, owner, timeout, sink)
+}
+
+func (b *clusterBackend) cancelWait(key []byte, owner engine.OwnerID) error {
+	ctx, cancel := proposeCtx()
+	defer cancel()
+	_, err := b.n.CancelWait(ctx, key, owner)
+	return err
 }
 
 func (b *clusterBackend) release(key []byte, tok fence.Token) error {

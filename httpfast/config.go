@@ -21,6 +21,17 @@ type Config struct {
 	// answers 429 max_sessions (Retry-After: 1) and opens nothing, until
 	// a session is deleted or expires. 0 means no cap.
 	MaxSessions int
+	// MaxSessionsPerIP caps the open sessions one client IP has opened on
+	// this server, so one address cannot take all MaxSessions and lock
+	// everyone else out. At the cap POST /v1/sessions answers 429
+	// max_sessions and opens nothing. 0 means no cap. In cluster mode a
+	// session a previous leader opened is not counted against its IP.
+	MaxSessionsPerIP int
+	// AuthFailuresPerMinute rate-limits wrong or missing bearer tokens per
+	// client IP: an IP may fail this many times at once, then this many a
+	// minute; past it its requests get 429 rate_limited without the
+	// token being compared. 0 turns the limit off.
+	AuthFailuresPerMinute int
 	// AuthToken, when set, must come with every request as
 	// "Authorization: Bearer <token>" (/healthz and /v1/openapi.json
 	// are exempt).
@@ -54,13 +65,15 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Addr:            "127.0.0.1:6389",
-		SessionTTL:      60 * time.Second,
-		MaxSessions:     100000,
-		RateLimitMaxIPs: 10000,
-		MaxBodyBytes:    4096,
-		ReadTimeout:     60 * time.Second,
-		WriteTimeout:    10 * time.Second,
+		Addr:                  "127.0.0.1:6389",
+		SessionTTL:            60 * time.Second,
+		MaxSessions:           100000,
+		MaxSessionsPerIP:      1000,
+		AuthFailuresPerMinute: 60,
+		RateLimitMaxIPs:       10000,
+		MaxBodyBytes:          4096,
+		ReadTimeout:           60 * time.Second,
+		WriteTimeout:          10 * time.Second,
 	}
 }
 
@@ -79,6 +92,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpfast: session TTL must be <= %ds, got %v", maxSeconds, c.SessionTTL)
 	case c.MaxSessions < 0:
 		return fmt.Errorf("httpfast: max sessions must be >= 0, got %d", c.MaxSessions)
+	case c.MaxSessionsPerIP < 0:
+		return fmt.Errorf("httpfast: max sessions per IP must be >= 0, got %d", c.MaxSessionsPerIP)
+	case c.AuthFailuresPerMinute < 0:
+		return fmt.Errorf("httpfast: auth failures per minute must be >= 0, got %d", c.AuthFailuresPerMinute)
 	case c.RateLimitPerIP < 0 || math.IsNaN(c.RateLimitPerIP) || math.IsInf(c.RateLimitPerIP, 0):
 		return fmt.Errorf("httpfast: rate limit must be a finite number >= 0, got %v", c.RateLimitPerIP)
 	case c.RateLimitBurst < 0:

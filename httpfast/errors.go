@@ -39,6 +39,7 @@ const (
 	errUnknownOutcome // cluster mode: logged, then leadership lost
 	errUnavailable    // cluster mode: not taken in; it did not take effect
 	errShuttingDown   // a single node draining for a stop: no new grants
+	errClientGone     // the client closed its connection while parked; nobody reads it
 )
 
 var apiErrs = [...]struct {
@@ -66,6 +67,7 @@ var apiErrs = [...]struct {
 	errUnknownOutcome:   {503, "unknown_outcome"},
 	errUnavailable:      {503, "unavailable"},
 	errShuttingDown:     {503, "shutting_down"},
+	errClientGone:       {499, "client_gone"},
 }
 
 // msgShuttingDown explains errShuttingDown.

@@ -2,6 +2,8 @@ package httpfast
 
 import (
 	"encoding/json"
+	"errors"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -28,7 +30,13 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
-	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions)
+	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions, ip.Unmap(), s.cfg.MaxSessionsPerIP)
+	if errors.Is(err, errMaxSessionsPerIP) {
+		// Counted in latchd_http_responses_total{code="429"}.
+		writeError(ctx, errMaxSessions, "this address holds its maximum number of sessions")
+		return
+	}
 	if err != nil {
 		e, msg := apiErrFor(err)
 		if e != errMaxSessions {
@@ -292,7 +300,7 @@ func (s *Server) acquire(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
 		sink = s.sinks.Get().(chanSink)
 	}
 	out, err := s.be.acquire(req, sinkOrNil(sink))
-	s.answer(ctx, req.Owner, req.Timeout, out, err, sink)
+	s.answer(ctx, req.Key, req.Owner, req.Timeout, out, err, sink)
 }
 
 func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
@@ -319,7 +327,7 @@ func (s *Server) wait(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
 		sink = s.sinks.Get().(chanSink)
 	}
 	out, err := s.be.wait(req.Key, req.Owner, req.Timeout, sinkOrNil(sink))
-	s.answer(ctx, req.Owner, req.Timeout, out, err, sink)
+	s.answer(ctx, req.Key, req.Owner, req.Timeout, out, err, sink)
 }
 
 // sinkOrNil keeps a nil chanSink from becoming a non-nil engine.Sink.
@@ -333,10 +341,10 @@ func sinkOrNil(c chanSink) engine.Sink {
 // answer finishes an acquire or wait: it parks on sink when the engine
 // queued the request, and checks the session survived the engine call.
 // A session deleted meanwhile has its grant released and gets 410.
-func (s *Server) answer(ctx *fasthttp.RequestCtx, owner engine.OwnerID, timeout time.Duration, out engine.Outcome, err error, sink chanSink) {
+func (s *Server) answer(ctx *fasthttp.RequestCtx, key []byte, owner engine.OwnerID, timeout time.Duration, out engine.Outcome, err error, sink chanSink) {
 	how := parkedHeard
 	if err == nil && out.Result == engine.Queued {
-		out, how = s.park(owner, sink, timeout)
+		out, how = s.park(ctx, key, owner, sink, timeout)
 	}
 	// The sink goes back to the pool once nothing can deliver into it: the
 	// engine gave its one Outcome or never took the sink. A proposal that
@@ -351,6 +359,12 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, owner engine.OwnerID, timeout 
 	}
 	if how == parkedLost {
 		writeError(ctx, errUnknownOutcome, msgUnknownOutcome)
+		return
+	}
+	if how == parkedGone {
+		// Nobody reads this; the request left the queue (see gone.go).
+		ctx.SetConnectionClose()
+		writeError(ctx, errClientGone, "the client closed its connection: the request was withdrawn")
 		return
 	}
 	alive := s.alive(owner)
@@ -389,6 +403,7 @@ const (
 	parkedHeard     parked = iota // the sink heard the request's outcome
 	parkedWithdrawn               // cluster mode, Stop: withdrawn through the log, then heard
 	parkedLost                    // cluster mode: gave up on the sink; the outcome is unknown
+	parkedGone                    // the client closed its connection: withdrawn, a racing grant released
 )
 
 // parkGrace is how long past its own timeout a parked request waits in
@@ -402,23 +417,64 @@ const parkGrace = 10 * time.Second
 // DropOwner delivers Canceled. Before blocking it checks the session is
 // still open: a DELETE that ran before the request was queued would leave
 // nobody to cancel it.
-func (s *Server) park(owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
+//
+// If the client closes its connection meanwhile (see gone.go), the
+// request is withdrawn and a grant that raced the withdrawal released.
+func (s *Server) park(ctx *fasthttp.RequestCtx, key []byte, owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
 	if !s.alive(owner) {
 		_ = s.be.disconnect(owner, true)
 	}
 	s.parked.Add(1)
 	defer s.parked.Add(-1)
+	w := s.watch.watch(ctx.Conn())
+	defer s.watch.unwatch(w)
 	if s.node != nil {
-		return s.parkCluster(owner, sink, timeout)
+		return s.parkCluster(key, owner, sink, timeout, w)
 	}
 	select {
 	case o := <-sink:
+		if s.grantUnheard(w, key, owner, o) {
+			return engine.Outcome{}, parkedGone
+		}
 		return o, parkedHeard
 	case <-s.stopping:
 		_, _ = s.be.closeSession(owner)
 		// Either the close's DropOwner cancels us, or a grant won the
 		// race and the close released it; one outcome comes either way.
 		return <-sink, parkedHeard
+	case <-w.goneCh():
+		_ = s.be.cancelWait(key, owner) // a localBackend never fails
+		// Either the withdrawal cancels us, or the request was answered
+		// first; one outcome comes either way.
+		s.abandoned(key, owner, <-sink)
+		return engine.Outcome{}, parkedGone
+	}
+}
+
+// grantUnheard checks, when a parked request hears a grant, whether its
+// client left after the last look (the watch looks every goneEvery): if so
+// it releases the grant, which nobody would hear of, and reports true.
+func (s *Server) grantUnheard(w *watched, key []byte, owner engine.OwnerID, o engine.Outcome) bool {
+	if w == nil || o.Result != engine.Granted || !peerGone(w.rc) {
+		return false
+	}
+	s.abandoned(key, owner, o)
+	return true
+}
+
+// abandoned finishes a parked request whose client went away, given its
+// outcome: a grant nobody will hear of is released at once, so the next
+// waiter gets the slot now rather than when the lease or session expires.
+func (s *Server) abandoned(key []byte, owner engine.OwnerID, o engine.Outcome) {
+	if ce := s.log.Check(zap.DebugLevel, "client left a parked request"); ce != nil {
+		ce.Write(zap.Uint64("owner", uint64(owner)), zap.Stringer("outcome", o.Result))
+	}
+	if o.Result == engine.Granted {
+		if err := s.be.release(key, o.Token); err != nil {
+			if ce := s.log.Check(zap.DebugLevel, "release of an abandoned grant failed"); ce != nil {
+				ce.Write(zap.Uint64("owner", uint64(owner)), zap.Error(err))
+			}
+		}
 	}
 }
 
@@ -428,14 +484,33 @@ func (s *Server) park(owner engine.OwnerID, sink chanSink, timeout time.Duration
 // timeout and parkGrace it gives up. On Stop it withdraws the session's
 // waits through the log (Disconnect without release: the session and
 // what it holds stay, see closeAllSessions) and hears the Canceled.
-func (s *Server) parkCluster(owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
+//
+// A client that goes away (gone) has its request withdrawn through the
+// log (CancelWait); the outcome is still awaited, within the same bound,
+// so a grant that won the race is released.
+func (s *Server) parkCluster(key []byte, owner engine.OwnerID, sink chanSink, timeout time.Duration, w *watched) (engine.Outcome, parked) {
 	t := time.NewTimer(timeout + parkGrace)
 	defer t.Stop()
 	select {
 	case o := <-sink:
+		if s.grantUnheard(w, key, owner, o) {
+			return engine.Outcome{}, parkedGone
+		}
 		return o, parkedHeard
 	case <-t.C:
 		return engine.Outcome{}, parkedLost
+	case <-w.goneCh():
+		if err := s.be.cancelWait(key, owner); err != nil {
+			if ce := s.log.Check(zap.DebugLevel, "withdrawal of an abandoned request not logged"); ce != nil {
+				ce.Write(zap.Uint64("owner", uint64(owner)), zap.Error(err))
+			}
+		}
+		select {
+		case o := <-sink:
+			s.abandoned(key, owner, o)
+		case <-t.C: // never heard: the timeout or a grant's lease ends it
+		}
+		return engine.Outcome{}, parkedGone
 	case <-s.stopping:
 	}
 	if err := s.be.disconnect(owner, false); err != nil {

@@ -13,7 +13,7 @@ import (
 
 // statusCodes are the response codes counted one by one; any other
 // counts as "other".
-var statusCodes = [...]int{200, 201, 400, 401, 404, 405, 409, 410, 413, 429, 500, 503}
+var statusCodes = [...]int{200, 201, 400, 401, 404, 405, 409, 410, 413, 429, 499, 500, 503}
 
 // httpMetrics are the REST server's metrics in the shared registry: a
 // latency histogram per route and a response counter per status code,

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/authlimit"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
@@ -25,17 +26,18 @@ import (
 // Server is the REST API over one engine, or over a replica.Node's
 // replicated engine (WithCluster). Build it with New.
 type Server struct {
-	cfg   Config
-	be    backend       // every engine mutation and read goes here
-	node  *replica.Node // cluster mode, else nil
-	log   *zap.Logger
-	conns func() int // TCP connections, for stats and metrics
-	auth  []byte     // "Bearer <token>", or nil when auth is off
-	lim   *ipLimiter // nil when rate limiting is off
-	met   *httpMetrics
-	reg   registry
-	sinks sync.Pool // of chanSink
-	srv   *fasthttp.Server
+	cfg     Config
+	be      backend       // every engine mutation and read goes here
+	node    *replica.Node // cluster mode, else nil
+	log     *zap.Logger
+	conns   func() int         // TCP connections, for stats and metrics
+	auth    []byte             // "Bearer <token>", or nil when auth is off
+	lim     *ipLimiter         // nil when rate limiting is off
+	authLim *authlimit.Limiter // failed bearer tokens per IP; nil when off or no auth
+	met     *httpMetrics
+	reg     registry
+	sinks   sync.Pool // of chanSink
+	srv     *fasthttp.Server
 
 	admin     *replica.Node // WithAdmin, else nil: the admin routes are 404
 	adminAuth []byte        // "Bearer <admin token>"
@@ -46,6 +48,7 @@ type Server struct {
 	draining atomic.Bool   // Drain was called: /healthz answers 503
 	lnSet    *listen.Set   // WithListeners; nil: /healthz ignores listeners
 	guard    *listen.Guard // the REST listener's guard, set by Start
+	watch    connWatch     // parked handlers' connections, for clients that leave
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -97,6 +100,9 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 	if o.admin != nil {
 		s.admin = o.admin.node
 		s.adminAuth = []byte("Bearer " + o.admin.token)
+	}
+	if cfg.AuthFailuresPerMinute > 0 && (cfg.AuthToken != "" || o.admin != nil) {
+		s.authLim = authlimit.New(cfg.AuthFailuresPerMinute, authlimit.DefaultMaxIPs)
 	}
 	if cfg.RateLimitPerIP > 0 {
 		s.lim = newIPLimiter(cfg.RateLimitPerIP, cfg.RateLimitBurst, cfg.RateLimitMaxIPs)
@@ -251,14 +257,35 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, admin bool, now time.Time
 		want = s.adminAuth
 	}
 	if want != nil && o != opOpenAPI && o != opUI {
+		var ip netip.Addr
+		if s.authLim != nil {
+			// An IP that failed too often is refused without a
+			// comparison, so guessing tokens costs it time.
+			ip, _ = netip.AddrFromSlice(ctx.RemoteIP())
+			if blocked, wait := s.authLim.Blocked(ip, now); blocked {
+				retryAfter(ctx, wait)
+				writeError(ctx, errRateLimited, "too many failed authentications from this address")
+				return false
+			}
+		}
 		got := ctx.Request.Header.Peek("Authorization")
 		if subtle.ConstantTimeCompare(got, want) != 1 {
+			if s.authLim != nil {
+				s.authLim.Failed(ip, now)
+			}
 			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="latchd"`)
 			writeError(ctx, errUnauthorized, "missing or wrong bearer token")
 			return false
 		}
 	}
 	return true
+}
+
+// retryAfter sets Retry-After to wait, rounded up to whole seconds (>= 1).
+func retryAfter(ctx *fasthttp.RequestCtx, wait time.Duration) {
+	secs := max(1, int64((wait+time.Second-1)/time.Second))
+	var buf [20]byte
+	ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], secs, 10))
 }
 
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow string) {

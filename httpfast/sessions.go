@@ -5,7 +5,9 @@ import (
 	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"math"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,17 +43,23 @@ const sessionIDLen = 32
 // the live sessions, and lookups never wait for a full scan.
 const sweepPerCreate = 2
 
+// errMaxSessionsPerIP refuses a session to a client IP at its cap
+// (Config.MaxSessionsPerIP).
+var errMaxSessionsPerIP = errors.New("httpfast: max sessions per IP reached")
+
 // registry maps session_id strings to engine owners. The engine owns a
 // session's life (its TTL and expiry); the registry only names it, and
 // forgets names whose session the engine has dropped: at once when a
 // request finds the session gone, and otherwise by a sweep that checks a
 // few names per create, round-robin.
 type registry struct {
-	mu     sync.Mutex
-	ids    map[string]int // session_id -> index in names
-	names  []regName
-	cursor int           // the next name the sweep checks
-	next   atomic.Uint64 // last owner counter issued (single node)
+	mu      sync.Mutex
+	ids     map[string]int // session_id -> index in names
+	names   []regName
+	cursor  int                                // the next name the sweep checks
+	byIP    map[netip.Addr]map[string]struct{} // names of the sessions each client IP opened here
+	opening map[netip.Addr]int                 // creates in flight per IP, counted against its cap
+	next    atomic.Uint64                      // last owner counter issued (single node)
 
 	// Cluster mode: owners carry a random prefix (see sessionBit).
 	prefixed bool
@@ -63,12 +71,15 @@ type registry struct {
 type regName struct {
 	id    string
 	owner engine.OwnerID
+	ip    netip.Addr // who opened it here; the zero Addr for an adopted name
 }
 
 // init readies the registry; prefixed (cluster mode) makes owner IDs
 // carry a per-process random prefix.
 func (r *registry) init(prefixed bool) {
 	r.ids = make(map[string]int)
+	r.byIP = make(map[netip.Addr]map[string]struct{})
+	r.opening = make(map[netip.Addr]int)
 	r.prefixed = prefixed
 }
 
@@ -87,9 +98,29 @@ func (r *registry) newOwner() engine.OwnerID {
 	return sessionBit | engine.OwnerID(r.prefix<<32|r.count)
 }
 
-// create opens a session through b, within max open sessions (0: no cap),
-// and names it. At the cap it returns engine.ErrMaxSessions.
-func (r *registry) create(b backend, ttl time.Duration, max int) (string, engine.OwnerID, error) {
+// create opens a session for client ip through b, within max open
+// sessions (0: no cap) and perIP sessions opened by ip (0: no cap), and
+// names it. At a cap it returns engine.ErrMaxSessions or
+// errMaxSessionsPerIP.
+func (r *registry) create(b backend, ttl time.Duration, max int, ip netip.Addr, perIP int) (string, engine.OwnerID, error) {
+	if perIP > 0 && ip.IsValid() {
+		r.mu.Lock()
+		if r.ipFullLocked(b.engine(), ip, perIP) {
+			r.mu.Unlock()
+			return "", 0, errMaxSessionsPerIP
+		}
+		r.opening[ip]++ // reserved: concurrent creates cannot overshoot
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			if r.opening[ip]--; r.opening[ip] <= 0 {
+				delete(r.opening, ip)
+			}
+			r.mu.Unlock()
+		}()
+	} else {
+		ip = netip.Addr{}
+	}
 	// Open before naming: a sweep running between the two would forget a
 	// name whose session the engine does not know yet.
 	owner := r.newOwner()
@@ -110,9 +141,35 @@ func (r *registry) create(b backend, ttl time.Duration, max int) (string, engine
 	r.mu.Lock()
 	r.sweepLocked(b.engine())
 	r.ids[id] = len(r.names)
-	r.names = append(r.names, regName{id: id, owner: owner})
+	r.names = append(r.names, regName{id: id, owner: owner, ip: ip})
+	if ip.IsValid() {
+		set := r.byIP[ip]
+		if set == nil {
+			set = make(map[string]struct{})
+			r.byIP[ip] = set
+		}
+		set[id] = struct{}{}
+	}
 	r.mu.Unlock()
 	return id, owner, nil
+}
+
+// ipFullLocked reports whether ip has max sessions open (or being
+// opened). Names are forgotten lazily (sweepLocked), so at the cap it
+// first checks ip's own names against eng and forgets the ended ones:
+// at most max lookups, and only for an IP at its cap.
+func (r *registry) ipFullLocked(eng *engine.Engine, ip netip.Addr, max int) bool {
+	if len(r.byIP[ip])+r.opening[ip] < max {
+		return false
+	}
+	for id := range r.byIP[ip] {
+		i := r.ids[id]
+		if _, ok := eng.SessionTTL(r.names[i].owner); !ok {
+			delete(r.ids, id)
+			r.removeAtLocked(i)
+		}
+	}
+	return len(r.byIP[ip])+r.opening[ip] >= max
 }
 
 // sweepLocked checks the next sweepPerCreate names and forgets those
@@ -139,6 +196,14 @@ func (r *registry) sweepLocked(eng *engine.Engine) {
 
 // removeAtLocked drops names[i], moving the last name into its place.
 func (r *registry) removeAtLocked(i int) {
+	if n := r.names[i]; n.ip.IsValid() {
+		if set := r.byIP[n.ip]; set != nil {
+			delete(set, n.id)
+			if len(set) == 0 {
+				delete(r.byIP, n.ip)
+			}
+		}
+	}
 	last := len(r.names) - 1
 	if i != last {
 		r.names[i] = r.names[last]
@@ -220,6 +285,7 @@ func (r *registry) drain() []engine.OwnerID {
 		owners = append(owners, n.owner)
 	}
 	clear(r.ids)
+	clear(r.byIP)
 	r.names, r.cursor = nil, 0
 	r.mu.Unlock()
 	return owners

@@ -2,6 +2,7 @@ package httpfast
 
 import (
 	"encoding/json"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -146,7 +147,7 @@ func TestRegistryForgetsDropped(t *testing.T) {
 	b := &localBackend{eng: eng}
 	ids := make(map[string]engine.OwnerID)
 	for range 100 {
-		id, owner, err := r.create(b, time.Minute, 0)
+		id, owner, err := r.create(b, time.Minute, 0, netip.Addr{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +164,7 @@ func TestRegistryForgetsDropped(t *testing.T) {
 	// Creates check two names each: 100 creates make 200 checks, enough
 	// for the 100 names there were plus the 100 they add.
 	for range 100 {
-		id, owner, err := r.create(b, time.Minute, 0)
+		id, owner, err := r.create(b, time.Minute, 0, netip.Addr{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

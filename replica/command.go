@@ -28,11 +28,12 @@ const (
 	OpBeginSession               // engine.BeginSession: Owner
 	OpEndSession                 // engine.EndSession: Owner
 	OpRestamp                    // a new leader's clock: Key = its node ID, Addr = its client address, HTTPAddr = its REST address
+	OpCancelWait                 // engine.CancelWait: Owner, Key
 	opEnd
 )
 
 var opNames = [...]string{"", "acquire", "enqueue", "wait", "release", "renew", "disconnect",
-	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp"}
+	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait"}
 
 // String names the op.
 func (o Op) String() string {
@@ -56,7 +57,7 @@ type Command struct {
 	TTL     time.Duration
 	Timeout time.Duration
 	Salt    uint64      // the grant's token salt, from the leader's CSPRNG
-	Token   fence.Token // Release, Renew
+	Token   fence.Token // Release, Renew; in a Restamp, Token.Fence is the fence floor (see FSM)
 	Release bool        // Disconnect: release held leases too
 	Addr    string      // Restamp: the leader's client address
 	// HTTPAddr is, in a Restamp, where the leader serves the REST API

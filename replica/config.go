@@ -69,6 +69,12 @@ type Config struct {
 	// RaftLogLevel is hashicorp/raft's log level: "off", "error", "warn",
 	// "info", "debug".
 	RaftLogLevel string
+	// FenceFloor, when this node leads, is a floor for the fences the
+	// cluster issues, besides the wall clock: every leadership starts by
+	// raising the replicated fence counter to max(wall clock ns,
+	// FenceFloor) through the log. Set it from a single node's fence
+	// journal when moving its clients to a cluster (--fence-state-file).
+	FenceFloor uint64
 }
 
 // DefaultConfig returns production defaults: half raft's LAN timings (a

@@ -35,6 +35,15 @@ type Reply struct {
 // applied now, measured from the new leader's clock, and then takes the
 // new leader's clock as the last applied now.
 //
+// Fences: a Restamp carries the new leader's fence floor (Token.Fence):
+// its wall clock in nanoseconds, or Config.FenceFloor when that is
+// higher. Applying it raises the engine's fence counter to the floor, so
+// a cluster's fences start above the wall clock at its bootstrap, as a
+// single node's do, and rebuilding a cluster (or moving from one node to
+// a cluster) never makes new tokens compare older than old ones. A
+// Restamp without a floor (written before it existed) raises nothing,
+// so an old log replays as it first ran.
+//
 // Sinks: an Acquire or Wait that parks gets a Sink only on the node whose
 // incarnation (Origin) proposed it; that node registered the caller's Sink
 // under the entry's ReqID. Other nodes apply it with no Sink.
@@ -188,6 +197,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 			e.ShiftDeadlines(c.Now - f.lastNow)
 		}
 		f.lastNow = c.Now
+		e.RaiseFence(c.Token.Fence)
 		// REST requests in flight died with the old leader; their
 		// sessions go idle here, on every replica alike.
 		e.IdleSessions(c.Now)
@@ -228,6 +238,8 @@ func (f *FSM) applyCommand(c *Command) Reply {
 		r.OK = e.BeginSession(now, c.Owner)
 	case OpEndSession:
 		e.EndSession(now, c.Owner)
+	case OpCancelWait:
+		r.OK = e.CancelWait(now, c.Key, c.Owner)
 	default:
 		r.Err = ErrBadCommand
 	}

@@ -29,6 +29,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{name: "restamp with HTTP address", c: Command{Op: OpRestamp, Now: 1, Key: []byte("n0"), Addr: "10.0.0.1:7000", HTTPAddr: "10.0.0.1:6389"}},
 		{name: "restamp with only an HTTP address", c: Command{Op: OpRestamp, Now: 1, Key: []byte("n0"), HTTPAddr: "h:1"}},
 		{name: "expire, all zero", c: Command{Op: OpExpire}},
+		{name: "restamp with a fence floor", c: Command{Op: OpRestamp, Now: 1, Key: []byte("n0"), Token: fence.Token{Fence: 1 << 61}}},
+		{name: "cancel wait", c: Command{Op: OpCancelWait, Now: 1, Owner: 3, Key: []byte("k")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -420,7 +420,8 @@ func (n *Node) run() {
 		}
 		if !stamped {
 			term := n.raft.CurrentTerm()
-			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr, HTTPAddr: n.cfg.HTTPAddr}
+			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr, HTTPAddr: n.cfg.HTTPAddr,
+				Token: fence.Token{Fence: n.fenceFloor()}}
 			if _, err := n.apply(context.Background(), &c, nil); err != nil || n.raft.CurrentTerm() != term {
 				continue // lost leadership, or a timeout: try again next tick
 			}
@@ -433,6 +434,14 @@ func (n *Node) run() {
 			_, _ = n.apply(context.Background(), &c, nil) // retried next tick if it failed
 		}
 	}
+}
+
+// fenceFloor is the fence floor a new leader writes into its Restamp: its
+// wall clock in nanoseconds, or Config.FenceFloor when higher. So a fresh
+// cluster's first fence is above the clock at its bootstrap, like a
+// single node's, and a rebuilt cluster's fences stay above the old one's.
+func (n *Node) fenceFloor() uint64 {
+	return max(uint64(max(n.now(), 0)), n.cfg.FenceFloor)
 }
 
 // Propose stamps c (Now from the leader's clock, a fresh Salt for Acquire
@@ -561,6 +570,14 @@ func (n *Node) Renew(ctx context.Context, key []byte, tok fence.Token, ttl time.
 func (n *Node) Disconnect(ctx context.Context, owner engine.OwnerID, release bool) error {
 	_, err := n.Propose(ctx, Command{Op: OpDisconnect, Owner: owner, Release: release}, nil)
 	return err
+}
+
+// CancelWait proposes engine.CancelWait: owner's parked request on key
+// leaves the queue and its Sink (on the node that proposed it) hears
+// Canceled. It reports false when the request was already answered.
+func (n *Node) CancelWait(ctx context.Context, key []byte, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpCancelWait, Owner: owner, Key: key}, nil)
+	return r.OK, err
 }
 
 // OpenSession proposes engine.OpenSessionKeyed (no cap); key is the

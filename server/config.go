@@ -3,7 +3,10 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/latchd/latchd/codec"
 )
 
 // Config sets the TCP server up. Build it from DefaultConfig.
@@ -32,6 +35,11 @@ type Config struct {
 	// MaxConnectionsPerIP caps open connections from one client address;
 	// 0 means no cap.
 	MaxConnectionsPerIP int
+	// AuthFailuresPerMinute rate-limits failed auth per client IP: an IP
+	// may fail this many times at once, then this many times a minute.
+	// Past it, its auth requests are answered error_auth and closed
+	// without the secret being compared. 0 turns the limit off.
+	AuthFailuresPerMinute int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -41,6 +49,8 @@ func DefaultConfig() Config {
 		ReadTimeout: 23 * time.Second,
 		AutoRelease: true,
 		MaxParked:   64 << 10,
+
+		AuthFailuresPerMinute: 60,
 	}
 }
 
@@ -57,6 +67,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: max connections per IP must be >= 0, got %d", c.MaxConnectionsPerIP)
 	case c.MaxConnections < 0:
 		return fmt.Errorf("server: max connections must be >= 0, got %d", c.MaxConnections)
+	case len(c.AuthToken) > codec.MaxLine || strings.ContainsAny(c.AuthToken, "\r\n"):
+		// The auth request carries the secret on one line.
+		return fmt.Errorf("server: auth token must be at most %d bytes with no line break, got %d bytes", codec.MaxLine, len(c.AuthToken))
+	case c.AuthFailuresPerMinute < 0:
+		return fmt.Errorf("server: auth failures per minute must be >= 0, got %d", c.AuthFailuresPerMinute)
 	case c.MaxParked < 1024:
 		return fmt.Errorf("server: max parked bytes must be >= 1024, got %d", c.MaxParked)
 	}

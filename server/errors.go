@@ -6,6 +6,7 @@ import "errors"
 var (
 	errNotAuthed        = errors.New("server: request before auth")
 	errBadAuth          = errors.New("server: wrong auth token")
+	errAuthLimited      = errors.New("server: auth refused: too many failures from this IP")
 	errParkedOverflow   = errors.New("server: too many bytes pipelined behind a waiting request")
 	errOutboundOverflow = errors.New("server: client does not read its answers")
 )

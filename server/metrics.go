@@ -89,6 +89,8 @@ func reasonFor(err error) metrics.Reason {
 		return metrics.ReasonArgCount
 	case errors.Is(err, errNotAuthed), errors.Is(err, errBadAuth):
 		return metrics.ReasonAuth
+	case errors.Is(err, errAuthLimited):
+		return metrics.ReasonAuthLimited
 	case errors.Is(err, errParkedOverflow):
 		return metrics.ReasonParkedOverflow
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/authlimit"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
@@ -39,6 +41,7 @@ type Server struct {
 	nextID     atomic.Uint64
 	reg        registry
 	perIP      ipCounts
+	authLim    *authlimit.Limiter // failed auth per IP; nil when off or no auth
 	loops      loops
 
 	ln      net.Listener   // guarded: Accept retries EMFILE and the like
@@ -73,6 +76,9 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		return nil, errors.New("server: no engine")
 	}
 	s.reg.init()
+	if cfg.AuthToken != "" && cfg.AuthFailuresPerMinute > 0 {
+		s.authLim = authlimit.New(cfg.AuthFailuresPerMinute, authlimit.DefaultMaxIPs)
+	}
 	return s, nil
 }
 
@@ -298,6 +304,9 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 		}
 	}
 	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip, cluster: s.node != nil}
+	if s.authLim != nil {
+		ss.authIP = addrOf(remote)
+	}
 	s.reg.add(ss)
 	if s.met != nil {
 		s.met.Opened()
@@ -341,6 +350,16 @@ func (s *Server) Refused() uint64 { return s.refused.Load() }
 // Violations returns how many connections were closed for a protocol
 // violation (bad request, failed auth, read timeout, parked overflow).
 func (s *Server) Violations() uint64 { return s.violations.Load() }
+
+// addrOf returns a's IP (IPv4-mapped addresses unmapped), or the zero
+// Addr when a carries none.
+func addrOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap()
+	}
+	ip, _ := netip.ParseAddr(hostOf(a))
+	return ip.Unmap()
+}
 
 func hostOf(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -24,10 +25,11 @@ type session struct {
 	conn   peer
 	loop   *loop // the gnet loop's context; nil for TLS
 	id     engine.OwnerID
-	parked bool   // a blocking request waits; decoding is paused
-	authed bool   // auth passed, or none is configured
-	out    []byte // answers of one OnTraffic call, written once
-	ip     string // client IP, kept only when MaxConnectionsPerIP is on
+	parked bool       // a blocking request waits; decoding is paused
+	authed bool       // auth passed, or none is configured
+	out    []byte     // answers of one OnTraffic call, written once
+	ip     string     // client IP, kept only when MaxConnectionsPerIP is on
+	authIP netip.Addr // client IP, kept only while auth is limited and pending
 	// cluster is set at creation: the server runs in cluster mode.
 	cluster bool
 

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/replica"
 )
 
@@ -40,9 +41,6 @@ func (o *options) clusterOptions() error {
 	}
 	if o.nodeID == "" {
 		return errors.New("--raft-dir needs --node-id")
-	}
-	if o.fenceFile != "" {
-		return errors.New("--fence-state-file is for a single node; in cluster mode the raft log keeps the fence counter")
 	}
 	if o.bootstrap && o.join != "" {
 		return errors.New("--bootstrap and --join exclude each other: bootstrap the first node, join the others")
@@ -163,11 +161,30 @@ func (o *options) replicaConfig(ecfg engine.Config) (replica.Config, error) {
 	return c, c.Validate()
 }
 
+// fenceFloor reads a single node's fence journal once: the cluster's
+// fences start above what that node could have issued. The raft log keeps
+// the counter from then on; the file is not written again.
+func fenceFloor(path string) (uint64, error) {
+	j, err := fencefile.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	floor := j.Seed()
+	_ = j.Close()
+	return floor, nil
+}
+
 // startNode opens the raft dir and starts this node.
 func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, error) {
 	rcfg, err := o.replicaConfig(ecfg)
 	if err != nil {
 		return nil, err
+	}
+	if o.fenceFile != "" {
+		if rcfg.FenceFloor, err = fenceFloor(o.fenceFile); err != nil {
+			return nil, err
+		}
+		log.Info("fence floor from the fence journal", zap.String("file", o.fenceFile), zap.Uint64("floor", rcfg.FenceFloor))
 	}
 	st, err := replica.DiskStorage(rcfg, log.Named("raft"))
 	if err != nil {

@@ -146,6 +146,7 @@ func (o *options) resolveAuthToken(src map[string]source) error {
 			return err
 		}
 		o.authToken = tok
+		o.authFromFile = true
 	}
 	return nil
 }

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/listen"
+	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/server"
 )
 
@@ -28,8 +30,12 @@ type options struct {
 	eventLoops, shards             int
 	httpMaxSessions, httpMaxConns  int
 	shutdownTimeout                int
+	httpMaxSessionsPerIP           int
+	authFailuresPerMinute          int
 	httpRateLimit                  float64
 	autoRelease, version           bool
+	metricsPublic                  bool
+	authFromFile                   bool        // the secret was read from authTokenFile
 	tls                            *tls.Config // loaded from tlsCert and tlsKey
 
 	// Cluster mode (on with raftDir).
@@ -78,6 +84,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.shards, "shards", 64, "engine shards (a power of two)")
 	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
 	fs.IntVar(&o.httpMaxSessions, "http-max-sessions", 100000, "cap on open REST sessions; past it POST /v1/sessions answers 429 (0 = no cap)")
+	fs.IntVar(&o.httpMaxSessionsPerIP, "http-max-sessions-per-ip", 1000, "cap on REST sessions one client IP may hold open; past it POST /v1/sessions answers 429 (0 = no cap)")
+	fs.IntVar(&o.authFailuresPerMinute, "auth-failures-per-minute", 60, "failed auths (TCP auth, REST bearer token) one IP may make at once and then per minute; past it, it is refused without a check (0 = no limit)")
 	fs.Float64Var(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "console or json")
@@ -86,6 +94,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.maxConnsPerIP, "max-connections-per-ip", 0, "cap on open TCP connections from one IP (0 = no cap)")
 	fs.StringVar(&o.fenceFile, "fence-state-file", "", "fence-counter journal: tokens never go back, even across crashes and clock steps")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (the REST port serves it too)")
+	fs.BoolVar(&o.metricsPublic, "metrics-public", false, "serve --metrics-addr without the bearer token even when auth is on")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve net/http/pprof on this address (off when empty)")
 	fs.StringVar(&o.raftDir, "raft-dir", "", "cluster mode: directory of this node's raft log and snapshots (off when empty)")
 	fs.StringVar(&o.nodeID, "node-id", "", "cluster mode: this node's ID, unique in the cluster")
@@ -116,6 +125,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if err := o.resolveAuthToken(src); err != nil {
 		return nil, err
 	}
+	if err := checkAuthSecret(o.authToken, o.authSource(src)); err != nil {
+		return nil, err
+	}
 	if err := o.clusterOptions(); err != nil {
 		return nil, err
 	}
@@ -144,6 +156,52 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	return o, nil
 }
 
+// authSource names where the auth secret came from, for error messages.
+func (o *options) authSource(src map[string]source) string {
+	name := "auth-token"
+	if o.authFromFile {
+		name = "auth-token-file"
+	}
+	where := envName(name)
+	switch src[name] {
+	case fromFlag:
+		where = "--" + name
+	case fromDflockdEnv:
+		where = "DFLOCKD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	}
+	if !o.authFromFile {
+		return where
+	}
+	if src[name] == fromFlag {
+		return where + " " + o.authTokenFile
+	}
+	return where + "=" + o.authTokenFile
+}
+
+// checkAuthSecret refuses a secret no TCP client could send: the auth
+// request carries it on one line of at most codec.MaxLine bytes, which
+// cannot hold a line break. (REST would accept a longer one, so without
+// this check latchd would start and TCP auth would fail forever.)
+func checkAuthSecret(tok, source string) error {
+	switch {
+	case len(tok) > codec.MaxLine:
+		return fmt.Errorf("auth token from %s is %d bytes: TCP clients send it on one auth line of at most %d bytes, so none could authenticate; use a secret of at most %d bytes",
+			source, len(tok), codec.MaxLine, codec.MaxLine)
+	case strings.ContainsAny(tok, "\r\n"):
+		return fmt.Errorf("auth token from %s contains a line break, which no auth line can carry", source)
+	}
+	return nil
+}
+
+// metricsOptions protects --metrics-addr with the auth token, as the REST
+// API's /metrics is, unless --metrics-public opens it.
+func (o *options) metricsOptions() []metrics.ServeOption {
+	if o.metricsPublic || o.authToken == "" {
+		return nil
+	}
+	return []metrics.ServeOption{metrics.WithBearerToken(o.authToken)}
+}
+
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }
 
 func (o *options) engineConfig() (engine.Config, error) {
@@ -166,6 +224,7 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.AutoRelease = o.autoRelease
 	c.TLS = o.tls
 	c.MaxConnectionsPerIP = o.maxConnsPerIP
+	c.AuthFailuresPerMinute = o.authFailuresPerMinute
 	return c, c.Validate()
 }
 
@@ -176,6 +235,8 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 	c.AuthToken = o.authToken
 	c.RateLimitPerIP = o.httpRateLimit
 	c.MaxSessions = o.httpMaxSessions
+	c.MaxSessionsPerIP = o.httpMaxSessionsPerIP
+	c.AuthFailuresPerMinute = o.authFailuresPerMinute
 	c.TLS = o.tls
 	c.MaxConnections = o.httpMaxConns
 	return c, c.Validate()

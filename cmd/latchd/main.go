@@ -199,8 +199,9 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 		rd.http.Store(true)
 	}
 	if o.metricsAddr != "" { // the REST port serves /metrics too, when it is on
-		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"), metrics.WithReadiness(rd.check),
+		mopts := append(o.metricsOptions(), metrics.WithReadiness(rd.check),
 			metrics.WithListenerWrap(func(ln net.Listener) net.Listener { return lns.Wrap("metrics", ln) }))
+		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"), mopts...)
 		if err != nil {
 			_ = stopAll(context.Background(), srv, web)
 			return sum, err

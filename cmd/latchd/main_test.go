@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +17,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/fencefile"
+	"github.com/latchd/latchd/internal/metrics"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -194,5 +198,124 @@ func TestReadiness(t *testing.T) {
 	r.stopping.Store(true)
 	if r.check() == nil {
 		t.Fatal("ready while stopping")
+	}
+}
+
+// TestAuthSecretTooLongForTCP: a secret that cannot fit on the 256-byte
+// auth line is refused at startup, whichever way it is given; 256 bytes
+// is accepted.
+func TestAuthSecretTooLongForTCP(t *testing.T) {
+	long := strings.Repeat("s", 257)
+	p := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(p, []byte(long+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{name: "flag", args: []string{"--auth-token", long}, want: "--auth-token is 257 bytes"},
+		{name: "file", args: []string{"--auth-token-file", p}, want: "--auth-token-file " + p + " is 257 bytes"},
+		{name: "env", env: map[string]string{"LATCHD_AUTH_TOKEN": long}, want: "LATCHD_AUTH_TOKEN is 257 bytes"},
+		{name: "env file", env: map[string]string{"LATCHD_AUTH_TOKEN_FILE": p}, want: "LATCHD_AUTH_TOKEN_FILE=" + p},
+		{name: "line break", args: []string{"--auth-token", "a\nb"}, want: "line break"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// parseOptions, not run: without the check run would serve.
+			_, err := parseOptions(tt.args, env(tt.env), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("parseOptions: %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	o, err := parseOptions([]string{"--auth-token", strings.Repeat("s", 256)}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("a 256-byte secret: %v", err)
+	}
+	if _, err := o.serverConfig(); err != nil {
+		t.Fatalf("a 256-byte secret: server config: %v", err)
+	}
+}
+
+// TestMetricsAddrNeedsToken: with auth on, --metrics-addr answers 401
+// without the bearer token, unless --metrics-public.
+func TestMetricsAddrNeedsToken(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{name: "auth on", args: []string{"--auth-token", "s3cret"}, want: http.StatusUnauthorized},
+		{name: "metrics public", args: []string{"--auth-token", "s3cret", "--metrics-public"}, want: http.StatusOK},
+		{name: "auth off", want: http.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseOptions(tt.args, env(nil), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop, addr, err := metrics.Serve("127.0.0.1:0", metrics.NewRegistry(nil), zap.NewNop(), o.metricsOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = stop(context.Background()) })
+			hc := &http.Client{Timeout: 5 * time.Second}
+			resp, err := hc.Get("http://" + addr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("GET /metrics without a token = %d; want %d", resp.StatusCode, tt.want)
+			}
+		})
+	}
+}
+
+// TestAuthLimitFlags: the failed-auth limit and the per-IP session cap
+// reach both servers' configs, with their defaults.
+func TestAuthLimitFlags(t *testing.T) {
+	o, err := parseOptions(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := o.serverConfig()
+	hc, _ := o.httpConfig()
+	if sc.AuthFailuresPerMinute != 60 || hc.AuthFailuresPerMinute != 60 || hc.MaxSessionsPerIP != 1000 {
+		t.Fatalf("defaults: tcp %d, http %d failures/min, %d sessions/IP; want 60, 60, 1000",
+			sc.AuthFailuresPerMinute, hc.AuthFailuresPerMinute, hc.MaxSessionsPerIP)
+	}
+	o, err = parseOptions([]string{"--auth-failures-per-minute", "5", "--http-max-sessions-per-ip", "7"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ = o.serverConfig()
+	hc, _ = o.httpConfig()
+	if sc.AuthFailuresPerMinute != 5 || hc.AuthFailuresPerMinute != 5 || hc.MaxSessionsPerIP != 7 {
+		t.Fatalf("flags: tcp %d, http %d failures/min, %d sessions/IP; want 5, 5, 7",
+			sc.AuthFailuresPerMinute, hc.AuthFailuresPerMinute, hc.MaxSessionsPerIP)
+	}
+}
+
+// TestClusterFenceFloorFromJournal: in cluster mode --fence-state-file is
+// accepted and read as the cluster's fence floor: at least what the
+// single node that kept it could have issued.
+func TestClusterFenceFloorFromJournal(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fence.state")
+	ahead := uint64(time.Now().Add(48 * time.Hour).UnixNano())
+	j, err := fencefile.Open(p, fencefile.WithClockFloor(ahead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Close()
+	if _, err := parseOptions([]string{"--raft-dir", t.TempDir(), "--node-id", "n1", "--fence-state-file", p}, env(nil), io.Discard); err != nil {
+		t.Fatalf("cluster mode with --fence-state-file: %v", err)
+	}
+	floor, err := fenceFloor(p)
+	if err != nil || floor < ahead {
+		t.Fatalf("fenceFloor = %d, %v; want at least %d", floor, err, ahead)
 	}
 }

@@ -2,9 +2,11 @@ package metrics
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -16,8 +18,9 @@ import (
 type ServeOption func(*serveOptions)
 
 type serveOptions struct {
-	ready func() error
-	wrap  func(net.Listener) net.Listener
+	ready  func() error
+	wrap   func(net.Listener) net.Listener
+	bearer []byte // "Bearer <token>", or nil: no auth
 }
 
 // WithReadiness also serves GET /healthz (always 200) and GET /readyz:
@@ -33,18 +36,29 @@ func WithListenerWrap(wrap func(net.Listener) net.Listener) ServeOption {
 	return func(o *serveOptions) { o.wrap = wrap }
 }
 
+// WithBearerToken makes GET /metrics require "Authorization: Bearer
+// <token>", as the REST API's /metrics does when auth is on; a request
+// without it gets 401. An empty token leaves /metrics open.
+func WithBearerToken(token string) ServeOption {
+	return func(o *serveOptions) {
+		if token != "" {
+			o.bearer = []byte("Bearer " + token)
+		}
+	}
+}
+
 // Serve listens on addr (port 0 picks one) and serves reg on GET /metrics
 // with net/http, for when the REST server, which otherwise serves
 // /metrics, is off. It returns once the socket is bound, with a stop
 // function that shuts the listener down gracefully within ctx, and the
 // bound address.
 func Serve(addr string, reg *Registry, log *zap.Logger, opts ...ServeOption) (stop func(context.Context) error, boundAddr string, err error) {
-	var o serveOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
 	if reg == nil {
 		return nil, "", errNilRegistry
+	}
+	var so serveOptions
+	for _, o := range opts {
+		o(&so)
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -53,17 +67,17 @@ func Serve(addr string, reg *Registry, log *zap.Logger, opts ...ServeOption) (st
 	if err != nil {
 		return nil, "", fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
-	if o.wrap != nil {
-		ln = o.wrap(ln)
+	if so.wrap != nil {
+		ln = so.wrap(ln)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", reg.Handler())
-	if o.ready != nil {
+	mux.Handle("GET /metrics", requireBearer(so.bearer, reg.Handler()))
+	if so.ready != nil {
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		})
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if err := o.ready(); err != nil {
+			if err := so.ready(); err != nil {
 				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "unavailable", "message": "not ready: " + err.Error()})
 				return
 			}
@@ -111,4 +125,23 @@ func writeJSON(w http.ResponseWriter, status int, v map[string]string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// requireBearer wraps h so that it runs only for requests carrying want
+// in their Authorization header (compared in constant time); nil want
+// lets every request through.
+func requireBearer(want []byte, h http.Handler) http.Handler {
+	if want == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="latchd"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":"unauthorized","message":"missing or wrong bearer token"}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -119,3 +119,42 @@ func TestServeReadiness(t *testing.T) {
 		t.Fatalf("/readyz when ready = %d %s", code, body)
 	}
 }
+
+// TestServeBearer: with a bearer token, /metrics answers 401 without it or
+// with a wrong one, and the metrics with it.
+func TestServeBearer(t *testing.T) {
+	stop, addr, err := Serve("127.0.0.1:0", NewRegistry(newTestEngine(t)), zaptest.NewLogger(t), WithBearerToken("s3cret"))
+	if err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	t.Cleanup(func() { _ = stop(context.Background()) })
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for _, tt := range []struct {
+		name, auth string
+		want       int
+	}{
+		{name: "no token", want: http.StatusUnauthorized},
+		{name: "wrong token", auth: "Bearer nope", want: http.StatusUnauthorized},
+		{name: "bare token", auth: "s3cret", want: http.StatusUnauthorized},
+		{name: "right token", auth: "Bearer s3cret", want: http.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("GET: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("GET /metrics with %q = %d; want %d", tt.auth, resp.StatusCode, tt.want)
+			}
+			if leaked := strings.Contains(string(body), "latchd_keys"); leaked != (tt.want == http.StatusOK) {
+				t.Fatalf("body %q: metrics shown = %v", body, leaked)
+			}
+		})
+	}
+}

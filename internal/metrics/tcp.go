@@ -31,6 +31,7 @@ const (
 	ReasonReadTimeout                  // a partial request sat past ReadTimeout
 	ReasonAuth                         // a request before auth, or a wrong token
 	ReasonParkedOverflow               // too many bytes behind a waiting request
+	ReasonAuthLimited                  // auth from an IP past its failed-auth limit
 	ReasonOther                        // anything else
 	numReasons
 )
@@ -48,6 +49,7 @@ var reasonNames = [numReasons]string{
 	ReasonReadTimeout:    "read_timeout",
 	ReasonAuth:           "auth",
 	ReasonParkedOverflow: "parked_overflow",
+	ReasonAuthLimited:    "auth_rate_limited",
 	ReasonOther:          "other",
 }
 

@@ -1,0 +1,139 @@
+package httpfast
+
+import (
+	"crypto/tls"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A REST client that gives up on a blocking acquire or wait (curl
+// --max-time, a client-side timeout) closes its connection while the
+// handler is parked. fasthttp reads nothing while a handler runs, so it
+// cannot tell, and RequestCtx.Done closes only at shutdown. Left alone, the
+// abandoned request stays queued, is granted to a session nobody listens
+// for, and the next client waits out the session TTL.
+//
+// So a parked handler registers its connection with the server's
+// connWatch, whose one goroutine looks at every registered socket every
+// goneEvery without reading from it (poll with POLLRDHUP on Linux: the
+// peer closed or shut down its sending side; pipelined requests queued
+// behind the parked one are not consumed, and do not count as gone). A
+// handler whose client is gone withdraws its request from the queue and
+// releases a grant that raced the withdrawal. A client that half-closes
+// its connection after sending the request counts as gone, as it does for
+// net/http's request context.
+
+// goneEvery is how often parked requests' connections are checked.
+const goneEvery = 100 * time.Millisecond
+
+// connWatch checks the connections of parked handlers for a client that
+// went away. Its goroutine runs only while something is registered.
+type connWatch struct {
+	mu      sync.Mutex
+	conns   map[*watched]struct{}
+	running bool
+}
+
+// watched is one parked handler's connection; gone is closed when the
+// client has gone away.
+type watched struct {
+	rc   syscall.RawConn
+	gone chan struct{}
+}
+
+// goneCh returns the channel closed when x's client goes away; nil (never
+// ready) for a connection that cannot be watched.
+func (x *watched) goneCh() <-chan struct{} {
+	if x == nil {
+		return nil
+	}
+	return x.gone
+}
+
+// rawConn returns the socket under c (a TLS connection's too), or nil
+// when c has none (an in-memory listener's).
+func rawConn(c net.Conn) syscall.RawConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// watch registers c; unwatch must follow. It returns nil when c cannot be
+// watched (no socket, or a platform without peerGone).
+func (w *connWatch) watch(c net.Conn) *watched {
+	if !canWatch || c == nil {
+		return nil
+	}
+	rc := rawConn(c)
+	if rc == nil {
+		return nil
+	}
+	x := &watched{rc: rc, gone: make(chan struct{})}
+	w.mu.Lock()
+	if w.conns == nil {
+		w.conns = make(map[*watched]struct{})
+	}
+	w.conns[x] = struct{}{}
+	if !w.running {
+		w.running = true
+		go w.loop()
+	}
+	w.mu.Unlock()
+	return x
+}
+
+// unwatch forgets x (nil is fine).
+func (w *connWatch) unwatch(x *watched) {
+	if x == nil {
+		return
+	}
+	w.mu.Lock()
+	delete(w.conns, x)
+	w.mu.Unlock()
+}
+
+// loop checks every registered connection each goneEvery and closes gone
+// for those whose client went away. It returns when nothing is left.
+func (w *connWatch) loop() {
+	t := time.NewTicker(goneEvery)
+	defer t.Stop()
+	var batch []*watched
+	for range t.C {
+		w.mu.Lock()
+		if len(w.conns) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		batch = batch[:0]
+		for x := range w.conns {
+			batch = append(batch, x)
+		}
+		w.mu.Unlock()
+		for i, x := range batch {
+			// RawConn.Control holds the descriptor open while it runs, so
+			// a connection closed meanwhile fails it instead of polling a
+			// reused descriptor; either way the client is gone.
+			if peerGone(x.rc) {
+				w.mu.Lock()
+				if _, ok := w.conns[x]; ok {
+					delete(w.conns, x)
+					close(x.gone)
+				}
+				w.mu.Unlock()
+			}
+			batch[i] = nil
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package authlimit
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+func TestBlockedAfterBurstThenRefills(t *testing.T) {
+	l := New(3, 0)
+	ip := netip.MustParseAddr("10.0.0.1")
+	other := netip.MustParseAddr("10.0.0.2")
+	now := time.Unix(1000, 0)
+	for i := range 3 {
+		if b, _ := l.Blocked(ip, now); b {
+			t.Fatalf("blocked after %d failures; want 3 allowed", i)
+		}
+		l.Failed(ip, now)
+	}
+	b, wait := l.Blocked(ip, now)
+	if !b || wait <= 0 || wait > 20*time.Second {
+		t.Fatalf("after 3 failures: blocked %v, retry in %v; want blocked, retry within 20s", b, wait)
+	}
+	if b, _ := l.Blocked(other, now); b {
+		t.Fatal("another IP is blocked")
+	}
+	if b, _ := l.Blocked(netip.MustParseAddr("::ffff:10.0.0.1"), now); !b {
+		t.Fatal("the IPv4-mapped form of a blocked IP is not blocked")
+	}
+	if b, _ := l.Blocked(ip, now.Add(21*time.Second)); b {
+		t.Fatal("still blocked after a refill interval")
+	}
+}
+
+func TestBoundedMemory(t *testing.T) {
+	l := New(1, 100)
+	now := time.Unix(1000, 0)
+	for i := range 10000 {
+		l.Failed(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), now)
+		if n := l.Tracked(); n > 100 {
+			t.Fatalf("tracking %d IPs after %d; want at most 100", n, i+1)
+		}
+	}
+	// The most recent failing IP is still remembered.
+	if b, _ := l.Blocked(netip.AddrFrom4([4]byte{10, 0, 39, 15}), now); !b {
+		t.Fatal("the last failing IP was forgotten")
+	}
+}
