@@ -90,11 +90,41 @@ type Stats struct {
 	Semaphores     []SemaphoreStat `json:"semaphores"`
 	IdleLocks      []IdleStat      `json:"idle_locks"`
 	IdleSemaphores []IdleStat      `json:"idle_semaphores"`
+	// Truncated is set when the lists hold only some of the entries, to
+	// keep the answer under a size cap; Totals then counts all of them.
+	Truncated bool         `json:"truncated,omitempty"`
+	Totals    *StatsTotals `json:"totals,omitempty"`
+}
+
+// StatsTotals counts every entry of each list of a truncated Stats.
+type StatsTotals struct {
+	Locks          int `json:"locks"`
+	Semaphores     int `json:"semaphores"`
+	IdleLocks      int `json:"idle_locks"`
+	IdleSemaphores int `json:"idle_semaphores"`
 }
 
 // Snapshot returns the state at now. It copies under each shard's lock in
 // turn, so it is consistent per shard, not across shards.
 func (e *Engine) Snapshot(now int64) Stats {
+	return e.SnapshotMax(now, 0)
+}
+
+// Rough JSON sizes of one list entry without its key, for SnapshotMax.
+const (
+	lockEntryBytes = 80
+	semEntryBytes  = 60
+	idleEntryBytes = 30
+)
+
+// SnapshotMax is Snapshot with its cost bounded: once the entries taken
+// would encode to about maxBytes of JSON (keys unescaped), it stops
+// copying them and only counts the rest, and the result is Truncated with
+// Totals. The entries kept are the ones met first in shard order, sorted
+// by key. maxBytes <= 0 means no bound.
+func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
+	var tot StatsTotals
+	size, full := 0, false
 	st := Stats{
 		Locks:          []LockStat{},
 		Semaphores:     []SemaphoreStat{},
@@ -105,6 +135,14 @@ func (e *Engine) Snapshot(now int64) Stats {
 		s := &e.shards[i]
 		s.mu.Lock()
 		for _, r := range s.res {
+			if maxBytes > 0 && !full {
+				size += len(r.key) + entryBytes(r)
+				full = size > maxBytes
+			}
+			if full {
+				tot.count(r)
+				continue
+			}
 			switch {
 			case r.empty() && r.limit == 1:
 				st.IdleLocks = append(st.IdleLocks, IdleStat{Key: r.key, IdleS: seconds(now - r.idleAt)})
@@ -121,11 +159,42 @@ func (e *Engine) Snapshot(now int64) Stats {
 		}
 		s.mu.Unlock()
 	}
+	if full {
+		tot.Locks += len(st.Locks)
+		tot.Semaphores += len(st.Semaphores)
+		tot.IdleLocks += len(st.IdleLocks)
+		tot.IdleSemaphores += len(st.IdleSemaphores)
+		st.Truncated, st.Totals = true, &tot
+	}
 	slices.SortFunc(st.Locks, func(a, b LockStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.Semaphores, func(a, b SemaphoreStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleLocks, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleSemaphores, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	return st
+}
+
+func entryBytes(r *resource) int {
+	switch {
+	case r.empty():
+		return idleEntryBytes
+	case r.limit == 1:
+		return lockEntryBytes
+	}
+	return semEntryBytes
+}
+
+// count adds r to the list it belongs in.
+func (t *StatsTotals) count(r *resource) {
+	switch {
+	case r.empty() && r.limit == 1:
+		t.IdleLocks++
+	case r.empty():
+		t.IdleSemaphores++
+	case r.limit == 1:
+		t.Locks++
+	default:
+		t.Semaphores++
+	}
 }
 
 // seconds converts nanoseconds to seconds rounded to milliseconds.

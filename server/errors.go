@@ -8,8 +8,6 @@ var (
 	errBadAuth          = errors.New("server: wrong auth token")
 	errParkedOverflow   = errors.New("server: too many bytes pipelined behind a waiting request")
 	errOutboundOverflow = errors.New("server: client does not read its answers")
+	errOutputBudget     = errors.New("server: output budget spent; connection holds the most unsent output")
+	errWriteTimeout     = errors.New("server: answers unsent past the write timeout")
 )
-
-// maxOutbound caps the answers buffered for a client that does not read
-// them; past it the connection is closed.
-const maxOutbound = 4 << 20

@@ -31,6 +31,9 @@ const (
 	ReasonReadTimeout                  // a partial request sat past ReadTimeout
 	ReasonAuth                         // a request before auth, or a wrong token
 	ReasonParkedOverflow               // too many bytes behind a waiting request
+	ReasonOutboundCap                  // unsent answers past the per-connection cap
+	ReasonOutputBudget                 // closed to bring all unsent output under budget
+	ReasonWriteTimeout                 // answers unsent past the write timeout
 	ReasonOther                        // anything else
 	numReasons
 )
@@ -48,6 +51,9 @@ var reasonNames = [numReasons]string{
 	ReasonReadTimeout:    "read_timeout",
 	ReasonAuth:           "auth",
 	ReasonParkedOverflow: "parked_overflow",
+	ReasonOutboundCap:    "outbound_overflow",
+	ReasonOutputBudget:   "output_budget",
+	ReasonWriteTimeout:   "write_timeout",
 	ReasonOther:          "other",
 }
 
