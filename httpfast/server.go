@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
 )
@@ -40,6 +41,10 @@ type Server struct {
 	adminAuth []byte        // "Bearer <admin token>"
 
 	parked atomic.Int64 // handlers blocked on a grant
+
+	// Stats bounds (stats.go).
+	budget   *budget.Budget
+	statsSem chan struct{}
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -82,6 +87,11 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		conns:    o.connections,
 		met:      newHTTPMetrics(o.metrics),
 		stopping: make(chan struct{}),
+		budget:   o.budget,
+		statsSem: make(chan struct{}, cfg.StatsConcurrency),
+	}
+	if s.budget == nil {
+		s.budget = budget.New(cfg.MaxOutput)
 	}
 	if cfg.AuthToken != "" {
 		s.auth = []byte("Bearer " + cfg.AuthToken)
@@ -126,6 +136,9 @@ func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("httpfast: listen %s: %w", s.cfg.Addr, err)
+	}
+	if s.cfg.SendBuffer > 0 {
+		ln = sendBufferListener{ln.(*net.TCPListener), s.cfg.SendBuffer}
 	}
 	if s.cfg.TLS != nil {
 		ln = tls.NewListener(ln, s.cfg.TLS)
