@@ -27,6 +27,8 @@ type options struct {
 	maxLocks, maxWaiters, maxConns int
 	eventLoops, shards             int
 	httpMaxSessions                int
+	writeTimeout, maxOutputMB      int
+	maxConnOutputKB, maxStatsKB    int
 	httpRateLimit                  float64
 	autoRelease, version           bool
 	tls                            *tls.Config // loaded from tlsCert and tlsKey
@@ -61,6 +63,10 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.maxWaiters, "max-waiters", 0, "cap on each key's queue (0 = no cap)")
 	fs.IntVar(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = no cap)")
 	fs.IntVar(&o.readTimeout, "read-timeout", 23, "seconds a connection may sit on a partial request")
+	fs.IntVar(&o.writeTimeout, "write-timeout", 10, "seconds a connection may keep answers unsent before it is closed (0 = off)")
+	fs.IntVar(&o.maxOutputMB, "max-output-mb", 64, "MiB of unsent answers for all clients together; past it the largest holders are closed and stats answer totals only (0 = no budget)")
+	fs.IntVar(&o.maxConnOutputKB, "max-conn-output-kb", 4096, "KiB of unsent answers one TCP connection may hold before it is closed")
+	fs.IntVar(&o.maxStatsKB, "max-stats-kb", 1024, "KiB cap on a stats answer's JSON; a bigger state answers a truncated list with totals")
 	fs.BoolVar(&o.autoRelease, "auto-release-on-disconnect", true, "release what a connection held when it closes")
 	fs.IntVar(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
 	fs.StringVar(&o.authToken, "auth-token", "", "shared secret clients must send with auth")
@@ -165,6 +171,10 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.AutoRelease = o.autoRelease
 	c.TLS = o.tls
 	c.MaxConnectionsPerIP = o.maxConnsPerIP
+	c.WriteTimeout = secs(o.writeTimeout)
+	c.MaxOutput = int64(o.maxOutputMB) << 20
+	c.MaxConnOutput = o.maxConnOutputKB << 10
+	c.MaxStatsBytes = o.maxStatsKB << 10
 	return c, c.Validate()
 }
 
@@ -176,6 +186,9 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 	c.RateLimitPerIP = o.httpRateLimit
 	c.MaxSessions = o.httpMaxSessions
 	c.TLS = o.tls
+	c.WriteTimeout = secs(o.writeTimeout)
+	c.MaxOutput = int64(o.maxOutputMB) << 20
+	c.MaxStatsBytes = o.maxStatsKB << 10
 	return c, c.Validate()
 }
 

@@ -19,12 +19,18 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
+	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/internal/fencefile"
+	"github.com/latchd/latchd/internal/memtrim"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
+
+// trimIdle is how much freed memory the process may keep from the OS
+// before memtrim gives it back (after a flood of large answers, say).
+const trimIdle = 16 << 20
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -105,7 +111,11 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	}
 	scfg, _ := o.serverConfig() // validated by run
 	reg := metrics.NewRegistryFunc(engFn)
-	sopts := []server.Option{server.WithMetrics(reg.TCP())}
+	out := budget.New(scfg.MaxOutput) // unsent output, TCP and REST together
+	stopTrim := make(chan struct{})
+	defer close(stopTrim)
+	go memtrim.Run(stopTrim, time.Second, trimIdle, out.Used)
+	sopts := []server.Option{server.WithMetrics(reg.TCP()), server.WithOutputBudget(out)}
 	if node != nil {
 		sopts = append(sopts, server.WithCluster(node))
 		reg.MustRegister(metrics.NewClusterCollector(func() metrics.ClusterSample {
@@ -125,7 +135,8 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	var web *httpfast.Server
 	if o.httpPort != 0 {
 		hcfg, _ := o.httpConfig() // validated by run
-		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg)}
+		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg),
+			httpfast.WithOutputBudget(out)}
 		if node != nil {
 			hopts = append(hopts, httpfast.WithCluster(node))
 			if o.adminToken != "" {
