@@ -78,6 +78,7 @@ func DefaultConfig() Config {
 		MaxStatsBytes:    1 << 20,
 		StatsConcurrency: 2,
 		MaxOutput:        64 << 20,
+		SendBuffer:       256 << 10,
 	}
 }
 

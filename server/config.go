@@ -53,7 +53,9 @@ type Config struct {
 	// SendBuffer sets each connection's kernel send buffer (SO_SNDBUF) in
 	// bytes; 0 keeps the kernel's autotuning, which lets Linux hold up
 	// to net.ipv4.tcp_wmem's maximum (4 MiB by default) per connection
-	// outside these bounds.
+	// outside these bounds: a few hundred clients that do not read then
+	// push the kernel into TCP memory pressure, which stalls every
+	// connection.
 	SendBuffer int
 	// StatsConcurrency bounds the stats answers being built at once,
 	// server-wide; the others wait their turn.
@@ -73,6 +75,7 @@ func DefaultConfig() Config {
 		WriteTimeout:     10 * time.Second,
 		MaxStatsBytes:    1 << 20,
 		StatsConcurrency: 2,
+		SendBuffer:       256 << 10,
 	}
 }
 

@@ -29,6 +29,7 @@ type options struct {
 	httpMaxSessions                int
 	writeTimeout, maxOutputMB      int
 	maxConnOutputKB, maxStatsKB    int
+	sendBufferKB                   int
 	httpRateLimit                  float64
 	autoRelease, version           bool
 	tls                            *tls.Config // loaded from tlsCert and tlsKey
@@ -67,6 +68,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.maxOutputMB, "max-output-mb", 64, "MiB of unsent answers for all clients together; past it the largest holders are closed and stats answer totals only (0 = no budget)")
 	fs.IntVar(&o.maxConnOutputKB, "max-conn-output-kb", 4096, "KiB of unsent answers one TCP connection may hold before it is closed")
 	fs.IntVar(&o.maxStatsKB, "max-stats-kb", 1024, "KiB cap on a stats answer's JSON; a bigger state answers a truncated list with totals")
+	fs.IntVar(&o.sendBufferKB, "send-buffer-kb", 256, "KiB of kernel send buffer per connection, TCP and REST; bounds what the kernel keeps for a client that does not read (0 = the kernel's autotuning, up to 4 MiB each)")
 	fs.BoolVar(&o.autoRelease, "auto-release-on-disconnect", true, "release what a connection held when it closes")
 	fs.IntVar(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
 	fs.StringVar(&o.authToken, "auth-token", "", "shared secret clients must send with auth")
@@ -175,6 +177,7 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.MaxOutput = int64(o.maxOutputMB) << 20
 	c.MaxConnOutput = o.maxConnOutputKB << 10
 	c.MaxStatsBytes = o.maxStatsKB << 10
+	c.SendBuffer = o.sendBufferKB << 10
 	return c, c.Validate()
 }
 
@@ -189,6 +192,7 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 	c.WriteTimeout = secs(o.writeTimeout)
 	c.MaxOutput = int64(o.maxOutputMB) << 20
 	c.MaxStatsBytes = o.maxStatsKB << 10
+	c.SendBuffer = o.sendBufferKB << 10
 	return c, c.Validate()
 }
 

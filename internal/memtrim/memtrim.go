@@ -1,31 +1,39 @@
 // Package memtrim gives memory the Go runtime keeps but no longer uses back
 // to the operating system, after a burst (a flood of large answers to
-// clients that never read them, say) has passed. The runtime's own
-// scavenger does this too, but slowly, so a process's RSS could stay at
-// its peak for minutes after the heap shrank.
+// clients that never read them, say) has passed. The runtime collects
+// only when the program allocates, and returns freed pages only slowly, so
+// without this a process that goes quiet after a burst keeps its peak RSS
+// for minutes.
 package memtrim
 
 import (
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
 )
 
-// Run calls debug.FreeOSMemory (a full collection, then every free page
-// back to the OS) at most once per interval, when either
+// Run checks every interval and trims (runtime.GC, then
+// debug.FreeOSMemory: a full collection and every free page back to the
+// OS) at most once per interval, when
 //
-//   - the heap holds more than minIdle bytes free but not returned, and
-//     more than it has in use, or
+//   - the heap holds more than minIdle bytes free but not yet returned,
+//     and more than it has in use, or
+//   - no collection ran during the last interval while more than minIdle
+//     bytes were allocated since the last one: the program went quiet
+//     after a burst, and its garbage would wait for the runtime's forced
+//     collection (every two minutes), or
 //   - gauge (bytes the program holds in large buffers, e.g. the output
 //     budget's count; nil for none) fell by more than minIdle from its
-//     highest value since the last trim: that memory is garbage now, but
-//     an idle process may not collect it for minutes.
+//     highest value since the last trim.
 //
-// It returns when stop is closed.
+// A busy program collects on its own, so the second rule never fires
+// there. Run returns when stop is closed.
 func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, gauge func() int64) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var peak int64
+	last := read()
 	for {
 		select {
 		case <-stop:
@@ -38,33 +46,49 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, gauge func()
 			peak = max(peak, g)
 			dropped = uint64(peak-g) > minIdle
 		}
-		if idle, inUse := heap(); dropped || (idle > minIdle && idle > inUse) {
+		m := read()
+		quiet := m.cycles == last.cycles && m.objects > m.live+minIdle
+		idle := m.free > minIdle && m.free > m.objects
+		if dropped || quiet || idle {
+			// Two collections: what sync.Pools held (gnet's buffers, say)
+			// survives the first one in their victim caches.
+			runtime.GC()
 			debug.FreeOSMemory()
 			if gauge != nil {
 				peak = gauge()
 			}
+			m = read()
 		}
+		last = m
 	}
 }
 
-var names = []string{
-	"/memory/classes/heap/free:bytes",    // free, not yet returned to the OS
-	"/memory/classes/heap/objects:bytes", // live and unswept objects
-	"/memory/classes/heap/unused:bytes",  // reserved for objects, unused
+// sample is what Run reads of the runtime.
+type sample struct {
+	free    uint64 // heap bytes free and not yet returned to the OS
+	objects uint64 // heap bytes of objects: live, and garbage not yet swept
+	live    uint64 // heap bytes live at the end of the last collection
+	cycles  uint64 // collections so far
 }
 
-// heap returns the idle heap bytes still held from the OS and the bytes in
-// use by objects.
-func heap() (idle, inUse uint64) {
-	s := make([]metrics.Sample, len(names))
+var names = [...]string{
+	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/objects:bytes",
+	"/gc/heap/live:bytes",
+	"/gc/cycles/total:gc-cycles",
+}
+
+func read() sample {
+	var s [len(names)]metrics.Sample
 	for i, n := range names {
 		s[i].Name = n
 	}
-	metrics.Read(s)
+	metrics.Read(s[:])
+	var v [len(names)]uint64
 	for i := range s {
-		if s[i].Value.Kind() != metrics.KindUint64 {
-			return 0, 0
+		if s[i].Value.Kind() == metrics.KindUint64 {
+			v[i] = s[i].Value.Uint64()
 		}
 	}
-	return s[0].Value.Uint64(), s[1].Value.Uint64() + s[2].Value.Uint64()
+	return sample{free: v[0], objects: v[1], live: v[2], cycles: v[3]}
 }

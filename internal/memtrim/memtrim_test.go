@@ -16,7 +16,7 @@ func TestRunReturnsFreedHeap(t *testing.T) {
 	}
 	sink = nil
 	runtime.GC()
-	if idle, _ := heap(); idle < 32<<20 {
+	if idle := read().free; idle < 32<<20 {
 		t.Skipf("only %d MiB free after GC: the runtime returned it already", idle>>20)
 	}
 	stop := make(chan struct{})
@@ -25,7 +25,7 @@ func TestRunReturnsFreedHeap(t *testing.T) {
 	defer func() { close(stop); <-done }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		idle, _ := heap()
+		idle := read().free
 		if idle < 8<<20 {
 			return
 		}
@@ -70,4 +70,26 @@ func numGC() uint32 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.NumGC
+}
+
+// TestRunCollectsAfterQuietBurst: garbage left by a burst, with no
+// collection since, is collected and returned.
+func TestRunCollectsAfterQuietBurst(t *testing.T) {
+	runtime.GC()
+	before := numGC()
+	for range 32 {
+		sink = append(sink, make([]byte, 1<<20))
+	}
+	sink = nil // 32 MiB of garbage; likely no collection ran meanwhile
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 20*time.Millisecond, 8<<20, nil) }()
+	defer func() { close(stop); <-done }()
+	deadline := time.Now().Add(5 * time.Second)
+	for numGC() == before || read().objects > 16<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 s: %d collections since the burst, %d MiB in objects", numGC()-before, read().objects>>20)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
