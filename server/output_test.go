@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -21,11 +22,10 @@ import (
 	"github.com/latchd/latchd/server"
 )
 
-// makeKeys creates n idle keys with names of keyLen bytes, acquiring and
-// releasing each in one pipelined batch.
-func makeKeys(t testing.TB, addr string, n, keyLen int) {
+// makeKeys creates n idle keys with names of keyLen bytes on c, acquiring
+// and releasing each in one pipelined batch, and closes c.
+func makeKeys(t testing.TB, c *client, n, keyLen int) {
 	t.Helper()
-	c := dial(t, addr)
 	var b strings.Builder
 	for i := range n {
 		fmt.Fprintf(&b, "l\n%0*d\n0\n", keyLen, i)
@@ -88,7 +88,7 @@ func closedFor(t *testing.T, reg *metrics.Registry, reason string) {
 
 func TestStatsTruncated(t *testing.T) {
 	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) { c.MaxStatsBytes = 8 << 10 })
-	makeKeys(t, s.Addr, 100, 200) // about 25 KiB of idle keys
+	makeKeys(t, dial(t, s.Addr), 100, 200) // about 25 KiB of idle keys
 	a := dial(t, s.Addr)
 	grant(t, a.do("l", "held", "0"), "ok")
 	grant(t, a.do("sl", "sem", "0 3"), "ok")
@@ -151,7 +151,7 @@ func TestOutboundCapCountsStats(t *testing.T) {
 		c.MaxConnOutput = 256 << 10
 		c.MaxStatsBytes = 64 << 10
 	})
-	makeKeys(t, s.Addr, 250, 250) // a stats answer of about 64 KiB
+	makeKeys(t, dial(t, s.Addr), 250, 250) // a stats answer of about 64 KiB
 	c := dialNonReader(t, s.Addr)
 	if _, err := c.Write([]byte(strings.Repeat("stats\n_\n\n", 40))); err != nil { // 2.5 MiB of answers
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func TestWriteTimeoutClosesNonReader(t *testing.T) {
 		c.WriteTimeout = 300 * time.Millisecond
 		c.MaxStatsBytes = 64 << 10
 	})
-	makeKeys(t, s.Addr, 250, 250)
+	makeKeys(t, dial(t, s.Addr), 250, 250)
 	// A reader that is merely slow is not closed: it keeps sending.
 	slow := dial(t, s.Addr)
 	slow.req("stats", "_", "_")
@@ -221,7 +221,7 @@ func TestAmplificationBounded(t *testing.T) {
 		c.MaxStatsBytes = 256 << 10
 		c.WriteTimeout = 0 // the budget alone must hold
 	})
-	makeKeys(t, s.Addr, 1000, 250) // a stats answer of about 270 KiB, capped at 256
+	makeKeys(t, dial(t, s.Addr), 1000, 250) // a stats answer of about 270 KiB, capped at 256
 	base := heapInuse()
 	by := dial(t, s.Addr)
 	var (
@@ -298,4 +298,22 @@ func TestAmplificationBounded(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() bool { return s.TCP.OutputBudget().Used() == 0 },
 		"output budget not given back")
 	testutil.Eventually(t, 10*time.Second, func() bool { return heapInuse() < 2*base+(8<<20) }, "heap not back near its base")
+}
+
+func TestWriteTimeoutClosesTLSNonReader(t *testing.T) {
+	cert, pool := selfSigned(t)
+	s, reg := startMetered(t, func(_ *engine.Config, c *server.Config) {
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		c.WriteTimeout = 300 * time.Millisecond
+		c.MaxStatsBytes = 64 << 10
+	})
+	makeKeys(t, dialTLS(t, s.Addr, pool), 250, 250)
+	raw := dialNonReader(t, s.Addr)
+	c := tls.Client(raw, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	if _, err := c.Write([]byte(strings.Repeat("stats\n_\n\n", 12))); err != nil { // 750 KiB of answers
+		t.Fatal(err)
+	}
+	closedFor(t, reg, "write_timeout")
+	testutil.Eventually(t, 5*time.Second, func() bool { return s.TCP.Connections() == 0 }, "TLS non-reader still open")
+	testutil.Eventually(t, 5*time.Second, func() bool { return s.TCP.OutputBudget().Used() == 0 }, "TLS write not given back")
 }

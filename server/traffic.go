@@ -36,13 +36,13 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 		_, _ = c.Write(out)
 	}
 	ss.out = keep(out)
+	if closeNow {
+		return gnet.Close
+	}
 	if err := s.settle(ss, len(out), c.OutboundBuffered()); err != nil {
 		// A client that sends but never reads would make the server
 		// buffer without bound (output.go).
 		s.protocolError(ss, err)
-		return gnet.Close
-	}
-	if closeNow {
 		return gnet.Close
 	}
 	return gnet.None
