@@ -112,6 +112,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	scfg, _ := o.serverConfig() // validated by run
 	reg := metrics.NewRegistryFunc(engFn)
 	out := budget.New(scfg.MaxOutput) // unsent output, TCP and REST together
+	reg.MustRegister(metrics.NewOutputCollector(out.Used, out.Max()))
 	stopTrim := make(chan struct{})
 	defer close(stopTrim)
 	go memtrim.Run(stopTrim, time.Second, trimIdle, out.Used)
