@@ -43,8 +43,9 @@ type Config struct {
 	// connections holding the most unsent output are closed, and stats
 	// answers carry totals only until it is back under.
 	MaxOutput int64
-	// WriteTimeout closes a connection whose answers have waited this
-	// long to be sent (its client stopped reading); 0 turns it off.
+	// WriteTimeout closes a connection that has had answers unsent and
+	// sent nothing of them for this long (its client stopped reading); 0
+	// turns it off. On TLS it bounds each write.
 	WriteTimeout time.Duration
 	// MaxStatsBytes caps a stats answer's JSON; a bigger state answers a
 	// truncated list with "truncated": true and the totals. At most half

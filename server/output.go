@@ -19,8 +19,8 @@ import (
 //     REST server): past it the connections holding the most unsent
 //     output are closed, largest first, until the count is back under
 //     three quarters of it, and stats answers carry totals only;
-//   - in time, WriteTimeout: a connection whose oldest unsent answer has
-//     waited that long, with nothing of it sent, is closed.
+//   - in time, WriteTimeout: a connection that has had answers unsent
+//     and sent nothing of them for that long is closed.
 //
 // The accounting is free on the lock path: a connection whose answers all
 // went straight to the socket (gnet's outbound buffer empty) touches no
@@ -79,11 +79,11 @@ func (s *Server) settle(ss *session, wrote, unsent int) error {
 	}
 	t := now()
 	// A stall starts when output is left unsent, and again each time
-	// everything that was unsent then has gone out: the client reads,
-	// however slowly. Only a client that sends nothing of it for
-	// WriteTimeout is closed.
-	if !ss.stalled || ss.queued-uint64(unsent) >= ss.stallMark {
-		ss.stalled, ss.stallMark = true, ss.queued
+	// some of it has gone out since: the client reads, however slowly
+	// (the caps above bound what a slow one holds). Only a client that
+	// takes nothing for WriteTimeout is closed.
+	if sent := ss.queued - uint64(unsent); !ss.stalled || sent > ss.stallMark {
+		ss.stalled, ss.stallMark = true, sent
 		ss.stallSince.Store(t)
 		return nil
 	}

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -162,36 +161,50 @@ func TestOutboundCapCountsStats(t *testing.T) {
 
 func TestWriteTimeoutClosesNonReader(t *testing.T) {
 	s, reg := startMetered(t, func(_ *engine.Config, c *server.Config) {
-		c.WriteTimeout = 300 * time.Millisecond
+		c.WriteTimeout = 500 * time.Millisecond
 		c.MaxStatsBytes = 64 << 10
 	})
 	makeKeys(t, dial(t, s.Addr), 250, 250)
-	// A reader that is merely slow is not closed: it keeps sending.
-	slow := dial(t, s.Addr)
-	slow.req("stats", "_", "_")
+	// A reader that is merely slow is not closed: 3 answers of 64 KiB
+	// read through a 4 KiB window, pausing 20 ms after each read, take
+	// longer than the write timeout.
+	slow := dialNonReader(t, s.Addr)
+	if _, err := slow.Write([]byte(strings.Repeat("stats\n_\n\n", 3))); err != nil {
+		t.Fatal(err)
+	}
+	slowDone := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 16<<10)
+		lines := 0
+		for lines < 3 {
+			_ = slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, err := slow.Read(buf)
+			if err != nil {
+				slowDone <- fmt.Errorf("after %d answers: %w", lines, err)
+				return
+			}
+			lines += strings.Count(string(buf[:n]), "\n")
+			time.Sleep(20 * time.Millisecond)
+		}
+		slowDone <- nil
+	}()
 	c := dialNonReader(t, s.Addr)
 	if _, err := c.Write([]byte(strings.Repeat("stats\n_\n\n", 12))); err != nil { // 750 KiB of answers
 		t.Fatal(err)
 	}
 	start := time.Now()
 	closedFor(t, reg, "write_timeout")
-	if d := time.Since(start); d < 300*time.Millisecond {
+	if d := time.Since(start); d < 500*time.Millisecond {
 		t.Fatalf("closed after %v, before the write timeout", d)
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool { return s.TCP.Connections() == 1 }, "non-reader still open")
-	br := bufio.NewReaderSize(slow.c, 1024)
-	_ = slow.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for i := 0; ; i++ {
-		b, err := br.ReadByte()
-		if err != nil {
-			t.Fatalf("slow reader: %v after %d bytes", err, i)
-		}
-		if b == '\n' {
-			break
-		}
-		if i%(16<<10) == 0 {
-			time.Sleep(100 * time.Millisecond) // 16 KiB per 100 ms: the answer takes 400 ms
-		}
+	if err := <-slowDone; err != nil {
+		t.Fatalf("slow reader: %v", err)
+	}
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Logf("the slow reader took only %v, less than the write timeout", d)
+	}
+	if n := counter(t, reg, "latchd_tcp_protocol_errors_total", "reason", "write_timeout"); n != 1 {
+		t.Fatalf("%v connections closed for the write timeout, want 1 (the non-reader)", n)
 	}
 }
 

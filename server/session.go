@@ -45,8 +45,9 @@ type session struct {
 	disconnected atomic.Bool
 
 	// Output accounting (output.go). Event loop only: bytes handed to
-	// the transport so far, unsent bytes counted in the budget, the stall
-	// being timed, and whether a stats answer is awaited.
+	// the transport so far, unsent bytes counted in the budget, bytes
+	// sent when the stall being timed began, and whether a stats answer
+	// is awaited.
 	queued    uint64
 	acct      int64
 	stallMark uint64

@@ -64,7 +64,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.maxWaiters, "max-waiters", 0, "cap on each key's queue (0 = no cap)")
 	fs.IntVar(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = no cap)")
 	fs.IntVar(&o.readTimeout, "read-timeout", 23, "seconds a connection may sit on a partial request")
-	fs.IntVar(&o.writeTimeout, "write-timeout", 10, "seconds a connection may keep answers unsent before it is closed (0 = off)")
+	fs.IntVar(&o.writeTimeout, "write-timeout", 10, "seconds a connection may leave its answers unread (nothing of them sent) before it is closed (0 = off)")
 	fs.IntVar(&o.maxOutputMB, "max-output-mb", 64, "MiB of unsent answers for all clients together; past it the largest holders are closed and stats answer totals only (0 = no budget)")
 	fs.IntVar(&o.maxConnOutputKB, "max-conn-output-kb", 4096, "KiB of unsent answers one TCP connection may hold before it is closed")
 	fs.IntVar(&o.maxStatsKB, "max-stats-kb", 1024, "KiB cap on a stats answer's JSON; a bigger state answers a truncated list with totals")
