@@ -115,7 +115,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger)
 	reg.MustRegister(metrics.NewOutputCollector(out.Used, out.Max()))
 	stopTrim := make(chan struct{})
 	defer close(stopTrim)
-	go memtrim.Run(stopTrim, time.Second, trimIdle, out.Used)
+	go memtrim.Run(stopTrim, time.Second, trimIdle, memtrim.Gauges{Held: out.Used, Made: out.Made})
 	sopts := []server.Option{server.WithMetrics(reg.TCP()), server.WithOutputBudget(out)}
 	if node != nil {
 		sopts = append(sopts, server.WithCluster(node))

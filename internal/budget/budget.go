@@ -10,6 +10,7 @@ import "sync/atomic"
 // safe for concurrent use. A nil *Budget counts nothing and is never over.
 type Budget struct {
 	used atomic.Int64
+	made atomic.Uint64
 	max  int64
 }
 
@@ -23,7 +24,19 @@ func (b *Budget) Add(n int64) int64 {
 	if b == nil {
 		return 0
 	}
+	if n > 0 {
+		b.made.Add(uint64(n))
+	}
 	return b.used.Add(n)
+}
+
+// Made returns the bytes ever added: how much output was buffered since
+// the start, most of it garbage once sent.
+func (b *Budget) Made() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.made.Load()
 }
 
 // Used returns the bytes counted now.

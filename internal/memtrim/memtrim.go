@@ -13,26 +13,41 @@ import (
 	"time"
 )
 
+// Gauges are what the program tells Run of its large buffers; either
+// may be nil.
+type Gauges struct {
+	// Held returns the bytes held in large buffers now (e.g. the output
+	// budget's count).
+	Held func() int64
+	// Made returns the bytes of large buffers made since the start (a
+	// counter that only grows): once sent or dropped, they are garbage.
+	Made func() uint64
+}
+
 // Run checks every interval and trims (runtime.GC, then
 // debug.FreeOSMemory: a full collection and every free page back to the
 // OS) at most once per interval, when
 //
 //   - the heap holds more than minIdle bytes free but not yet returned,
 //     and more than it has in use, or
-//   - no collection ran during the last interval while more than minIdle
-//     bytes were allocated since the last one: the program went quiet
-//     after a burst, and its garbage would wait for the runtime's forced
-//     collection (every two minutes), or
-//   - gauge (bytes the program holds in large buffers, e.g. the output
-//     budget's count; nil for none) fell by more than minIdle from its
-//     highest value since the last trim.
+//   - Held fell by more than minIdle from its highest value since the
+//     last trim, or
+//   - no collection ran during the last interval (the program went quiet)
+//     while more than minIdle bytes were allocated since the last
+//     collection, or more than minIdle bytes of large buffers were Made
+//     since the last trim: that garbage would otherwise wait for the
+//     runtime's forced collection, every two minutes.
 //
-// A busy program collects on its own, so the second rule never fires
+// A busy program collects on its own, so the quiet rule does not fire
 // there. Run returns when stop is closed.
-func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, gauge func() int64) {
+func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var peak int64
+	var made uint64
+	if g.Made != nil {
+		made = g.Made()
+	}
 	last := read()
 	for {
 		select {
@@ -41,21 +56,25 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, gauge func()
 		case <-t.C:
 		}
 		dropped := false
-		if gauge != nil {
-			g := gauge()
-			peak = max(peak, g)
-			dropped = uint64(peak-g) > minIdle
+		if g.Held != nil {
+			h := g.Held()
+			peak = max(peak, h)
+			dropped = uint64(peak-h) > minIdle
 		}
 		m := read()
-		quiet := m.cycles == last.cycles && m.objects > m.live+minIdle
+		churned := g.Made != nil && g.Made()-made > minIdle
+		quiet := m.cycles == last.cycles && (m.objects > m.live+minIdle || churned)
 		idle := m.free > minIdle && m.free > m.objects
 		if dropped || quiet || idle {
 			// Two collections: what sync.Pools held (gnet's buffers, say)
 			// survives the first one in their victim caches.
 			runtime.GC()
 			debug.FreeOSMemory()
-			if gauge != nil {
-				peak = gauge()
+			if g.Held != nil {
+				peak = g.Held()
+			}
+			if g.Made != nil {
+				made = g.Made()
 			}
 			m = read()
 		}

@@ -2,6 +2,7 @@ package memtrim
 
 import (
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -21,7 +22,7 @@ func TestRunReturnsFreedHeap(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, nil) }()
+	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{}) }()
 	defer func() { close(stop); <-done }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -43,7 +44,7 @@ func TestRunTrimsAfterGaugeDrop(t *testing.T) {
 	gauge := make(chan int64, 1)
 	gauge <- g
 	var last int64
-	read := func() int64 {
+	held := func() int64 {
 		select {
 		case last = <-gauge:
 		default:
@@ -53,7 +54,7 @@ func TestRunTrimsAfterGaugeDrop(t *testing.T) {
 	before := numGC()
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, read) }()
+	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{Held: held}) }()
 	defer func() { close(stop); <-done }()
 	time.Sleep(50 * time.Millisecond) // the peak is seen
 	gauge <- 0
@@ -83,12 +84,33 @@ func TestRunCollectsAfterQuietBurst(t *testing.T) {
 	sink = nil // 32 MiB of garbage; likely no collection ran meanwhile
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 20*time.Millisecond, 8<<20, nil) }()
+	go func() { defer close(done); Run(stop, 20*time.Millisecond, 8<<20, Gauges{}) }()
 	defer func() { close(stop); <-done }()
 	deadline := time.Now().Add(5 * time.Second)
 	for numGC() == before || read().objects > 16<<20 {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 5 s: %d collections since the burst, %d MiB in objects", numGC()-before, read().objects>>20)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunTrimsAfterChurn: large buffers made since the last trim, then a
+// quiet interval, trigger a trim even when the last collection saw them
+// live.
+func TestRunTrimsAfterChurn(t *testing.T) {
+	var made atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{Made: made.Load}) }()
+	defer func() { close(stop); <-done }()
+	time.Sleep(50 * time.Millisecond)
+	before := numGC()
+	made.Add(64 << 20)
+	deadline := time.Now().Add(5 * time.Second)
+	for numGC() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("no collection after 64 MiB of buffers were made")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
