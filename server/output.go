@@ -3,6 +3,8 @@ package server
 import (
 	"slices"
 
+	"github.com/panjf2000/gnet/v2"
+
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/budget"
@@ -41,6 +43,30 @@ func (s *Server) OutputBudget() *budget.Budget { return s.budget }
 // after use rather than kept for the next turn, so that one large answer
 // (stats) does not pin its size for the life of the connection.
 const bigBuf = 64 << 10
+
+// outChunk is the largest piece handed to gnet in one slice. gnet keeps
+// what the socket did not take in pooled slices rounded up to a power of
+// two, one per slice written, and holds a slice until all of it is sent:
+// a 300 KiB stats answer written whole would pin 512 KiB for as long as
+// one byte of it is unsent. In pieces, the memory held stays close to the
+// unsent bytes the budget counts.
+const outChunk = 32 << 10
+
+// write hands out to gnet, a large output in outChunk pieces. Event loop
+// only.
+func write(c gnet.Conn, out []byte) {
+	if len(out) <= outChunk {
+		_, _ = c.Write(out)
+		return
+	}
+	chunks := make([][]byte, 0, (len(out)+outChunk-1)/outChunk) // large answers only (stats)
+	for len(out) > 0 {
+		n := min(len(out), outChunk)
+		chunks = append(chunks, out[:n])
+		out = out[n:]
+	}
+	_, _ = c.Writev(chunks)
+}
 
 // keep returns buf emptied for reuse, or nil when it grew large.
 func keep(buf []byte) []byte {

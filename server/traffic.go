@@ -33,7 +33,7 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 		_, _ = c.Discard(used) // never Discard(0): it empties the whole buffer
 	}
 	if len(out) > 0 {
-		_, _ = c.Write(out)
+		write(c, out)
 	}
 	ss.out = keep(out)
 	if closeNow {

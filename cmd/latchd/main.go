@@ -30,7 +30,7 @@ import (
 
 // trimIdle is how much freed memory the process may keep from the OS
 // before memtrim gives it back (after a flood of large answers, say).
-const trimIdle = 16 << 20
+const trimIdle = 8 << 20
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"

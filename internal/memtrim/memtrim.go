@@ -55,14 +55,20 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 			return
 		case <-t.C:
 		}
-		dropped := false
+		// Read before trimming: what is freed while the trim runs must
+		// count for the next one.
+		var h int64
+		var mk uint64
 		if g.Held != nil {
-			h := g.Held()
+			h = g.Held()
 			peak = max(peak, h)
-			dropped = uint64(peak-h) > minIdle
 		}
+		if g.Made != nil {
+			mk = g.Made()
+		}
+		dropped := uint64(peak-h) > minIdle
 		m := read()
-		churned := g.Made != nil && g.Made()-made > minIdle
+		churned := mk-made > minIdle
 		quiet := m.cycles == last.cycles && (m.objects > m.live+minIdle || churned)
 		idle := m.free > minIdle && m.free > m.objects
 		if dropped || quiet || idle {
@@ -70,12 +76,7 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 			// survives the first one in their victim caches.
 			runtime.GC()
 			debug.FreeOSMemory()
-			if g.Held != nil {
-				peak = g.Held()
-			}
-			if g.Made != nil {
-				made = g.Made()
-			}
+			peak, made = h, mk
 			m = read()
 		}
 		last = m
