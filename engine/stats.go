@@ -83,11 +83,31 @@ type (
 	// Stats is the engine's state as the stats command reports it, sorted
 	// by key. Connections is filled in by the caller.
 	Stats = stats.Report
+	// StatsTotals counts every entry of each list of a truncated Stats.
+	StatsTotals = stats.Totals
 )
 
 // Snapshot returns the state at now. It copies under each shard's lock in
 // turn, so it is consistent per shard, not across shards.
 func (e *Engine) Snapshot(now int64) Stats {
+	return e.SnapshotMax(now, 0)
+}
+
+// Rough JSON sizes of one list entry without its key, for SnapshotMax.
+const (
+	lockEntryBytes = 125 // owner_conn_id twice: as a number and as a string
+	semEntryBytes  = 60
+	idleEntryBytes = 30
+)
+
+// SnapshotMax is Snapshot with its cost bounded: once the entries taken
+// would encode to about maxBytes of JSON (keys unescaped), it stops
+// copying them and only counts the rest, and the result is Truncated with
+// Totals. The entries kept are the ones met first in shard order, sorted
+// by key. maxBytes <= 0 means no bound.
+func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
+	var tot StatsTotals
+	size, full := 0, false
 	st := Stats{
 		Locks:          []LockStat{},
 		Semaphores:     []SemaphoreStat{},
@@ -98,6 +118,14 @@ func (e *Engine) Snapshot(now int64) Stats {
 		s := &e.shards[i]
 		s.mu.Lock()
 		for _, r := range s.res {
+			if maxBytes > 0 && !full {
+				size += len(r.key) + entryBytes(r)
+				full = size > maxBytes
+			}
+			if full {
+				countTotal(&tot, r)
+				continue
+			}
 			switch {
 			case r.empty() && r.limit == 1:
 				st.IdleLocks = append(st.IdleLocks, IdleStat{Key: r.key, IdleS: seconds(now - r.idleAt)})
@@ -115,11 +143,42 @@ func (e *Engine) Snapshot(now int64) Stats {
 		}
 		s.mu.Unlock()
 	}
+	if full {
+		tot.Locks += len(st.Locks)
+		tot.Semaphores += len(st.Semaphores)
+		tot.IdleLocks += len(st.IdleLocks)
+		tot.IdleSemaphores += len(st.IdleSemaphores)
+		st.Truncated, st.Totals = true, &tot
+	}
 	slices.SortFunc(st.Locks, func(a, b LockStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.Semaphores, func(a, b SemaphoreStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleLocks, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleSemaphores, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	return st
+}
+
+func entryBytes(r *resource) int {
+	switch {
+	case r.empty():
+		return idleEntryBytes
+	case r.limit == 1:
+		return lockEntryBytes
+	}
+	return semEntryBytes
+}
+
+// countTotal adds r to the list of t it belongs in.
+func countTotal(t *StatsTotals, r *resource) {
+	switch {
+	case r.empty() && r.limit == 1:
+		t.IdleLocks++
+	case r.empty():
+		t.IdleSemaphores++
+	case r.limit == 1:
+		t.Locks++
+	default:
+		t.Semaphores++
+	}
 }
 
 // seconds converts nanoseconds to seconds rounded to milliseconds.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
@@ -53,8 +54,21 @@ type Config struct {
 	// ReadTimeout bounds reading one request, and the idle time of a
 	// keep-alive connection between requests.
 	ReadTimeout time.Duration
-	// WriteTimeout bounds writing one response.
+	// WriteTimeout bounds writing one response: a client that stops
+	// reading is closed after it. 0 turns it off.
 	WriteTimeout time.Duration
+	// MaxStatsBytes caps the JSON of GET /v1/stats; a bigger state
+	// answers a truncated list with "truncated": true and the totals.
+	MaxStatsBytes int
+	// StatsConcurrency bounds the stats answers being built at once.
+	StatsConcurrency int
+	// MaxOutput is the budget of stats bodies built and not yet written,
+	// when the server gets no shared budget (WithOutputBudget); 0 means
+	// none. Past it /v1/stats answers with the totals only.
+	MaxOutput int64
+	// SendBuffer sets each connection's kernel send buffer (SO_SNDBUF) in
+	// bytes; 0 keeps the kernel's autotuning.
+	SendBuffer int
 	// MaxConnections caps concurrent HTTP connections; 0 means fasthttp's
 	// default (262144).
 	MaxConnections int
@@ -74,6 +88,11 @@ func DefaultConfig() Config {
 		MaxBodyBytes:          4096,
 		ReadTimeout:           60 * time.Second,
 		WriteTimeout:          10 * time.Second,
+
+		MaxStatsBytes:    1 << 20,
+		StatsConcurrency: 2,
+		MaxOutput:        64 << 20,
+		SendBuffer:       256 << 10,
 	}
 }
 
@@ -108,8 +127,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpfast: default TTL must be in [0, %ds], got %v", maxSeconds, c.DefaultTTL)
 	case c.ReadTimeout <= 0:
 		return fmt.Errorf("httpfast: read timeout must be > 0, got %v", c.ReadTimeout)
-	case c.WriteTimeout <= 0:
-		return fmt.Errorf("httpfast: write timeout must be > 0, got %v", c.WriteTimeout)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("httpfast: write timeout must be >= 0, got %v", c.WriteTimeout)
+	case c.MaxStatsBytes < 4096:
+		return fmt.Errorf("httpfast: max stats bytes must be >= 4096, got %d", c.MaxStatsBytes)
+	case c.StatsConcurrency < 1:
+		return fmt.Errorf("httpfast: stats concurrency must be >= 1, got %d", c.StatsConcurrency)
+	case c.SendBuffer < 0:
+		return fmt.Errorf("httpfast: send buffer must be >= 0, got %d", c.SendBuffer)
+	case c.MaxOutput < 0:
+		return fmt.Errorf("httpfast: output budget must be >= 0, got %d", c.MaxOutput)
 	case c.MaxConnections < 0:
 		return fmt.Errorf("httpfast: max connections must be >= 0, got %d", c.MaxConnections)
 	}
@@ -126,11 +153,19 @@ type options struct {
 	listeners   *listen.Set   // WithListeners
 	admin       *adminOptions // WithAdmin
 	ready       func() error  // WithReadiness
+	budget      *budget.Budget
 }
 
 type adminOptions struct {
 	node  *replica.Node
 	token string
+}
+
+// WithOutputBudget counts the stats bodies built and not yet written in
+// b, which the TCP server may share; without it the server makes its own
+// budget of Config.MaxOutput bytes.
+func WithOutputBudget(b *budget.Budget) Option {
+	return func(o *options) { o.budget = b }
 }
 
 // WithConnections supplies the TCP server's open connection count, which

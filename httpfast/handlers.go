@@ -1,7 +1,6 @@
 package httpfast
 
 import (
-	"encoding/json"
 	"errors"
 	"net/netip"
 	"sync"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
-	"github.com/latchd/latchd/internal/clock"
 )
 
 // chanSink parks a blocking request: the engine delivers its one Outcome
@@ -529,27 +527,6 @@ func (s *Server) parkCluster(key []byte, owner engine.OwnerID, sink chanSink, ti
 	case <-time.After(proposeWait):
 		return engine.Outcome{}, parkedLost
 	}
-}
-
-// serveStats answers GET /v1/stats: the TCP stats JSON, with connections
-// counting TCP connections plus open REST sessions, and in cluster mode
-// the node's raft state under "cluster".
-func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
-	eng := s.be.engine()
-	st := eng.Snapshot(clock.Now())
-	_, g := eng.Metrics()
-	st.Connections = s.conns() + g.Sessions
-	var v any = st
-	if s.node != nil {
-		cs := s.node.Status()
-		v = clusterStats{Stats: st, Cluster: &cs}
-	}
-	body, err := json.Marshal(v)
-	if err != nil {
-		writeError(ctx, errInternal, "cannot encode stats")
-		return
-	}
-	writeJSON(ctx, fasthttp.StatusOK, body)
 }
 
 // keyBufs holds the buffers lock routes decode keys into.

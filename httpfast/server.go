@@ -18,6 +18,7 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/authlimit"
+	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
@@ -49,6 +50,10 @@ type Server struct {
 	lnSet    *listen.Set   // WithListeners; nil: /healthz ignores listeners
 	guard    *listen.Guard // the REST listener's guard, set by Start
 	watch    connWatch     // parked handlers' connections, for clients that leave
+
+	// Stats bounds (stats.go).
+	budget   *budget.Budget
+	statsSem chan struct{}
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -93,6 +98,11 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		met:      newHTTPMetrics(o.metrics),
 		stopping: make(chan struct{}),
 		lnSet:    o.listeners,
+		budget:   o.budget,
+		statsSem: make(chan struct{}, cfg.StatsConcurrency),
+	}
+	if s.budget == nil {
+		s.budget = budget.New(cfg.MaxOutput)
 	}
 	if cfg.AuthToken != "" {
 		s.auth = []byte("Bearer " + cfg.AuthToken)
@@ -141,6 +151,9 @@ func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("httpfast: listen %s: %w", s.cfg.Addr, err)
+	}
+	if s.cfg.SendBuffer > 0 {
+		ln = sendBufferListener{ln.(*net.TCPListener), s.cfg.SendBuffer}
 	}
 	// Guarded: an accept error (EMFILE) is backed off and retried; fasthttp
 	// would end Serve on it.

@@ -40,6 +40,35 @@ type Config struct {
 	// Past it, its auth requests are answered error_auth and closed
 	// without the secret being compared. 0 turns the limit off.
 	AuthFailuresPerMinute int
+
+	// Output bounds (output.go). MaxConnOutput caps the answers buffered
+	// for one connection that its client has not read (a stats answer
+	// counts before it is buffered); past it the connection is closed.
+	MaxConnOutput int
+	// MaxOutput is the budget of answers buffered for all connections
+	// together, shared with the REST server when both get the same
+	// budget.Budget (WithOutputBudget); 0 means none. Past it the
+	// connections holding the most unsent output are closed, and stats
+	// answers carry totals only until it is back under.
+	MaxOutput int64
+	// WriteTimeout closes a connection that has had answers unsent and
+	// sent nothing of them for this long (its client stopped reading); 0
+	// turns it off. On TLS it bounds each write.
+	WriteTimeout time.Duration
+	// MaxStatsBytes caps a stats answer's JSON; a bigger state answers a
+	// truncated list with "truncated": true and the totals. At most half
+	// of MaxConnOutput.
+	MaxStatsBytes int
+	// SendBuffer sets each connection's kernel send buffer (SO_SNDBUF) in
+	// bytes; 0 keeps the kernel's autotuning, which lets Linux hold up
+	// to net.ipv4.tcp_wmem's maximum (4 MiB by default) per connection
+	// outside these bounds: a few hundred clients that do not read then
+	// push the kernel into TCP memory pressure, which stalls every
+	// connection.
+	SendBuffer int
+	// StatsConcurrency bounds the stats answers being built at once,
+	// server-wide; the others wait their turn.
+	StatsConcurrency int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -51,6 +80,12 @@ func DefaultConfig() Config {
 		MaxParked:   64 << 10,
 
 		AuthFailuresPerMinute: 60,
+		MaxConnOutput:         4 << 20,
+		MaxOutput:             64 << 20,
+		WriteTimeout:          10 * time.Second,
+		MaxStatsBytes:         1 << 20,
+		StatsConcurrency:      2,
+		SendBuffer:            256 << 10,
 	}
 }
 
@@ -74,6 +109,21 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: auth failures per minute must be >= 0, got %d", c.AuthFailuresPerMinute)
 	case c.MaxParked < 1024:
 		return fmt.Errorf("server: max parked bytes must be >= 1024, got %d", c.MaxParked)
+	case c.MaxConnOutput < 64<<10:
+		return fmt.Errorf("server: max output per connection must be >= 65536 bytes, got %d", c.MaxConnOutput)
+	case c.MaxOutput != 0 && c.MaxOutput < int64(c.MaxConnOutput):
+		return fmt.Errorf("server: output budget (%d) must be 0 or >= the per-connection cap (%d)", c.MaxOutput, c.MaxConnOutput)
+	case c.MaxOutput < 0:
+		return fmt.Errorf("server: output budget must be >= 0, got %d", c.MaxOutput)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("server: write timeout must be >= 0, got %v", c.WriteTimeout)
+	case c.MaxStatsBytes < 4096 || c.MaxStatsBytes > c.MaxConnOutput/2:
+		return fmt.Errorf("server: max stats bytes must be within 4096 and half the per-connection output cap (%d), got %d",
+			c.MaxConnOutput/2, c.MaxStatsBytes)
+	case c.SendBuffer < 0:
+		return fmt.Errorf("server: send buffer must be >= 0, got %d", c.SendBuffer)
+	case c.StatsConcurrency < 1:
+		return fmt.Errorf("server: stats concurrency must be >= 1, got %d", c.StatsConcurrency)
 	}
 	return nil
 }

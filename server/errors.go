@@ -9,8 +9,6 @@ var (
 	errAuthLimited      = errors.New("server: auth refused: too many failures from this IP")
 	errParkedOverflow   = errors.New("server: too many bytes pipelined behind a waiting request")
 	errOutboundOverflow = errors.New("server: client does not read its answers")
+	errOutputBudget     = errors.New("server: output budget spent; connection holds the most unsent output")
+	errWriteTimeout     = errors.New("server: answers unsent past the write timeout")
 )
-
-// maxOutbound caps the answers buffered for a client that does not read
-// them; past it the connection is closed.
-const maxOutbound = 4 << 20

@@ -93,6 +93,12 @@ func reasonFor(err error) metrics.Reason {
 		return metrics.ReasonAuthLimited
 	case errors.Is(err, errParkedOverflow):
 		return metrics.ReasonParkedOverflow
+	case errors.Is(err, errOutboundOverflow):
+		return metrics.ReasonOutboundCap
+	case errors.Is(err, errOutputBudget):
+		return metrics.ReasonOutputBudget
+	case errors.Is(err, errWriteTimeout):
+		return metrics.ReasonWriteTimeout
 	}
 	return metrics.ReasonOther
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/authlimit"
+	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
@@ -49,6 +50,11 @@ type Server struct {
 	acceptW sync.WaitGroup // the accept loop
 	tlsW    sync.WaitGroup // TLS transport only: its connections
 
+	// Output bounds (output.go).
+	budget   *budget.Budget
+	kick     chan struct{} // one slot: the budget is over, enforce now
+	statsSem chan struct{} // stats answers being built
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	// pending counts cluster mode's proposal goroutines (requests and
@@ -66,9 +72,13 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		log = zap.NewNop()
 	}
 	s := &Server{cfg: cfg, eng: eng, log: log,
-		booted: make(chan struct{}), stop: make(chan struct{})}
+		booted: make(chan struct{}), stop: make(chan struct{}),
+		kick: make(chan struct{}, 1), statsSem: make(chan struct{}, cfg.StatsConcurrency)}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.budget == nil {
+		s.budget = budget.New(cfg.MaxOutput)
 	}
 	if s.node != nil {
 		s.nextID.Store(ownerBase())
@@ -102,12 +112,17 @@ func (s *Server) Start() error {
 	if s.cfg.TLS != nil {
 		return s.startTLS()
 	}
-	cli, err := gnet.NewClient(s,
+	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithNumEventLoop(s.cfg.EventLoops),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithLogger(s.log.Sugar()),
-	)
+	}
+	if s.cfg.SendBuffer > 0 {
+		// Enroll applies it to each connection's descriptor.
+		opts = append(opts, gnet.WithSocketSendBuffer(s.cfg.SendBuffer))
+	}
+	cli, err := gnet.NewClient(s, opts...)
 	if err == nil {
 		err = cli.Start()
 	}
@@ -329,6 +344,7 @@ func (s *Server) close(ss *session, err error) {
 	if g, ok := s.guard(); ok {
 		g.Freed() // a listener out of descriptors may accept again
 	}
+	s.forget(ss)
 	if s.node != nil {
 		s.closeCluster(ss)
 	} else {
@@ -400,20 +416,33 @@ func (c *ipCounts) release(ip string) {
 }
 
 // sweep closes connections that sat on a partial request for longer than
-// ReadTimeout. It checks every quarter of ReadTimeout (at most once a
-// second), so the close comes at most that much late.
+// ReadTimeout, and wakes those whose answers waited past WriteTimeout
+// (their loop closes them). It checks every quarter of the shorter timeout
+// (at most once a second), so the close comes at most that much late. It
+// also enforces the output budget, at once when a turn finds it over.
 func (s *Server) sweep() {
 	every := min(s.cfg.ReadTimeout/4, time.Second)
+	if s.cfg.WriteTimeout > 0 {
+		every = min(every, s.cfg.WriteTimeout/4)
+	}
 	t := time.NewTicker(max(every, 10*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-s.kick:
+			s.enforce()
+			continue
 		case <-t.C:
 		}
+		s.enforce()
 		cutoff := now() - int64(s.cfg.ReadTimeout)
+		wcutoff := now() - int64(s.cfg.WriteTimeout)
 		s.reg.each(func(ss *session) {
+			if s.cfg.WriteTimeout > 0 {
+				s.wakeStalled(ss, wcutoff)
+			}
 			if since := ss.partialSince.Load(); since != 0 && since <= cutoff {
 				ss.partialSince.Store(0)
 				s.violation(metrics.ReasonReadTimeout)

@@ -46,12 +46,29 @@ type session struct {
 	closed       atomic.Bool
 	disconnected atomic.Bool
 
+	// Output accounting (output.go). Event loop only: bytes handed to
+	// the transport so far, unsent bytes counted in the budget, bytes
+	// sent when the stall being timed began, and whether a stats answer
+	// is awaited.
+	queued    uint64
+	acct      int64
+	stallMark uint64
+	stalled   bool
+	statsWait bool
+	// Any goroutine: acct for the enforcer, when the stall began (Unix
+	// ns), and the enforcer's mark.
+	unsent     atomic.Int64
+	stallSince atomic.Int64
+	evict      atomic.Bool
+
 	// Any goroutine.
 	partialSince atomic.Int64 // Unix ns a partial request has sat since; 0 = none
 	woken        atomic.Bool  // a Wake is pending; merges bursts of Deliver
 	mu           sync.Mutex
 	inbox        []byte // answers delivered by the engine, oldest first
 	delivered    bool   // the parked request has its answer in inbox
+	statsLine    []byte // the stats answer, counted in the budget (output.go)
+	gone         bool   // closed: a late stats answer is dropped
 }
 
 // Deliver implements engine.Sink. It runs on whichever goroutine produced

@@ -3,13 +3,15 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
+	"os"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
 )
 
-// writeTimeout bounds one write to a TLS client that stopped reading.
+// writeTimeout bounds writing the refusal of a connection over a cap.
 const writeTimeout = 10 * time.Second
 
 // tlsPeer is the peer of a TLS connection: Wake nudges its goroutine.
@@ -65,6 +67,9 @@ func (s *Server) serveTLS(c net.Conn) {
 		return
 	}
 	if tc, ok := c.(*tls.Conn); ok {
+		if tcp, ok := tc.NetConn().(*net.TCPConn); ok && s.cfg.SendBuffer > 0 {
+			_ = tcp.SetWriteBuffer(s.cfg.SendBuffer)
+		}
 		_ = tc.SetDeadline(time.Now().Add(s.cfg.ReadTimeout))
 		if err := tc.Handshake(); err != nil {
 			_ = c.Close()
@@ -113,12 +118,11 @@ loop:
 		used, out, closeNow := s.process(ss, in)
 		in = in[:copy(in, in[used:])]
 		if len(out) > 0 {
-			_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
-			if _, err = c.Write(out); err != nil {
+			if err = s.writeTLS(ss, c, out); err != nil {
 				break
 			}
 		}
-		ss.out = out[:0]
+		ss.out = keep(out)
 		if closeNow {
 			break
 		}
@@ -129,6 +133,24 @@ loop:
 		err = rerr
 	}
 	s.close(ss, err)
+}
+
+// writeTLS writes one turn's answers. They count in the output budget
+// while the write blocks; a write that cannot finish within WriteTimeout
+// (the client stopped reading) closes the connection.
+func (s *Server) writeTLS(ss *session, c net.Conn, out []byte) error {
+	var dl time.Time
+	if s.cfg.WriteTimeout > 0 {
+		dl = time.Now().Add(s.cfg.WriteTimeout)
+	}
+	_ = c.SetWriteDeadline(dl)
+	s.budget.Add(int64(len(out)))
+	_, err := c.Write(out)
+	s.budget.Add(-int64(len(out)))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		s.protocolError(ss, errWriteTimeout)
+	}
+	return err
 }
 
 func (s *Server) stopTLS(ctx context.Context) error {

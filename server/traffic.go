@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/subtle"
-	"encoding/json"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -34,16 +33,16 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 		_, _ = c.Discard(used) // never Discard(0): it empties the whole buffer
 	}
 	if len(out) > 0 {
-		_, _ = c.Write(out)
+		write(c, out)
 	}
-	ss.out = out[:0]
-	if c.OutboundBuffered() > maxOutbound {
-		// A client that sends but never reads would grow this buffer
-		// without bound.
-		s.protocolError(ss, errOutboundOverflow)
+	ss.out = keep(out)
+	if closeNow {
 		return gnet.Close
 	}
-	if closeNow {
+	if err := s.settle(ss, len(out), c.OutboundBuffered()); err != nil {
+		// A client that sends but never reads would make the server
+		// buffer without bound (output.go).
+		s.protocolError(ss, err)
 		return gnet.Close
 	}
 	return gnet.None
@@ -56,6 +55,7 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 // ss.out) and whether to close the connection after writing it.
 func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNow bool) {
 	out = ss.takeDelivered(ss.out[:0]) // answers to older requests go first
+	out = s.takeStats(ss, out)
 	if ss.parkedAt != 0 && !ss.parked {
 		s.unparked(ss) // the parked request's answer was just taken
 	}
@@ -167,8 +167,8 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 		// milliseconds: build them off the loop, so the other connections
 		// on it are not stalled. The connection parks meanwhile, so
 		// answers keep request order.
-		ss.parked = true
-		go s.stats(ss, t)
+		ss.parked, ss.statsWait = true, true
+		go s.stats(ss)
 		return out, false
 	}
 	return codec.AppendStatus(out, codec.StatusError), true
@@ -222,25 +222,3 @@ func (s *Server) protocolError(ss *session, err error) {
 }
 
 func seconds(n int64) time.Duration { return time.Duration(n) * time.Second }
-
-// stats answers a stats request on its own goroutine and hands the line to
-// the connection like a grant.
-func (s *Server) stats(ss *session, t int64) {
-	st := s.engine().Snapshot(t)
-	st.Connections = s.Connections()
-	var v any = st
-	if s.node != nil {
-		cs := s.node.Status()
-		v = clusterStats{Stats: st, Cluster: &cs}
-	}
-	body, err := json.Marshal(v)
-	ss.mu.Lock()
-	if err != nil {
-		ss.inbox = codec.AppendStatus(ss.inbox, codec.StatusError)
-	} else {
-		ss.inbox = codec.AppendBody(ss.inbox, codec.StatusOK, body)
-	}
-	ss.delivered = true
-	ss.mu.Unlock()
-	ss.wake()
-}

@@ -17,6 +17,18 @@ type Report struct {
 	Semaphores     []Semaphore `json:"semaphores"`
 	IdleLocks      []Idle      `json:"idle_locks"`
 	IdleSemaphores []Idle      `json:"idle_semaphores"`
+	// Truncated is set when the lists hold only some of the entries, to
+	// keep the answer under a size cap; Totals then counts all of them.
+	Truncated bool    `json:"truncated,omitempty"`
+	Totals    *Totals `json:"totals,omitempty"`
+}
+
+// Totals counts every entry of each list of a truncated Report.
+type Totals struct {
+	Locks          int `json:"locks"`
+	Semaphores     int `json:"semaphores"`
+	IdleLocks      int `json:"idle_locks"`
+	IdleSemaphores int `json:"idle_semaphores"`
 }
 
 // Lock describes a held lock (a key with limit 1).

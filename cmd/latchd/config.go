@@ -32,6 +32,9 @@ type options struct {
 	shutdownTimeout                int
 	httpMaxSessionsPerIP           int
 	authFailuresPerMinute          int
+	writeTimeout, maxOutputMB      int
+	maxConnOutputKB, maxStatsKB    int
+	sendBufferKB                   int
 	httpRateLimit                  float64
 	autoRelease, version           bool
 	metricsPublic                  bool
@@ -76,6 +79,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.httpMaxConns, "http-max-connections", 0, "cap on open REST connections; past it a connection gets 503 and is closed (0 = derived from the file descriptor limit)")
 	fs.IntVar(&o.shutdownTimeout, "shutdown-timeout", 5, "seconds a graceful stop gives holders to release before closing everything")
 	fs.IntVar(&o.readTimeout, "read-timeout", 23, "seconds a connection may sit on a partial request")
+	fs.IntVar(&o.writeTimeout, "write-timeout", 10, "seconds a connection may leave its answers unread (nothing of them sent) before it is closed (0 = off)")
+	fs.IntVar(&o.maxOutputMB, "max-output-mb", 64, "MiB of unsent answers for all clients together; past it the largest holders are closed and stats answer totals only (0 = no budget)")
+	fs.IntVar(&o.maxConnOutputKB, "max-conn-output-kb", 4096, "KiB of unsent answers one TCP connection may hold before it is closed")
+	fs.IntVar(&o.maxStatsKB, "max-stats-kb", 1024, "KiB cap on a stats answer's JSON; a bigger state answers a truncated list with totals")
+	fs.IntVar(&o.sendBufferKB, "send-buffer-kb", 256, "KiB of kernel send buffer per connection, TCP and REST; bounds what the kernel keeps for a client that does not read (0 = the kernel's autotuning, up to 4 MiB each)")
 	fs.BoolVar(&o.autoRelease, "auto-release-on-disconnect", true, "release what a connection held when it closes")
 	fs.IntVar(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
 	fs.StringVar(&o.authToken, "auth-token", "", "shared secret clients must send with auth")
@@ -225,6 +233,11 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.TLS = o.tls
 	c.MaxConnectionsPerIP = o.maxConnsPerIP
 	c.AuthFailuresPerMinute = o.authFailuresPerMinute
+	c.WriteTimeout = secs(o.writeTimeout)
+	c.MaxOutput = int64(o.maxOutputMB) << 20
+	c.MaxConnOutput = o.maxConnOutputKB << 10
+	c.MaxStatsBytes = o.maxStatsKB << 10
+	c.SendBuffer = o.sendBufferKB << 10
 	return c, c.Validate()
 }
 
@@ -239,6 +252,10 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 	c.AuthFailuresPerMinute = o.authFailuresPerMinute
 	c.TLS = o.tls
 	c.MaxConnections = o.httpMaxConns
+	c.WriteTimeout = secs(o.writeTimeout)
+	c.MaxOutput = int64(o.maxOutputMB) << 20
+	c.MaxStatsBytes = o.maxStatsKB << 10
+	c.SendBuffer = o.sendBufferKB << 10
 	return c, c.Validate()
 }
 

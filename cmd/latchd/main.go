@@ -20,14 +20,20 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
+	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/buildinfo"
 	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/internal/listen"
+	"github.com/latchd/latchd/internal/memtrim"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
+
+// trimIdle is how much freed memory the process may keep from the OS
+// before memtrim gives it back (after a flood of large answers, say).
+const trimIdle = 8 << 20
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -159,7 +165,13 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 	var lnMet *metrics.Listeners
 	lns := listen.NewSet(log.Named("listen"), func(l, r string) { lnMet.AcceptError(l, r) })
 	lnMet = reg.Listeners(lns.Down)
-	sopts := []server.Option{server.WithMetrics(reg.TCP()), server.WithListeners(lns)}
+
+	out := budget.New(scfg.MaxOutput) // unsent output, TCP and REST together
+	reg.MustRegister(metrics.NewOutputCollector(out.Used, out.Max()))
+	stopTrim := make(chan struct{})
+	defer close(stopTrim)
+	go memtrim.Run(stopTrim, time.Second, trimIdle, memtrim.Gauges{Held: out.Used, Made: out.Made})
+	sopts := []server.Option{server.WithMetrics(reg.TCP()), server.WithOutputBudget(out), server.WithListeners(lns)}
 	if node != nil {
 		sopts = append(sopts, server.WithCluster(node))
 		reg.MustRegister(metrics.NewClusterCollector(func() metrics.ClusterSample {
@@ -181,7 +193,8 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 	if o.httpPort != 0 {
 		hcfg, _ := o.httpConfig() // validated by run
 		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg),
-			httpfast.WithReadiness(rd.check), httpfast.WithListeners(lns)}
+			httpfast.WithReadiness(rd.check), httpfast.WithListeners(lns),
+			httpfast.WithOutputBudget(out)}
 		if node != nil {
 			hopts = append(hopts, httpfast.WithCluster(node))
 			if o.adminToken != "" {

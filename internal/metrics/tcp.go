@@ -32,6 +32,9 @@ const (
 	ReasonAuth                         // a request before auth, or a wrong token
 	ReasonParkedOverflow               // too many bytes behind a waiting request
 	ReasonAuthLimited                  // auth from an IP past its failed-auth limit
+	ReasonOutboundCap                  // unsent answers past the per-connection cap
+	ReasonOutputBudget                 // closed to bring all unsent output under budget
+	ReasonWriteTimeout                 // answers unsent past the write timeout
 	ReasonOther                        // anything else
 	numReasons
 )
@@ -50,6 +53,9 @@ var reasonNames = [numReasons]string{
 	ReasonAuth:           "auth",
 	ReasonParkedOverflow: "parked_overflow",
 	ReasonAuthLimited:    "auth_rate_limited",
+	ReasonOutboundCap:    "outbound_overflow",
+	ReasonOutputBudget:   "output_budget",
+	ReasonWriteTimeout:   "write_timeout",
 	ReasonOther:          "other",
 }
 

@@ -1,0 +1,98 @@
+package httpfast
+
+import (
+	"io"
+	"net"
+	"sync/atomic"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/budget"
+	"github.com/latchd/latchd/internal/clock"
+)
+
+// serveStats answers GET /v1/stats: the TCP stats JSON, with connections
+// counting TCP connections plus open REST sessions, and in cluster mode
+// the node's raft state under "cluster".
+//
+// Its cost is bounded like the TCP stats answer's: at most
+// StatsConcurrency are built at once (the others wait), the JSON is
+// capped at MaxStatsBytes (truncated, with the totals), and the bodies
+// built and not yet written count in the output budget until fasthttp has
+// written them or given up (WriteTimeout); past the budget the answer
+// carries the totals only. A client that never reads its answers thus
+// holds at most one body per connection, for at most WriteTimeout.
+func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
+	s.statsSem <- struct{}{}
+	defer func() { <-s.statsSem }()
+	limit := s.cfg.MaxStatsBytes
+	if !s.budget.Fits(int64(limit)) {
+		limit = 1 // totals only
+	}
+	eng := s.be.engine()
+	st := eng.SnapshotMax(clock.Now(), limit)
+	_, g := eng.Metrics()
+	st.Connections = s.conns() + g.Sessions
+	var wrap func(engine.Stats) any
+	if s.node != nil {
+		cs := s.node.Status()
+		wrap = func(st engine.Stats) any { return clusterStats{Stats: st, Cluster: &cs} }
+	}
+	body, err := engine.EncodeStats(st, limit, wrap)
+	if err != nil {
+		writeError(ctx, errInternal, "cannot encode stats")
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.Header.SetContentTypeBytes(contentJSON)
+	s.budget.Add(int64(len(body)))
+	ctx.Response.SetBodyStream(newCountedBody(body, s.budget), len(body))
+}
+
+// countedBody is a response body counted in the output budget until
+// fasthttp closes it: after writing it, or when the connection failed or
+// the request was reset.
+type countedBody struct {
+	b      []byte
+	off    int
+	budget *budget.Budget
+	closed atomic.Bool
+}
+
+func newCountedBody(b []byte, bud *budget.Budget) *countedBody {
+	return &countedBody{b: b, budget: bud}
+}
+
+func (cb *countedBody) Read(p []byte) (int, error) {
+	if cb.off >= len(cb.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, cb.b[cb.off:])
+	cb.off += n
+	return n, nil
+}
+
+// Close gives the body's bytes back to the budget, once.
+func (cb *countedBody) Close() error {
+	if cb.closed.CompareAndSwap(false, true) {
+		cb.budget.Add(-int64(len(cb.b)))
+		cb.b = nil
+	}
+	return nil
+}
+
+// sendBufferListener sets SO_SNDBUF on each accepted connection.
+type sendBufferListener struct {
+	*net.TCPListener
+	size int
+}
+
+func (l sendBufferListener) Accept() (net.Conn, error) {
+	c, err := l.AcceptTCP()
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetWriteBuffer(l.size) // best effort: the kernel may round it
+	return c, nil
+}

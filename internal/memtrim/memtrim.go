@@ -1,0 +1,114 @@
+// Package memtrim gives memory the Go runtime keeps but no longer uses back
+// to the operating system, after a burst (a flood of large answers to
+// clients that never read them, say) has passed. The runtime collects
+// only when the program allocates, and returns freed pages only slowly, so
+// without this a process that goes quiet after a burst keeps its peak RSS
+// for minutes.
+package memtrim
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// Gauges are what the program tells Run of its large buffers; either
+// may be nil.
+type Gauges struct {
+	// Held returns the bytes held in large buffers now (e.g. the output
+	// budget's count).
+	Held func() int64
+	// Made returns the bytes of large buffers made since the start (a
+	// counter that only grows): once sent or dropped, they are garbage.
+	Made func() uint64
+}
+
+// Run checks every interval and trims (runtime.GC, then
+// debug.FreeOSMemory: a full collection and every free page back to the
+// OS) at most once per interval, when
+//
+//   - the heap holds more than minIdle bytes free but not yet returned,
+//     and more than it has in use, or
+//   - Held fell by more than minIdle from its highest value since the
+//     last trim, or
+//   - no collection ran during the last interval (the program went quiet)
+//     while more than minIdle bytes were allocated since the last
+//     collection, or more than minIdle bytes of large buffers were Made
+//     since the last trim: that garbage would otherwise wait for the
+//     runtime's forced collection, every two minutes.
+//
+// A busy program collects on its own, so the quiet rule does not fire
+// there. Run returns when stop is closed.
+func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var peak int64
+	var made uint64
+	if g.Made != nil {
+		made = g.Made()
+	}
+	last := read()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		// Read before trimming: what is freed while the trim runs must
+		// count for the next one.
+		var h int64
+		var mk uint64
+		if g.Held != nil {
+			h = g.Held()
+			peak = max(peak, h)
+		}
+		if g.Made != nil {
+			mk = g.Made()
+		}
+		dropped := uint64(peak-h) > minIdle
+		m := read()
+		churned := mk-made > minIdle
+		quiet := m.cycles == last.cycles && (m.objects > m.live+minIdle || churned)
+		idle := m.free > minIdle && m.free > m.objects
+		if dropped || quiet || idle {
+			// Two collections: what sync.Pools held (gnet's buffers, say)
+			// survives the first one in their victim caches.
+			runtime.GC()
+			debug.FreeOSMemory()
+			peak, made = h, mk
+			m = read()
+		}
+		last = m
+	}
+}
+
+// sample is what Run reads of the runtime.
+type sample struct {
+	free    uint64 // heap bytes free and not yet returned to the OS
+	objects uint64 // heap bytes of objects: live, and garbage not yet swept
+	live    uint64 // heap bytes live at the end of the last collection
+	cycles  uint64 // collections so far
+}
+
+var names = [...]string{
+	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/objects:bytes",
+	"/gc/heap/live:bytes",
+	"/gc/cycles/total:gc-cycles",
+}
+
+func read() sample {
+	var s [len(names)]metrics.Sample
+	for i, n := range names {
+		s[i].Name = n
+	}
+	metrics.Read(s[:])
+	var v [len(names)]uint64
+	for i := range s {
+		if s[i].Value.Kind() == metrics.KindUint64 {
+			v[i] = s[i].Value.Uint64()
+		}
+	}
+	return sample{free: v[0], objects: v[1], live: v[2], cycles: v[3]}
+}

@@ -1,0 +1,117 @@
+package memtrim
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var sink [][]byte
+
+// TestRunReturnsFreedHeap frees 64 MiB and checks that Run gives the free
+// heap back to the OS.
+func TestRunReturnsFreedHeap(t *testing.T) {
+	for range 64 {
+		sink = append(sink, make([]byte, 1<<20))
+	}
+	sink = nil
+	runtime.GC()
+	if idle := read().free; idle < 32<<20 {
+		t.Skipf("only %d MiB free after GC: the runtime returned it already", idle>>20)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{}) }()
+	defer func() { close(stop); <-done }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		idle := read().free
+		if idle < 8<<20 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d MiB of free heap still held after 5 s", idle>>20)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunTrimsAfterGaugeDrop: a drop of the gauge triggers a trim even
+// though no collection has run since.
+func TestRunTrimsAfterGaugeDrop(t *testing.T) {
+	g := int64(64 << 20)
+	gauge := make(chan int64, 1)
+	gauge <- g
+	var last int64
+	held := func() int64 {
+		select {
+		case last = <-gauge:
+		default:
+		}
+		return last
+	}
+	before := numGC()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{Held: held}) }()
+	defer func() { close(stop); <-done }()
+	time.Sleep(50 * time.Millisecond) // the peak is seen
+	gauge <- 0
+	deadline := time.Now().Add(5 * time.Second)
+	for numGC() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("no collection after the gauge fell by 64 MiB")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func numGC() uint32 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.NumGC
+}
+
+// TestRunCollectsAfterQuietBurst: garbage left by a burst, with no
+// collection since, is collected and returned.
+func TestRunCollectsAfterQuietBurst(t *testing.T) {
+	runtime.GC()
+	before := numGC()
+	for range 32 {
+		sink = append(sink, make([]byte, 1<<20))
+	}
+	sink = nil // 32 MiB of garbage; likely no collection ran meanwhile
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 20*time.Millisecond, 8<<20, Gauges{}) }()
+	defer func() { close(stop); <-done }()
+	deadline := time.Now().Add(5 * time.Second)
+	for numGC() == before || read().objects > 16<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 s: %d collections since the burst, %d MiB in objects", numGC()-before, read().objects>>20)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunTrimsAfterChurn: large buffers made since the last trim, then a
+// quiet interval, trigger a trim even when the last collection saw them
+// live.
+func TestRunTrimsAfterChurn(t *testing.T) {
+	var made atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{Made: made.Load}) }()
+	defer func() { close(stop); <-done }()
+	time.Sleep(50 * time.Millisecond)
+	before := numGC()
+	made.Add(64 << 20)
+	deadline := time.Now().Add(5 * time.Second)
+	for numGC() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("no collection after 64 MiB of buffers were made")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

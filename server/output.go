@@ -1,0 +1,250 @@
+package server
+
+import (
+	"slices"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/latchd/latchd/codec"
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/budget"
+)
+
+// Output bounds. A client that sends requests and never reads the answers
+// makes the server keep them; a stats answer can be a megabyte. Three
+// limits keep that memory bounded:
+//
+//   - per connection, MaxConnOutput: the answers not yet sent (gnet's
+//     outbound buffer, or a stats answer before it is buffered) may not
+//     pass it; the connection is closed when they would;
+//   - for the whole server, the output budget (MaxOutput, shared with the
+//     REST server): past it the connections holding the most unsent
+//     output are closed, largest first, until the count is back under
+//     three quarters of it, and stats answers carry totals only;
+//   - in time, WriteTimeout: a connection that has had answers unsent
+//     and sent nothing of them for that long is closed.
+//
+// The accounting is free on the lock path: a connection whose answers all
+// went straight to the socket (gnet's outbound buffer empty) touches no
+// shared counter. Only a connection that has unsent output updates the
+// budget, once per turn.
+
+// WithOutputBudget makes the server count its unsent output in b, which
+// the REST server may share; without it the server makes its own budget
+// of Config.MaxOutput bytes.
+func WithOutputBudget(b *budget.Budget) Option {
+	return func(s *Server) { s.budget = b }
+}
+
+// OutputBudget returns the budget the server counts its unsent output in.
+func (s *Server) OutputBudget() *budget.Budget { return s.budget }
+
+// bigBuf is the capacity past which a per-connection buffer is dropped
+// after use rather than kept for the next turn, so that one large answer
+// (stats) does not pin its size for the life of the connection.
+const bigBuf = 64 << 10
+
+// outChunk is the largest piece handed to gnet in one slice. gnet keeps
+// what the socket did not take in pooled slices rounded up to a power of
+// two, one per slice written, and holds a slice until all of it is sent:
+// a 300 KiB stats answer written whole would pin 512 KiB for as long as
+// one byte of it is unsent. In pieces, the memory held stays close to the
+// unsent bytes the budget counts.
+const outChunk = 32 << 10
+
+// write hands out to gnet, a large output in outChunk pieces. Event loop
+// only.
+func write(c gnet.Conn, out []byte) {
+	if len(out) <= outChunk {
+		_, _ = c.Write(out)
+		return
+	}
+	chunks := make([][]byte, 0, (len(out)+outChunk-1)/outChunk) // large answers only (stats)
+	for len(out) > 0 {
+		n := min(len(out), outChunk)
+		chunks = append(chunks, out[:n])
+		out = out[n:]
+	}
+	_, _ = c.Writev(chunks)
+}
+
+// keep returns buf emptied for reuse, or nil when it grew large.
+func keep(buf []byte) []byte {
+	if cap(buf) > bigBuf {
+		return nil
+	}
+	return buf[:0]
+}
+
+// settle updates ss's output accounting after a turn that handed wrote
+// bytes to gnet, which now holds unsent bytes, and returns why the
+// connection must close, or nil. Event loop only.
+func (s *Server) settle(ss *session, wrote, unsent int) error {
+	ss.queued += uint64(wrote)
+	if unsent == 0 && ss.acct == 0 && !ss.stalled {
+		return nil // the common case: everything went to the socket
+	}
+	if d := int64(unsent) - ss.acct; d != 0 {
+		ss.acct = int64(unsent)
+		ss.unsent.Store(ss.acct)
+		if s.budget.Add(d) > s.budget.Max() && s.budget.Max() > 0 {
+			s.kickEnforcer()
+		}
+	}
+	if unsent == 0 {
+		ss.stalled = false
+		ss.stallSince.Store(0)
+		ss.evict.Store(false)
+		return nil
+	}
+	if unsent > s.cfg.MaxConnOutput {
+		return errOutboundOverflow
+	}
+	if ss.evict.Load() {
+		return errOutputBudget
+	}
+	t := now()
+	// A stall starts when output is left unsent, and again each time
+	// some of it has gone out since: the client reads, however slowly
+	// (the caps above bound what a slow one holds). Only a client that
+	// takes nothing for WriteTimeout is closed.
+	if sent := ss.queued - uint64(unsent); !ss.stalled || sent > ss.stallMark {
+		ss.stalled, ss.stallMark = true, sent
+		ss.stallSince.Store(t)
+		return nil
+	}
+	if wt := int64(s.cfg.WriteTimeout); wt > 0 && t-ss.stallSince.Load() > wt {
+		return errWriteTimeout
+	}
+	return nil
+}
+
+// forget gives back what a closing session counted in the budget.
+func (s *Server) forget(ss *session) {
+	ss.mu.Lock()
+	ss.gone = true
+	n := len(ss.statsLine)
+	ss.statsLine = nil
+	ss.mu.Unlock()
+	s.budget.Add(-int64(n) - ss.acct)
+	ss.acct = 0
+	ss.unsent.Store(0)
+}
+
+// kickEnforcer asks the sweeper to enforce the budget now.
+func (s *Server) kickEnforcer() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// enforce closes connections holding the most unsent output while the
+// budget is over, down to three quarters of it. It marks them and wakes
+// them: each one's own loop checks what it really holds (its client may
+// have read meanwhile) and closes only if it still holds output.
+func (s *Server) enforce() {
+	max := s.budget.Max()
+	if max == 0 || s.budget.Used() <= max {
+		return
+	}
+	need := s.budget.Used() - max*3/4
+	type held struct {
+		ss *session
+		n  int64
+	}
+	var cands []held
+	s.reg.each(func(ss *session) {
+		if n := ss.unsent.Load(); n > 0 && !ss.evict.Load() {
+			cands = append(cands, held{ss, n})
+		}
+	})
+	slices.SortFunc(cands, func(a, b held) int { return int(b.n - a.n) })
+	for _, c := range cands {
+		if need <= 0 {
+			break
+		}
+		c.ss.evict.Store(true)
+		_ = c.ss.conn.Wake(nil) // fails only when the conn is gone
+		need -= c.n
+	}
+}
+
+// wakeStalled wakes, from the sweeper, each connection whose output has waited
+// past WriteTimeout, so that its loop checks and closes it.
+func (s *Server) wakeStalled(ss *session, cutoff int64) {
+	if since := ss.stallSince.Load(); since != 0 && since <= cutoff {
+		_ = ss.conn.Wake(nil)
+	}
+}
+
+// stats answers a stats request on its own goroutine and hands the line to
+// the connection like a grant. At most StatsConcurrency are built at once;
+// the answer is capped at MaxStatsBytes, and carries only the totals while
+// the output budget is spent. An answer that would take the connection
+// past MaxConnOutput closes it instead.
+func (s *Server) stats(ss *session) {
+	s.statsSem <- struct{}{}
+	defer func() { <-s.statsSem }()
+	ss.mu.Lock()
+	gone := ss.gone
+	ss.mu.Unlock()
+	if gone {
+		return
+	}
+	limit := s.cfg.MaxStatsBytes
+	if !s.budget.Fits(int64(limit)) {
+		limit = 1 // totals only
+	}
+	st := s.engine().SnapshotMax(now(), limit)
+	st.Connections = s.Connections()
+	var wrap func(engine.Stats) any
+	if s.node != nil {
+		cs := s.node.Status()
+		wrap = func(st engine.Stats) any { return clusterStats{Stats: st, Cluster: &cs} }
+	}
+	body, err := engine.EncodeStats(st, limit, wrap)
+	var line []byte
+	if err != nil {
+		line = codec.AppendStatus(nil, codec.StatusError)
+	} else {
+		line = codec.AppendBody(make([]byte, 0, len(body)+8), codec.StatusOK, body)
+	}
+	ss.mu.Lock()
+	if ss.gone {
+		ss.mu.Unlock()
+		return
+	}
+	over := ss.unsent.Load()+int64(len(line)) > int64(s.cfg.MaxConnOutput)
+	if !over {
+		ss.statsLine = line
+		ss.delivered = true
+		s.budget.Add(int64(len(line)))
+	}
+	ss.mu.Unlock()
+	if over {
+		s.protocolError(ss, errOutboundOverflow)
+		_ = ss.conn.Close()
+		return
+	}
+	ss.wake()
+}
+
+// takeStats appends the stats answer the connection waits for, if it came,
+// and gives its bytes back to the budget: from here on they count as the
+// transport's unsent output. Event loop only.
+func (s *Server) takeStats(ss *session, out []byte) []byte {
+	if !ss.statsWait || ss.parked {
+		return out // not asked, or not answered yet (it unparks the session)
+	}
+	ss.mu.Lock()
+	line := ss.statsLine
+	ss.statsLine = nil
+	ss.mu.Unlock()
+	if line == nil {
+		return out
+	}
+	ss.statsWait = false
+	s.budget.Add(-int64(len(line)))
+	return append(out, line...)
+}
