@@ -171,6 +171,9 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return []byte("error\n"), gnet.Close
 	}
 	ss.loop = s.loops.of(c)
+	if s.node == nil {
+		ss.fd = c.Fd()
+	}
 	c.SetContext(ss)
 	return nil, gnet.None
 }
@@ -178,6 +181,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 // OnClose releases what the connection held.
 func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 	if ss, ok := c.Context().(*session); ok {
+		ss.revoke() // before gnet closes the fd
 		s.close(ss, err)
 		s.drain(ss.loop) // waiters on this loop that the disconnect granted
 	}
@@ -204,7 +208,8 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 			return nil, false
 		}
 	}
-	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip, cluster: s.node != nil}
+	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip, cluster: s.node != nil,
+		fd: -1, met: s.met}
 	s.reg.add(ss)
 	if s.met != nil {
 		s.met.Opened()

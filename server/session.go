@@ -8,6 +8,7 @@ import (
 
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/metrics"
 )
 
 // peer is what a session needs of its transport from other goroutines: a
@@ -30,6 +31,14 @@ type session struct {
 	ip     string // client IP, kept only when MaxConnectionsPerIP is on
 	// cluster is set at creation: the server runs in cluster mode.
 	cluster bool
+	// fd is the socket a direct hand-off writes to (handoff.go); -1 for
+	// none (TLS, cluster mode). met is the server's metrics, or nil.
+	fd  int
+	met *metrics.TCP
+
+	// Any goroutine: who owns the event-loop-only fields above and the
+	// socket's write side while the session is parked (handoff.go).
+	hand atomic.Uint32
 
 	// Event loop only, set only with metrics on: when the parked request
 	// was decoded, and its command, for its latency.
@@ -66,6 +75,9 @@ func (ss *session) Deliver(o engine.Outcome) {
 		if ss.cluster && !ss.closed.Load() {
 			_ = ss.conn.Close()
 		}
+		return
+	}
+	if ss.direct(o) {
 		return
 	}
 	ss.enqueue(o)
