@@ -32,6 +32,11 @@ type Config struct {
 	// MaxConnectionsPerIP caps open connections from one client address;
 	// 0 means no cap.
 	MaxConnectionsPerIP int
+	// DirectHandOff lets the goroutine that grants a waiter write the
+	// answer to the waiter's socket itself when the waiter is parked with
+	// nothing else in or out, instead of waking the waiter's event loop
+	// (docs/architecture.md, "How a grant crosses loops").
+	DirectHandOff bool
 }
 
 // DefaultConfig returns the documented defaults.
@@ -41,6 +46,8 @@ func DefaultConfig() Config {
 		ReadTimeout: 23 * time.Second,
 		AutoRelease: true,
 		MaxParked:   64 << 10,
+
+		DirectHandOff: true,
 	}
 }
 

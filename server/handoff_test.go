@@ -95,7 +95,16 @@ func (h *hotConn) unlock() error {
 // pipelined a request behind its wait), while other waiters disconnect.
 // Every grant must come in fence order, to one holder at a time.
 func TestHotKeyHandOffAcrossLoops(t *testing.T) {
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) { c.EventLoops = 2 })
+	for _, direct := range []bool{true, false} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) { hotKeyHandOff(t, direct) })
+	}
+}
+
+func hotKeyHandOff(t *testing.T, direct bool) {
+	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) {
+		c.EventLoops = 2
+		c.DirectHandOff = direct
+	})
 	const conns, rounds = 16, 60
 	var (
 		holders atomic.Int32
@@ -187,42 +196,50 @@ func BenchmarkHotKey(b *testing.B) {
 		limit int
 	}{{"lock", 1}, {"sem4", 4}} {
 		for _, conns := range []int{10, 200} {
-			b.Run(fmt.Sprintf("%s/conns=%d", bc.name, conns), func(b *testing.B) {
-				s := testutil.StartServer(b, func(e *engine.Config, c *server.Config) {
-					c.EventLoops = 2
-					e.MaxWaiters = 0
+			for _, direct := range []bool{true, false} {
+				b.Run(fmt.Sprintf("%s/conns=%d/direct=%v", bc.name, conns, direct), func(b *testing.B) {
+					benchHotKey(b, bc.limit, conns, direct)
 				})
-				hs := make([]*hotConn, conns)
-				for i := range hs {
-					hs[i] = dialHot(b, s.Addr, "hot", bc.limit)
-				}
-				var next atomic.Int64
-				var failed atomic.Value
-				var wg sync.WaitGroup
-				b.ReportAllocs()
-				b.ResetTimer()
-				for _, h := range hs {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for next.Add(1) <= int64(b.N) {
-							if _, err := h.lock(); err != nil {
-								failed.Store(err)
-								return
-							}
-							if err := h.unlock(); err != nil {
-								failed.Store(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				b.StopTimer()
-				if err, _ := failed.Load().(error); err != nil {
-					b.Fatal(err)
-				}
-			})
+			}
 		}
+	}
+}
+
+// benchHotKey runs b.N acquire+release ops shared by conns connections.
+func benchHotKey(b *testing.B, limit, conns int, direct bool) {
+	s := testutil.StartServer(b, func(e *engine.Config, c *server.Config) {
+		c.EventLoops = 2
+		c.DirectHandOff = direct
+		e.MaxWaiters = 0
+	})
+	hs := make([]*hotConn, conns)
+	for i := range hs {
+		hs[i] = dialHot(b, s.Addr, "hot", limit)
+	}
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, h := range hs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if _, err := h.lock(); err != nil {
+					failed.Store(err)
+					return
+				}
+				if err := h.unlock(); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
 	}
 }

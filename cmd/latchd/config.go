@@ -26,6 +26,7 @@ type options struct {
 	gcMaxIdle, httpSessionTTL      int
 	maxLocks, maxWaiters, maxConns int
 	eventLoops, shards             int
+	directHandOff                  bool
 	httpMaxSessions                int
 	httpRateLimit                  float64
 	autoRelease, version           bool
@@ -67,6 +68,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the shared secret")
 	fs.IntVar(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core)")
 	fs.IntVar(&o.shards, "shards", 64, "engine shards (a power of two)")
+	fs.BoolVar(&o.directHandOff, "direct-handoff", true, "write a grant to an idle waiter's socket from the granting goroutine instead of waking its event loop")
 	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
 	fs.IntVar(&o.httpMaxSessions, "http-max-sessions", 100000, "cap on open REST sessions; past it POST /v1/sessions answers 429 (0 = no cap)")
 	fs.Float64Var(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = off)")
@@ -159,6 +161,7 @@ func (o *options) serverConfig() (server.Config, error) {
 	c := server.DefaultConfig()
 	c.Addr = hostPort(o.host, o.port)
 	c.EventLoops = o.eventLoops
+	c.DirectHandOff = o.directHandOff
 	c.ReadTimeout = secs(o.readTimeout)
 	c.MaxConnections = o.maxConns
 	c.AuthToken = o.authToken
