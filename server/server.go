@@ -82,7 +82,7 @@ func (s *Server) Start() error {
 	}
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
-		gnet.WithNumEventLoop(s.cfg.EventLoops),
+		gnet.WithNumEventLoop(s.cfg.Loops()),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithLogger(s.log.Sugar()),
 		gnet.WithReuseAddr(true),

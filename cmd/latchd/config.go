@@ -66,7 +66,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
 	fs.StringVar(&o.authToken, "auth-token", "", "shared secret clients must send with auth")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the shared secret")
-	fs.IntVar(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core)")
+	fs.IntVar(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core but one, at least one)")
 	fs.IntVar(&o.shards, "shards", 64, "engine shards (a power of two)")
 	fs.BoolVar(&o.directHandOff, "direct-handoff", true, "write a grant to an idle waiter's socket from the granting goroutine instead of waking its event loop")
 	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
