@@ -99,8 +99,9 @@ for m in ${HOT_MODES//,/ }; do
 	echo "## latchd-bench: mode $m (one key$([ "$m" = sem ] && echo ", limit $LIMIT")), workers $HOT_WORKERS, $ROUNDS rounds"
 	echo
 	# shellcheck disable=SC2086
+	# A key per mode: a lock and a semaphore of one name would clash.
 	"$lb" --addr "127.0.0.1:$latchd_port" --name latchd --mode "$m" --limit "$LIMIT" \
-		--workers "$HOT_WORKERS" --rounds "$ROUNDS" "${hot_compare[@]}" ${BENCH_ARGS:-}
+		--key-prefix "hot-$m" --workers "$HOT_WORKERS" --rounds "$ROUNDS" "${hot_compare[@]}" ${BENCH_ARGS:-}
 done
 
 if [ "${HTTP:-0}" = 1 ]; then
