@@ -73,10 +73,13 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./codec || exit 1; \
 	done
 
-# Go benchmarks of the hot paths, then the whole-system table: latchd and
-# the no-op ceiling (and Redis, when redis-server is installed) side by side.
+# Go benchmarks of the hot paths (and the hot-key hand-off over real
+# connections), then the whole-system tables: latchd and the no-op ceiling
+# (and Redis, when redis-server is installed) side by side, then one key
+# shared by every worker (contended, sem).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./engine ./codec
+	$(GO) test -run '^$$' -bench HotKey -benchtime 20000x ./server
 	bash bench/run.sh
 
 # The long reliability suite: bounded, loopback only, prints a report per

@@ -95,6 +95,7 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	ttl := fs.Int("ttl", 0, "lease TTL, seconds (0 = server default)")
 	prefix := fs.String("key-prefix", def.KeyPrefix, "key prefix")
 	auth := fs.String("auth", "", "auth token for TCP connections")
+	pipeline := fs.Bool("pipeline", false, "TCP lock/contended/sem: send each release with the next acquire in one write")
 	var compare targetList
 	fs.Var(&compare, "compare", "also run [name=]redis://host:port, tcp://host:port or http://host:port (repeatable)")
 	var o Options
@@ -146,6 +147,7 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	cfg.LeaseTTL = time.Duration(*ttl) * time.Second
 	cfg.KeyPrefix = *prefix
 	cfg.AuthToken = *auth
+	cfg.Pipeline = *pipeline
 	if err := cfg.Validate(); err != nil {
 		return Options{}, err
 	}

@@ -127,6 +127,12 @@ type Config struct {
 	AuthToken string
 	// DialTimeout bounds connecting and setting up one worker.
 	DialTimeout time.Duration
+	// Pipeline, over TCP in the one-step modes, sends each op's release
+	// in the same write as the next op's acquire (the protocol answers a
+	// connection's requests in order, so this is safe): one write and one
+	// read wake-up per op instead of two, on both ends. The last release
+	// of a worker is sent after its clock stops.
+	Pipeline bool
 }
 
 // RedisTTL is the lease a Redis lock gets when Config.LeaseTTL is 0: the

@@ -318,4 +318,11 @@ func (w *worker) run(s schedule, id int, stop *atomic.Bool, progress *atomic.Int
 	if progress != nil && pending > 0 {
 		progress.Add(int64(pending))
 	}
+	// A pipelining driver still holds its last grant: others may wait
+	// for it.
+	if f, ok := w.d.(interface{ flush() error }); ok {
+		if err := f.flush(); err != nil && !errors.Is(err, errRefused) {
+			w.err = err
+		}
+	}
 }

@@ -9,6 +9,12 @@
 #   WORKERS  worker counts        (default 1,10,50,100,200,500)
 #   ROUNDS   ops per worker       (default 1000)
 #   MODE     lock|contended|sem|twophase (default lock)
+#   HOT_MODES  hot-key tables run after the main one (default contended,sem;
+#            empty = none; the main MODE is not repeated): every worker on
+#            one key, beside the ceiling answering the same requests
+#   HOT_WORKERS  worker counts of the hot-key tables (default 10,200)
+#   LIMIT    semaphore slots for --mode sem (default 4)
+#   DFLOCKD  path to a dflockd binary: also start it and compare with it
 #   REDIS    1 = compare with redis-server (fail if missing), 0 = never;
 #            unset = compare when redis-server is on PATH
 #   HTTP     1 = also run the table over latchd's REST API
@@ -19,6 +25,9 @@ cd "$(dirname "$0")/.."
 WORKERS=${WORKERS:-1,10,50,100,200,500}
 ROUNDS=${ROUNDS:-1000}
 MODE=${MODE:-lock}
+HOT_MODES=${HOT_MODES-contended,sem}
+HOT_WORKERS=${HOT_WORKERS:-10,200}
+LIMIT=${LIMIT:-4}
 
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
@@ -41,7 +50,17 @@ ceiling_port=$(port)
 pids+=($!)
 
 compare=(--compare "ceiling=tcp://127.0.0.1:$ceiling_port")
+hot_compare=("${compare[@]}")
 wait_for+=("127.0.0.1:$ceiling_port")
+
+if [ -n "${DFLOCKD:-}" ]; then
+	dflockd_port=$(port)
+	"$DFLOCKD" --host 127.0.0.1 --port "$dflockd_port" >"$tmp/dflockd.log" 2>&1 &
+	pids+=($!)
+	compare+=(--compare "dflockd=tcp://127.0.0.1:$dflockd_port")
+	hot_compare+=(--compare "dflockd=tcp://127.0.0.1:$dflockd_port")
+	wait_for+=("127.0.0.1:$dflockd_port")
+fi
 
 use_redis=${REDIS:-auto}
 if [ "$use_redis" = auto ]; then
@@ -69,8 +88,21 @@ fi
 echo "## latchd-bench: mode $MODE, workers $WORKERS, $ROUNDS rounds ($(nproc) cores)"
 echo
 # shellcheck disable=SC2086 # BENCH_ARGS is split on purpose
-"$lb" --addr "127.0.0.1:$latchd_port" --name latchd --mode "$MODE" \
+"$lb" --addr "127.0.0.1:$latchd_port" --name latchd --mode "$MODE" --limit "$LIMIT" \
 	--workers "$WORKERS" --rounds "$ROUNDS" "${compare[@]}" ${BENCH_ARGS:-}
+
+# The hot key: one key for every worker, the FIFO hand-off rate. Redis's
+# classic lock has no queue (a waiter polls), so it sits these out.
+for m in ${HOT_MODES//,/ }; do
+	[ "$m" = "$MODE" ] && continue
+	echo
+	echo "## latchd-bench: mode $m (one key$([ "$m" = sem ] && echo ", limit $LIMIT")), workers $HOT_WORKERS, $ROUNDS rounds"
+	echo
+	# shellcheck disable=SC2086
+	# A key per mode: a lock and a semaphore of one name would clash.
+	"$lb" --addr "127.0.0.1:$latchd_port" --name latchd --mode "$m" --limit "$LIMIT" \
+		--key-prefix "hot-$m" --workers "$HOT_WORKERS" --rounds "$ROUNDS" "${hot_compare[@]}" ${BENCH_ARGS:-}
+done
 
 if [ "${HTTP:-0}" = 1 ]; then
 	echo

@@ -26,6 +26,11 @@ type tcpDriver struct {
 	twoPhase bool
 	enqArg   []byte // e: "[ttl]"
 	waitArg  []byte // w: "timeout"
+
+	// Config.Pipeline: held is the token of the grant whose release goes
+	// out with the next acquire; empty when nothing is held.
+	pipeline bool
+	held     []byte
 }
 
 func dialTCP(ctx context.Context, cfg Config, addr string, w int) (driver, error) {
@@ -52,6 +57,7 @@ func newTCPDriver(conn net.Conn, cfg Config, w int) *tcpDriver {
 		key:     cfg.key(w),
 		acquire: codec.CmdLock,
 		release: codec.CmdRelease,
+		held:    make([]byte, 0, 64),
 	}
 	timeout := strconv.FormatInt(seconds(cfg.AcquireTimeout), 10)
 	ttl := ""
@@ -72,6 +78,7 @@ func newTCPDriver(conn net.Conn, cfg Config, w int) *tcpDriver {
 	default:
 		d.acqArg = []byte(timeout + ttl)
 	}
+	d.pipeline = cfg.Pipeline && !d.twoPhase
 	return d
 }
 
@@ -107,6 +114,9 @@ func (d *tcpDriver) roundTrip() error {
 }
 
 func (d *tcpDriver) op() error {
+	if d.pipeline {
+		return d.pipelinedOp()
+	}
 	if d.twoPhase {
 		if err := d.enqueueWait(); err != nil {
 			return err
@@ -139,6 +149,68 @@ func (d *tcpDriver) refusal() error {
 		answer += " " + string(d.resp.Body)
 	}
 	return refused(answer)
+}
+
+// pipelinedOp writes the release of the last op's grant and this op's
+// acquire at once, then reads both answers. The grant stays held until
+// the next op (or flush).
+func (d *tcpDriver) pipelinedOp() error {
+	d.out = d.out[:0]
+	releasing := len(d.held) > 0
+	if releasing {
+		d.out = codec.AppendRequest(d.out, d.release, d.key, d.held)
+		d.held = d.held[:0]
+	}
+	d.out = codec.AppendRequest(d.out, d.acquire, d.key, d.acqArg)
+	if _, err := d.conn.Write(d.out); err != nil {
+		return err
+	}
+	released := true
+	if releasing {
+		if err := d.readResp(); err != nil {
+			return err
+		}
+		released = d.resp.Status == codec.StatusOK
+	}
+	if err := d.readResp(); err != nil {
+		return err
+	}
+	if err := d.granted(codec.StatusOK); err != nil {
+		return err
+	}
+	d.held = append(d.held, d.resp.Token...)
+	if !released {
+		return errRefused // the last op's release failed (its lease ran out)
+	}
+	return nil
+}
+
+// flush releases the grant a pipelined worker still holds, untimed.
+func (d *tcpDriver) flush() error {
+	if len(d.held) == 0 {
+		return nil
+	}
+	d.out = codec.AppendRequest(d.out[:0], d.release, d.key, d.held)
+	d.held = d.held[:0]
+	if err := d.roundTrip(); err != nil {
+		return err
+	}
+	if d.resp.Status != codec.StatusOK {
+		return errRefused
+	}
+	return nil
+}
+
+// readResp decodes one answer into d.resp.
+func (d *tcpDriver) readResp() error {
+	line, err := d.rd.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if _, err := codec.DecodeResponse(line, &d.resp); err != nil {
+		return fmt.Errorf("%w: %q", err, line)
+	}
+	return nil
 }
 
 func (d *tcpDriver) enqueueWait() error {

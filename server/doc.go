@@ -7,8 +7,10 @@
 // engine parks stops decoding on that connection: the requests behind it
 // stay in gnet's inbound buffer, so answers leave in request order. The
 // grant arrives later through session.Deliver on whatever goroutine freed
-// the slot; Deliver appends the answer to the session's inbox and calls
-// conn.Wake, and the connection's own loop writes it and resumes decoding.
+// the slot. If the connection is parked idle, Deliver writes the answer to
+// its socket itself (handoff.go); otherwise it appends the answer to the
+// session's inbox and calls conn.Wake, and the connection's own loop
+// writes it and resumes decoding.
 //
 // Connections are accepted by the server's own goroutine through an
 // internal/listen guard, which backs off accept errors (EMFILE) that

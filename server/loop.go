@@ -28,6 +28,9 @@ func (l *loop) Deliver(sink engine.Sink, o engine.Outcome) {
 		sink.Deliver(o)
 		return
 	}
+	if w.direct(o) {
+		return // parked idle: written now, no turn needed
+	}
 	w.enqueue(o)
 	l.pending = append(l.pending, w)
 }

@@ -114,7 +114,7 @@ func (s *Server) Start() error {
 	}
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
-		gnet.WithNumEventLoop(s.cfg.EventLoops),
+		gnet.WithNumEventLoop(s.cfg.Loops()),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithLogger(s.log.Sugar()),
 	}
@@ -285,6 +285,9 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return []byte("error\n"), gnet.Close
 	}
 	ss.loop = s.loops.of(c)
+	if s.node == nil && s.cfg.DirectHandOff {
+		ss.fd = c.Fd()
+	}
 	c.SetContext(ss)
 	return nil, gnet.None
 }
@@ -292,6 +295,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 // OnClose releases what the connection held.
 func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 	if ss, ok := c.Context().(*session); ok {
+		ss.revoke() // before gnet closes the fd
 		s.close(ss, err)
 		s.drain(ss.loop) // waiters on this loop that the disconnect granted
 	}
@@ -318,7 +322,8 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 			return nil, false
 		}
 	}
-	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip, cluster: s.node != nil}
+	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip, cluster: s.node != nil,
+		fd: -1, met: s.met}
 	if s.authLim != nil {
 		ss.authIP = addrOf(remote)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/metrics"
 )
 
 // peer is what a session needs of its transport from other goroutines: a
@@ -32,6 +33,14 @@ type session struct {
 	authIP netip.Addr // client IP, kept only while auth is limited and pending
 	// cluster is set at creation: the server runs in cluster mode.
 	cluster bool
+	// fd is the socket a direct hand-off writes to (handoff.go); -1 for
+	// none (TLS, cluster mode). met is the server's metrics, or nil.
+	fd  int
+	met *metrics.TCP
+
+	// Any goroutine: who owns the event-loop-only fields above and the
+	// socket's write side while the session is parked (handoff.go).
+	hand atomic.Uint32
 
 	// Event loop only, set only with metrics on: when the parked request
 	// was decoded, and its command, for its latency.
@@ -85,6 +94,9 @@ func (ss *session) Deliver(o engine.Outcome) {
 		if ss.cluster && !ss.closed.Load() {
 			_ = ss.conn.Close()
 		}
+		return
+	}
+	if ss.direct(o) {
 		return
 	}
 	ss.enqueue(o)

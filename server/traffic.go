@@ -27,6 +27,9 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 // turn runs one gnet connection's turn: process what it has buffered and
 // write the answers.
 func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
+	if !ss.own() {
+		return gnet.None // a direct hand-off is writing; it wakes us after
+	}
 	buf, _ := c.Peek(-1)
 	used, out, closeNow := s.process(ss, buf)
 	if used > 0 {
@@ -45,6 +48,7 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 		s.protocolError(ss, err)
 		return gnet.Close
 	}
+	ss.park(c, used == len(buf))
 	return gnet.None
 }
 

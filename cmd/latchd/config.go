@@ -35,6 +35,7 @@ type options struct {
 	writeTimeout, maxOutputMB      int
 	maxConnOutputKB, maxStatsKB    int
 	sendBufferKB                   int
+	directHandOff                  bool
 	httpRateLimit                  float64
 	autoRelease, version           bool
 	metricsPublic                  bool
@@ -88,8 +89,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
 	fs.StringVar(&o.authToken, "auth-token", "", "shared secret clients must send with auth")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the shared secret")
-	fs.IntVar(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core)")
+	fs.IntVar(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core but one, at least one)")
 	fs.IntVar(&o.shards, "shards", 64, "engine shards (a power of two)")
+	fs.BoolVar(&o.directHandOff, "direct-handoff", true, "write a grant to an idle waiter's socket from the granting goroutine instead of waking its event loop")
 	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
 	fs.IntVar(&o.httpMaxSessions, "http-max-sessions", 100000, "cap on open REST sessions; past it POST /v1/sessions answers 429 (0 = no cap)")
 	fs.IntVar(&o.httpMaxSessionsPerIP, "http-max-sessions-per-ip", 1000, "cap on REST sessions one client IP may hold open; past it POST /v1/sessions answers 429 (0 = no cap)")
@@ -226,6 +228,7 @@ func (o *options) serverConfig() (server.Config, error) {
 	c := server.DefaultConfig()
 	c.Addr = hostPort(o.host, o.port)
 	c.EventLoops = o.eventLoops
+	c.DirectHandOff = o.directHandOff
 	c.ReadTimeout = secs(o.readTimeout)
 	c.MaxConnections = o.maxConns
 	c.AuthToken = o.authToken
