@@ -1,6 +1,9 @@
 package client
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetRenewHook makes the renewal goroutine of l's next grants call f
 // before each renewal, with the context that bounds it; f may block to
@@ -32,4 +35,14 @@ func killConn(lc leaseConn) {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// LeaseEnd returns the local end of l's current grant (zero without one).
+func LeaseEnd(l *Lock) time.Time {
+	l.l.mu.Lock()
+	defer l.l.mu.Unlock()
+	if l.l.cur == nil {
+		return time.Time{}
+	}
+	return l.l.cur.until()
 }

@@ -80,7 +80,7 @@ func holderOf(m *testutil.Member, key string) uint64 {
 // reported Held.)
 func TestRenewOnNewConnKeepsLease(t *testing.T) {
 	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(10 * time.Second)
+	li := c.Leader(testutil.LeaderTimeout)
 	m := c.Members()[li]
 	leader := m.Addr
 	p := newSplitProxy(t, leader)
@@ -94,7 +94,7 @@ func TestRenewOnNewConnKeepsLease(t *testing.T) {
 	p.breakClient()
 	// The renewal at TTL/2 breaks on the old connection and retries on
 	// the leader's own address: the lease moves to that connection.
-	testutil.Eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		h := holderOf(m, "k")
 		return h != 0 && h != first
 	}, "the lease never moved to the new connection")

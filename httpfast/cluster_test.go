@@ -76,7 +76,7 @@ func watchdog(t *testing.T, limit time.Duration) {
 // leader waits for a leader and returns its member and REST harness.
 func (rc *restCluster) leader() (*testutil.Member, *harness) {
 	rc.t.Helper()
-	m := rc.c.Members()[rc.c.Leader(10*time.Second)]
+	m := rc.c.Members()[rc.c.Leader(testutil.LeaderTimeout)]
 	return m, rc.h(m)
 }
 
@@ -105,7 +105,7 @@ func counts(m *testutil.Member) (held, waiting int) {
 
 func waitCounts(t *testing.T, m *testutil.Member, held, waiting int) {
 	t.Helper()
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		h, w := counts(m)
 		return h == held && w == waiting
 	}, "replica held/waiting counts")
@@ -158,7 +158,7 @@ func TestClusterLocks(t *testing.T) {
 	// reads.
 	for _, f := range rc.followers(lm) {
 		fh := rc.h(f)
-		testutil.Eventually(t, 5*time.Second, func() bool {
+		testutil.Eventually(t, 30*time.Second, func() bool {
 			r := fh.do(call{method: "POST", path: "/v1/sessions"})
 			return r.status == http.StatusServiceUnavailable && r.str("error") == "not_leader" && r.str("leader") == lm.HTTPAddr
 		}, f.ID+" naming the leader's REST address")
@@ -242,7 +242,7 @@ func TestClusterAdmin(t *testing.T) {
 
 	// Status on a follower, once it has applied the leader's restamp.
 	var st replica.Status
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		r := fh.do(call{method: "GET", path: "/v1/admin/cluster", hdr: admin})
 		wantStatus(t, "GET cluster on a follower", r, http.StatusOK, "")
 		st = replica.Status{}
@@ -318,7 +318,7 @@ func TestClusterAdmin(t *testing.T) {
 	// Transfer leadership to any other voter: the leader changes.
 	wantStatus(t, "transfer leadership", lh.do(call{method: "POST", path: "/v1/admin/leadership-transfer", hdr: admin}), http.StatusOK, "ok")
 	var nm *testutil.Member
-	testutil.Eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		for _, m := range rc.c.Members() {
 			if m != lm && m.Node.IsLeader() {
 				nm = m
@@ -328,7 +328,7 @@ func TestClusterAdmin(t *testing.T) {
 		return false
 	}, "a new leader after the transfer")
 	nh := rc.h(nm)
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		r := lh.do(call{method: "GET", path: "/v1/admin/cluster", hdr: admin})
 		return r.str("role") == "follower" && r.str("leader_id") == nm.ID && r.str("leader_http_addr") == nm.HTTPAddr
 	}, "the old leader naming the new one")
@@ -357,7 +357,7 @@ func TestClusterAdmin(t *testing.T) {
 		if m == lm {
 			continue
 		}
-		testutil.Eventually(t, 5*time.Second, func() bool {
+		testutil.Eventually(t, 30*time.Second, func() bool {
 			r := rc.h(m).do(call{method: "GET", path: "/v1/admin/cluster", hdr: admin})
 			ids := voters(r)
 			return len(ids) == 2 && !strings.Contains(strings.Join(ids, ","), lm.ID)
@@ -432,7 +432,7 @@ func TestClusterSessionSurvivesFailover(t *testing.T) {
 	// A follower knows the session from the log: it answers not_leader
 	// for it, not session_gone.
 	fh := rc.h(rc.followers(lm)[0])
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		r := fh.do(call{method: "POST", path: "/v1/sessions/" + sid + "/keepalive"})
 		return r.status == http.StatusServiceUnavailable && r.str("error") == "not_leader"
 	}, "a follower naming the leader for the session")

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/latchd/latchd/internal/testutil"
 )
 
 // TestRestampKeepsParkedSession: the restamp a new leader writes makes
@@ -45,10 +47,29 @@ func TestRestampKeepsParkedSession(t *testing.T) {
 		nm, _ = rc.leader()
 	}
 	nh := rc.h(nm)
-	// Nothing to poll for: the failure is an expiry that must not come.
-	time.Sleep(4 * time.Second) // > SessionTTL, while sid's acquire of b is still in flight
-	other := nh.session()
-	r := nh.do(call{method: "POST", path: "/v1/locks/a", session: other, body: `{"lease_ttl_s":60}`})
+	// The failure is an expiry that must not come: wait until one surely
+	// would have. A canary session, opened (idle) after the restamp made
+	// sid idle, expires no earlier than sid would without the fix; its
+	// expiry comes through the log, so any member's replica shows it.
+	if n := nm.Node.FSM().Engine().Sessions(); n != 1 {
+		t.Fatalf("%d sessions on the new leader before the canary; want sid only", n)
+	}
+	nh.session() // the canary
+	testutil.Eventually(t, 30*time.Second, func() bool { return nm.Node.FSM().Engine().Sessions() < 2 },
+		"the canary session (TTL 2 s) never expired")
+	// Another session tries for a. On a loaded machine leadership may move
+	// again in between: ask whichever member leads now.
+	var r resp
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		_, h := rc.leader()
+		other, err := h.try(call{method: "POST", path: "/v1/sessions"})
+		if err != nil || other.status != http.StatusCreated {
+			t.Logf("open another session: %d %s %v", other.status, other.raw, err)
+			return false
+		}
+		r, err = h.try(call{method: "POST", path: "/v1/locks/a", session: other.str("session_id"), body: `{"lease_ttl_s":60}`})
+		return err == nil && !(r.status == http.StatusServiceUnavailable && r.str("error") == "not_leader")
+	}, "no leader took the other session's acquire")
 	t.Logf("other session acquire a: %d %s", r.status, r.raw)
 	if r.status == http.StatusOK {
 		t.Errorf("lock a (60 s lease, session with a request in flight) taken by another session: %s", r.raw)

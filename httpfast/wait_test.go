@@ -122,18 +122,21 @@ func TestSessionDeleteReleasesAndCancels(t *testing.T) {
 }
 
 func TestSessionExpiry(t *testing.T) {
-	h := startHTTP(t, func(c *Config) { c.SessionTTL = time.Second })
+	// The TTL only has to outlast the test's own requests on a loaded
+	// machine: the expiry comes from the jump of the engine's clock below.
+	const ttl = time.Minute
+	h := startHTTP(t, func(c *Config) { c.SessionTTL = ttl })
 	a, b := h.session(), h.session()
 	wantStatus(t, "a holds k", h.do(call{method: "POST", path: "/v1/locks/k", session: a, body: `{"lease_ttl_s":600}`}), http.StatusOK, "ok")
 	wantStatus(t, "a enqueues j", h.do(call{method: "POST", path: "/v1/locks/j/enqueue", session: a}), http.StatusOK, "acquired")
-	bWaits := h.async(call{method: "POST", path: "/v1/locks/k", session: b, body: `{"acquire_timeout_s":60}`})
+	bWaits := h.async(call{method: "POST", path: "/v1/locks/k", session: b, body: `{"acquire_timeout_s":600}`})
 	waitParked(t, h, 1)
 	if n := h.srv.Sessions(); n != 2 {
 		t.Fatalf("Sessions() = %d; want 2", n)
 	}
 	// Jump the engine's clock past a's TTL and the session scan. b is
 	// busy (its request is parked), so only a expires.
-	h.ts.Engine.Expire(clock.Now() + int64(3*time.Second))
+	h.ts.Engine.Expire(clock.Now() + int64(2*ttl))
 	wantStatus(t, "b inherits k", recv(t, bWaits, "b's acquire"), http.StatusOK, "ok")
 	h.waitFor(1, 0) // a's hold on j went with it
 	wantStatus(t, "a is gone", h.do(call{method: "POST", path: "/v1/locks/k", session: a}), http.StatusGone, "session_gone")
@@ -144,13 +147,19 @@ func TestSessionExpiry(t *testing.T) {
 
 // TestRegistrySweep checks that names of sessions that expired without
 // another request do not pile up.
+//
+// The TTL is long so that none of the 200 live sessions expires in real
+// time while the test opens them (a loaded race-enabled run took over 2 s
+// with a 1 s TTL, and the sweep rightly forgot the early ones); the 150
+// expire by the jump of the engine's clock.
 func TestRegistrySweep(t *testing.T) {
-	h := startHTTP(t, func(c *Config) { c.SessionTTL = time.Second })
+	const ttl = time.Minute
+	h := startHTTP(t, func(c *Config) { c.SessionTTL = ttl })
 	const n = 150
 	for range n {
 		h.session()
 	}
-	h.ts.Engine.Expire(clock.Now() + int64(3*time.Second))
+	h.ts.Engine.Expire(clock.Now() + int64(3*ttl))
 	if _, g := h.ts.Engine.Metrics(); g.Sessions != 0 {
 		t.Fatalf("engine sessions = %d; want 0", g.Sessions)
 	}
@@ -230,12 +239,25 @@ func TestStopCancelsParked(t *testing.T) {
 
 // TestWaitOutlastsServerTimeouts checks a wait longer than the read and
 // write timeouts still gets its answer.
+//
+// The client opens a connection per request: the server's idle timeout is
+// its read timeout, and a kept-alive connection picked up just as the
+// server closes it for idling fails a POST, which net/http does not retry,
+// with "server closed idle connection" or EOF (a race a loaded machine
+// widens; it is the client's, not the wait's).
 func TestWaitOutlastsServerTimeouts(t *testing.T) {
+	const timeout = 250 * time.Millisecond
 	h := startHTTP(t, func(c *Config) {
-		c.ReadTimeout = 100 * time.Millisecond
-		c.WriteTimeout = 100 * time.Millisecond
+		c.ReadTimeout = timeout
+		c.WriteTimeout = timeout
 	})
+	h.client.CloseIdleConnections()
+	h.client = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	a, b := h.session(), h.session()
 	wantStatus(t, "a holds", h.do(call{method: "POST", path: "/v1/locks/k", session: a}), http.StatusOK, "ok")
-	wantStatus(t, "b waits past the timeouts", h.do(call{method: "POST", path: "/v1/locks/k", session: b, body: `{"acquire_timeout_s":0.4}`}), http.StatusConflict, "timeout")
+	start := time.Now()
+	wantStatus(t, "b waits past the timeouts", h.do(call{method: "POST", path: "/v1/locks/k", session: b, body: `{"acquire_timeout_s":1}`}), http.StatusConflict, "timeout")
+	if d := time.Since(start); d < 4*timeout {
+		t.Fatalf("the wait answered after %v; want its full 1 s, past the %v timeouts", d, timeout)
+	}
 }

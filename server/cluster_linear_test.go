@@ -25,7 +25,7 @@ func TestClusterLinearizableAcrossFailover(t *testing.T) {
 	}
 	// No release on disconnect: every state change is a recorded one.
 	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.AutoRelease = false })
-	li := c.Leader(10 * time.Second)
+	li := c.Leader(testutil.LeaderTimeout)
 	var addrs []string
 	for _, m := range c.Members() {
 		addrs = append(addrs, m.Addr)
@@ -47,7 +47,7 @@ func TestClusterLinearizableAcrossFailover(t *testing.T) {
 	}
 	waitOps(300)
 	c.Stop(li) // as the clients see it, a crash
-	nl := c.Leader(10 * time.Second)
+	nl := c.Leader(testutil.LeaderTimeout)
 	waitOps(300)
 	c.Restart(li)
 	waitOps(300)

@@ -21,7 +21,7 @@ func fenceOf(t testing.TB, line, word string) uint64 {
 
 func TestClusterLeaderGrantsFollowerRedirects(t *testing.T) {
 	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(10 * time.Second)
+	li := c.Leader(testutil.LeaderTimeout)
 	ms := c.Members()
 	leader := dial(t, ms[li].Addr)
 	follower := dial(t, ms[(li+1)%3].Addr)
@@ -36,7 +36,7 @@ func TestClusterLeaderGrantsFollowerRedirects(t *testing.T) {
 		}
 	}
 	// Stats answer on a follower, from its replica of the state.
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		return strings.Contains(follower.do("stats", "_", ""), `"job"`)
 	}, "follower stats never showed the lock")
 	if st := follower.do("stats", "_", ""); !strings.Contains(st, `"role":"follower"`) ||
@@ -71,7 +71,7 @@ func TestClusterLeaderGrantsFollowerRedirects(t *testing.T) {
 		t.Fatalf("second e: %q", got)
 	}
 	eng := ms[li].Node.FSM().Engine()
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		for _, l := range eng.Snapshot(0).Locks {
 			if l.Key == "tp" {
 				return false
@@ -89,14 +89,14 @@ func tok2line(tok string) string { return "ok " + tok + " 30" }
 
 func TestClusterFailoverKeepsLeases(t *testing.T) {
 	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(10 * time.Second)
+	li := c.Leader(testutil.LeaderTimeout)
 	ms := c.Members()
 	holder := dial(t, ms[li].Addr)
 	line := holder.do("l", "pay", "0 30")
 	tok := grant(t, line, "ok")
 	before := fenceOf(t, line, "ok")
 	// Let the grant reach every follower's log before the leader dies.
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		for i, m := range c.Members() {
 			if i != li && m.Node.FSM().AppliedIndex() < ms[li].Node.FSM().AppliedIndex() {
 				return false
@@ -107,14 +107,14 @@ func TestClusterFailoverKeepsLeases(t *testing.T) {
 
 	killed := time.Now()
 	c.Stop(li)
-	nl := c.Leader(5 * time.Second)
+	nl := c.Leader(testutil.LeaderTimeout)
 	took := time.Since(killed)
 	// Timing is reported, not asserted: make chaos measures failover.
 	t.Logf("new leader %s ready %v after the old one stopped", ms[nl].ID, took)
 	grantSurvived(t, dial(t, ms[nl].Addr), "pay", tok, before)
 	// The old leader comes back as a follower and catches up.
 	c.Restart(li)
-	testutil.Eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		m := c.Members()[li]
 		return m.Node.FSM().AppliedIndex() >= ms[nl].Node.FSM().AppliedIndex()
 	}, "restarted node did not catch up")
@@ -126,7 +126,7 @@ func TestClusterFailoverKeepsLeases(t *testing.T) {
 
 func TestClusterRestartFromDisk(t *testing.T) {
 	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(10 * time.Second)
+	li := c.Leader(testutil.LeaderTimeout)
 	ms := c.Members()
 	cl := dial(t, ms[li].Addr)
 	line := cl.do("l", "migrate", "0 600")
@@ -141,7 +141,7 @@ func TestClusterRestartFromDisk(t *testing.T) {
 	for i := range ms {
 		c.Restart(i)
 	}
-	nl := c.Leader(15 * time.Second)
+	nl := c.Leader(testutil.LeaderTimeout)
 	grantSurvived(t, dial(t, c.Members()[nl].Addr), "migrate", tok, before)
 }
 
@@ -170,19 +170,19 @@ func grantSurvived(t *testing.T, cl *client, key, tok string, before uint64) {
 // would be granted in turn and held unheard for a lease.
 func TestClusterStopWithdrawsWaits(t *testing.T) {
 	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(10 * time.Second)
+	li := c.Leader(testutil.LeaderTimeout)
 	ms := c.Members()
 	holder := dial(t, ms[li].Addr)
 	tok := grant(t, holder.do("l", "job", "0 30"), "ok")
 	waiter := dial(t, ms[li].Addr)
 	waiter.req("l", "job", "60 30")
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		_, g := ms[li].Node.FSM().Engine().Metrics()
 		return g.Waiting == 1
 	}, "the waiter never queued")
 
 	c.Stop(li)
-	nl := c.Leader(10 * time.Second)
+	nl := c.Leader(testutil.LeaderTimeout)
 	_, g := ms[nl].Node.FSM().Engine().Metrics()
 	if g.Held != 1 || g.Waiting != 0 {
 		t.Fatalf("on the new leader held %d waiting %d; want the grant kept (1) and the wait withdrawn (0)", g.Held, g.Waiting)

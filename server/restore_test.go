@@ -22,7 +22,7 @@ func (b *bufSink) Close() error  { return nil }
 // never left parked without an answer (a review caught it left hanging).
 func TestRestoreClosesParkedConn(t *testing.T) {
 	c := testutil.StartCluster(t, 3, nil)
-	m := c.Members()[c.Leader(10*time.Second)]
+	m := c.Members()[c.Leader(testutil.LeaderTimeout)]
 	holder := dial(t, m.Addr)
 	tok := grant(t, holder.do("l", "job", "0 30"), "ok")
 	waiter := dial(t, m.Addr)
@@ -45,7 +45,7 @@ func TestRestoreClosesParkedConn(t *testing.T) {
 	if got := holder.do("r", "job", tok); got != "ok" {
 		t.Fatalf("release: %q", got)
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, func() bool {
 		st := holder.do("stats", "_", "")
 		return strings.Contains(st, `"key":"job"`) && !strings.Contains(st, `"waiters":1`)
 	}, "waiter never granted")

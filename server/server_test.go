@@ -338,8 +338,10 @@ func TestLeaseExpiryHandOff(t *testing.T) {
 	start := time.Now()
 	b.req("l", "k", "10")
 	grant(t, b.line(), "ok")
-	if d := time.Since(start); d > 1200*time.Millisecond {
-		t.Errorf("hand-off after %v, want within 1s + 50ms-ish", d)
+	// The bound separates a hand-off at the lease's end (1 s) from one
+	// at the wait's own timeout (10 s), with room for a loaded -race run.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("hand-off after %v, want at the lease's end (1s)", d)
 	}
 	if got := a.do("n", "k", tok); got != "error" {
 		t.Errorf("renew after expiry: got %q, want error", got)

@@ -60,13 +60,17 @@ type ClusterOptions struct {
 }
 
 // ClusterConfig returns a replica Config with timings short enough for
-// tests: an election in a few hundred milliseconds.
+// tests (an election within a second or so) and long enough to hold a
+// leader on a loaded 2-core machine running -race: with 150 ms timeouts
+// (lease 100 ms) a stall of the test binary cost the leader its lease or
+// the followers their patience, and tests that had just found a leader got
+// not_leader on their next request.
 func ClusterConfig(id string) replica.Config {
 	cfg := replica.DefaultConfig()
 	cfg.NodeID = id
-	cfg.HeartbeatTimeout = 150 * time.Millisecond
-	cfg.ElectionTimeout = 150 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+	cfg.HeartbeatTimeout = 500 * time.Millisecond
+	cfg.ElectionTimeout = 500 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 500 * time.Millisecond
 	cfg.CommitTimeout = 5 * time.Millisecond
 	cfg.ExpireEvery = 5 * time.Millisecond
 	cfg.ApplyTimeout = 2 * time.Second
@@ -236,22 +240,66 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
-// Leader waits up to timeout for one running member to lead and be ready
-// for commands, and returns its index.
+// LeaderTimeout is how long tests should give Leader: generous for a
+// loaded race-enabled run; Leader returns as soon as the leader is stable.
+const LeaderTimeout = 30 * time.Second
+
+// stableFor is how long a leader must keep every running member's
+// agreement before Leader returns it: one lease check (LeaderLeaseTimeout)
+// past its election, the usual moment a leader elected in a stall loses
+// its place.
+const stableFor = 600 * time.Millisecond
+
+// Leader waits up to timeout for a stable leader and returns its index: a
+// running member ready for commands (it has restamped) that every running
+// member names, with its client address (and REST address, if any), and
+// has done so for a moment (stableFor). A test that sends its first
+// command the moment one member reports leading races the end of the
+// election: a leader elected during a stall may lose its lease right away,
+// and a follower that has not yet applied the leader's restamp names no
+// REST address.
 func (c *Cluster) Leader(timeout time.Duration) int {
 	c.tb.Helper()
-	leader := -1
+	leader, since := -1, time.Time{}
 	Eventually(c.tb, timeout, func() bool {
-		for i, m := range c.Members() {
-			c.mu.Lock()
-			node := m.Node
-			c.mu.Unlock()
-			if node != nil && node.IsLeader() {
-				leader = i
-				return true
-			}
+		i := c.agreedLeader()
+		if i < 0 || i != leader {
+			leader, since = i, time.Now()
+			return false
 		}
-		return false
-	}, "no leader elected")
+		return time.Since(since) >= stableFor
+	}, "no stable leader elected")
+	return leader
+}
+
+// agreedLeader returns the index of the running member that leads, is
+// ready, and is named (ID and addresses) by every running member; -1 if
+// there is none.
+func (c *Cluster) agreedLeader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	leader := -1
+	for i, m := range c.members {
+		if m.Node != nil && m.Node.IsLeader() {
+			leader = i
+			break
+		}
+	}
+	if leader < 0 {
+		return -1
+	}
+	lm := c.members[leader]
+	for _, m := range c.members {
+		if m.Node == nil {
+			continue
+		}
+		l := m.Node.Leader()
+		if l.LeaderID != lm.ID || l.ClientAddr != lm.Addr || l.HTTPAddr != lm.HTTPAddr {
+			return -1
+		}
+	}
+	if !lm.Node.IsLeader() {
+		return -1
+	}
 	return leader
 }
