@@ -213,8 +213,11 @@ func TestAuthStreamLayer(t *testing.T) {
 	_, _ = replay.Write(recorded)
 	readsEOF(t, replay, 5*time.Second)
 
-	poll(t, 5*time.Second, "four refusals", func() bool { return s.refused.Load() >= 4 },
-		func() string { return fmt.Sprint(s.refused.Load(), " refused") })
+	// The counter moves before the refusal is logged: wait for both.
+	poll(t, 5*time.Second, "four refusals", func() bool {
+		_, all := refusals(logs)
+		return s.refused.Load() >= 4 && all >= 4
+	}, func() string { return fmt.Sprint(s.refused.Load(), " refused") })
 	if warn, all := refusals(logs); warn != 1 || all < 4 {
 		t.Fatalf("%d warn and %d refusal log entries in all; want 1 warn (one host) and at least 4", warn, all)
 	}
