@@ -44,6 +44,12 @@ func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errInternal, "cannot encode stats")
 		return
 	}
+	s.writeCounted(ctx, body)
+}
+
+// writeCounted answers 200 with the JSON body, counted in the output
+// budget until fasthttp has written it or dropped the connection.
+func (s *Server) writeCounted(ctx *fasthttp.RequestCtx, body []byte) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentTypeBytes(contentJSON)
 	s.budget.Add(int64(len(body)))
