@@ -62,6 +62,13 @@ func envName(flagName string) string {
 	return "LATCHD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// defaultMaxWaiters caps each key's queue. With no cap one connection
+// may queue on every key (e with no deadline), so a client could fill
+// memory at ~165 bytes per waiter: 2,000 connections x 1,024 keys took
+// 350 MB in 3 s. With it, waiters are bounded by --max-locks x this
+// (~170 MB at the defaults).
+const defaultMaxWaiters = 1000
+
 // parseOptions reads args, then fills every flag not given on the command
 // line from its environment variables: flags win, then LATCHD_*, then
 // DFLOCKD_* (compat.go).
@@ -74,7 +81,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.httpPort, "http-port", 0, "HTTP REST port (0 = off)")
 	fs.IntVar(&o.defaultLeaseTTL, "default-lease-ttl", 33, "lease TTL in seconds when a request names none")
 	fs.IntVar(&o.maxLocks, "max-locks", 1024, "cap on keys in memory (0 = no cap)")
-	fs.IntVar(&o.maxWaiters, "max-waiters", 0, "cap on each key's queue (0 = no cap)")
+	fs.IntVar(&o.maxWaiters, "max-waiters", defaultMaxWaiters, "cap on each key's queue (0 = no cap)")
 	fs.IntVar(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = derived from the file descriptor limit)")
 	fs.IntVar(&o.httpMaxConns, "http-max-connections", 0, "cap on open REST connections; past it a connection gets 503 and is closed (0 = derived from the file descriptor limit)")
 	fs.IntVar(&o.shutdownTimeout, "shutdown-timeout", 5, "seconds a graceful stop gives holders to release before closing everything")
