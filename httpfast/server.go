@@ -327,9 +327,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 	case opStats:
 		s.serveStats(ctx)
 	case opOpenAPI:
-		ctx.SetStatusCode(fasthttp.StatusOK)
 		ctx.Response.Header.SetContentTypeBytes(contentJSON)
-		ctx.SetBody(openAPIDoc)
+		writeStatic(ctx, openAPIDoc)
 	case opSessionCreate:
 		s.createSession(ctx)
 	case opSessionDelete:

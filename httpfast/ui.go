@@ -78,8 +78,7 @@ func (s *Server) serveUI(ctx *fasthttp.RequestCtx, rest []byte) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-cache")
 	h.SetContentType(f.ctype)
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetBody(f.body)
+	writeStatic(ctx, f.body)
 }
 
 // uiKeysMax caps ?limit= of GET /v1/ui/keys.
