@@ -31,6 +31,7 @@ type options struct {
 	httpMaxSessions, httpMaxConns  int
 	shutdownTimeout                int
 	httpMaxSessionsPerIP           int
+	httpMaxConnsPerIP              int
 	authFailuresPerMinute          int
 	writeTimeout, maxOutputMB      int
 	maxConnOutputKB, maxStatsKB    int
@@ -100,6 +101,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
 	fs.IntVar(&o.httpMaxSessions, "http-max-sessions", 100000, "cap on open REST sessions; past it POST /v1/sessions answers 429 (0 = no cap)")
 	fs.IntVar(&o.httpMaxSessionsPerIP, "http-max-sessions-per-ip", 1000, "cap on REST sessions one client IP may hold open; past it POST /v1/sessions answers 429 (0 = no cap)")
+	fs.IntVar(&o.httpMaxConnsPerIP, "http-max-connections-per-ip", 1000, "cap on open REST connections from one client IP (an IPv6 client is its /64); past it a connection gets 429 and is closed (0 = no cap)")
 	fs.IntVar(&o.authFailuresPerMinute, "auth-failures-per-minute", 60, "failed auths (TCP auth, REST bearer token) one IP may make at once and then per minute; past it, it is refused without a check (0 = no limit)")
 	fs.Float64Var(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -164,6 +166,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	}
 	if o.shutdownTimeout < 0 {
 		return nil, fmt.Errorf("--shutdown-timeout must be >= 0, got %d", o.shutdownTimeout)
+	}
+	if o.httpMaxConnsPerIP < 0 {
+		return nil, fmt.Errorf("--http-max-connections-per-ip must be >= 0, got %d", o.httpMaxConnsPerIP)
 	}
 	if o.httpMaxConns < 0 {
 		return nil, fmt.Errorf("--http-max-connections must be >= 0, got %d", o.httpMaxConns)
@@ -256,6 +261,7 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 	c.RateLimitPerIP = o.httpRateLimit
 	c.MaxSessions = o.httpMaxSessions
 	c.MaxSessionsPerIP = o.httpMaxSessionsPerIP
+	c.MaxConnectionsPerIP = o.httpMaxConnsPerIP
 	c.AuthFailuresPerMinute = o.authFailuresPerMinute
 	c.TLS = o.tls
 	c.MaxConnections = o.httpMaxConns
