@@ -33,12 +33,24 @@ type KeyInfo struct {
 	Holders []Holder
 	Waiters []Waiter
 	IdleS   float64
+	// HoldersTotal and WaitersTotal count every holder and waiter, also
+	// those InspectMax left out of the lists.
+	HoldersTotal int
+	WaitersTotal int
 }
 
 // Inspect returns the state of key at now, or false when the engine has
 // no such key (never used, or garbage-collected). It locks one shard for
 // the time of copying that key's holders and waiters.
 func (e *Engine) Inspect(now int64, key string) (KeyInfo, bool) {
+	return e.InspectMax(now, key, -1)
+}
+
+// InspectMax is Inspect listing at most `most` holders and as many waiters (the
+// first ones, in queue order; most < 0: all of them). The totals count
+// them all. A key with 100,000 waiters thus costs a reader, and the shard
+// lock it holds while copying, no more than `most` entries each.
+func (e *Engine) InspectMax(now int64, key string, most int) (KeyInfo, bool) {
 	s := e.shardFor([]byte(key))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -46,11 +58,16 @@ func (e *Engine) Inspect(now int64, key string) (KeyInfo, bool) {
 	if !ok {
 		return KeyInfo{}, false
 	}
-	ki := KeyInfo{Key: r.key, Limit: r.limit, Holders: make([]Holder, 0, r.holders.n), Waiters: make([]Waiter, 0, r.waiters.n)}
-	for en := r.holders.head; en != nil; en = en.qnext {
+	nh, nw := r.holders.n, r.waiters.n
+	if most >= 0 {
+		nh, nw = min(nh, most), min(nw, most)
+	}
+	ki := KeyInfo{Key: r.key, Limit: r.limit, Holders: make([]Holder, 0, nh), Waiters: make([]Waiter, 0, nw),
+		HoldersTotal: r.holders.n, WaitersTotal: r.waiters.n}
+	for en := r.holders.head; en != nil && len(ki.Holders) < nh; en = en.qnext {
 		ki.Holders = append(ki.Holders, Holder{Owner: en.owner, Fence: en.token.Fence, LeaseExpiresInS: seconds(en.deadline - now)})
 	}
-	for en := r.waiters.head; en != nil; en = en.qnext {
+	for en := r.waiters.head; en != nil && len(ki.Waiters) < nw; en = en.qnext {
 		w := Waiter{Owner: en.owner, WaitExpiresInS: -1}
 		if en.hidx >= 0 {
 			w.WaitExpiresInS = max(0, seconds(en.deadline-now))

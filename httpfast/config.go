@@ -28,6 +28,12 @@ type Config struct {
 	// max_sessions and opens nothing. 0 means no cap. In cluster mode a
 	// session a previous leader opened is not counted against its IP.
 	MaxSessionsPerIP int
+	// MaxConnectionsPerIP caps the open REST connections from one client
+	// (an IPv6 client is its /64), so one host cannot take every one of
+	// MaxConnections with idle or half-sent requests and leave everyone
+	// else, /healthz included, with 503. A connection over it is answered
+	// 429 and closed (a TLS one is closed). 0 means no cap.
+	MaxConnectionsPerIP int
 	// AuthFailuresPerMinute rate-limits wrong or missing bearer tokens per
 	// client IP: an IP may fail this many times at once, then this many a
 	// minute; past it its requests get 429 rate_limited without the
@@ -139,6 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpfast: output budget must be >= 0, got %d", c.MaxOutput)
 	case c.MaxConnections < 0:
 		return fmt.Errorf("httpfast: max connections must be >= 0, got %d", c.MaxConnections)
+	case c.MaxConnectionsPerIP < 0:
+		return fmt.Errorf("httpfast: max connections per IP must be >= 0, got %d", c.MaxConnectionsPerIP)
 	}
 	return nil
 }

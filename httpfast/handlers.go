@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
+	"github.com/latchd/latchd/internal/authlimit"
 )
 
 // chanSink parks a blocking request: the engine delivers its one Outcome
@@ -29,7 +30,7 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
-	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions, ip.Unmap(), s.cfg.MaxSessionsPerIP)
+	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions, authlimit.Key(ip), s.cfg.MaxSessionsPerIP)
 	if errors.Is(err, errMaxSessionsPerIP) {
 		// Counted in latchd_http_responses_total{code="429"}.
 		writeError(ctx, errMaxSessions, "this address holds its maximum number of sessions")

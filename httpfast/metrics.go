@@ -1,6 +1,7 @@
 package httpfast
 
 import (
+	"bytes"
 	"strconv"
 	"time"
 
@@ -53,13 +54,25 @@ func (m *httpMetrics) observe(o op, status int, start time.Time) {
 // serveMetrics answers GET /metrics with the whole registry in the
 // Prometheus text format: the engine's counters and gauges, the TCP and
 // HTTP histograms and counters, the Go runtime and process metrics.
+// Like stats, at most StatsConcurrency are built at once and a body
+// counts in the output budget until written; past the budget it answers
+// 503 unavailable (4,000 clients pipelining scrapes they never read took
+// 1.7 GB and a bystander's lock 4 s).
 func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.Response.Header.SetContentType(metrics.ContentType)
-	if _, err := s.met.reg.WriteTo(ctx); err != nil {
+	s.statsSem <- struct{}{}
+	defer func() { <-s.statsSem }()
+	var buf bytes.Buffer
+	if _, err := s.met.reg.WriteTo(&buf); err != nil {
 		// A collector failed; what was gathered is still served.
 		if ce := s.log.Check(zap.DebugLevel, "metrics scrape"); ce != nil {
 			ce.Write(zap.Error(err))
 		}
 	}
+	if !s.budget.Fits(int64(buf.Len())) {
+		retryAfter(ctx, time.Second)
+		writeError(ctx, errUnavailable, "output budget spent: too many answers unread; retry")
+		return
+	}
+	ctx.Response.Header.SetContentType(metrics.ContentType)
+	s.writeCountedAs(ctx, buf.Bytes())
 }

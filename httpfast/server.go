@@ -53,6 +53,7 @@ type Server struct {
 
 	// Stats bounds (stats.go).
 	budget   *budget.Budget
+	perIP    ipConns // open connections per client, when MaxConnectionsPerIP is on
 	statsSem chan struct{}
 
 	mu       sync.Mutex
@@ -257,7 +258,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, admin bool, now time.Time
 	}
 	if s.lim != nil {
 		ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
-		if ok, wait := s.lim.allow(ip.Unmap(), now); !ok {
+		if ok, wait := s.lim.allow(authlimit.Key(ip), now); !ok {
 			secs := max(1, int64((wait+time.Second-1)/time.Second))
 			var buf [20]byte
 			ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], secs, 10))
@@ -327,9 +328,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 	case opStats:
 		s.serveStats(ctx)
 	case opOpenAPI:
-		ctx.SetStatusCode(fasthttp.StatusOK)
 		ctx.Response.Header.SetContentTypeBytes(contentJSON)
-		ctx.SetBody(openAPIDoc)
+		writeStatic(ctx, openAPIDoc)
 	case opSessionCreate:
 		s.createSession(ctx)
 	case opSessionDelete:
@@ -345,10 +345,66 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 
 // connState tells the listener's guard when a connection closed: a
 // listener backing off for want of descriptors may accept again.
-func (s *Server) connState(_ net.Conn, st fasthttp.ConnState) {
+func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
+	if max := s.cfg.MaxConnectionsPerIP; max > 0 {
+		// fasthttp calls StateNew on its accept goroutine and StateClosed
+		// once for every connection it was called for, refused or not.
+		switch st {
+		case fasthttp.StateNew:
+			if s.perIP.add(c.RemoteAddr(), 1) > max {
+				refusePerIP(c)
+			}
+		case fasthttp.StateClosed:
+			s.perIP.add(c.RemoteAddr(), -1)
+		}
+	}
 	if st == fasthttp.StateClosed && s.guard != nil {
 		s.guard.Freed()
 	}
+}
+
+// respPerIP is the answer to a connection over MaxConnectionsPerIP.
+var respPerIP = []byte("HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n" +
+	"Connection: close\r\nContent-Length: 80\r\n\r\n" +
+	`{"error":"rate_limited","message":"too many open connections from this address"}`)
+
+// refusePerIP answers a connection over the per-IP cap 429 and closes it.
+// It runs on the accept goroutine: the write goes to an empty socket
+// buffer and is bounded by a short deadline; a TLS connection is closed
+// without an answer (writing would run its handshake here).
+func refusePerIP(c net.Conn) {
+	if _, ok := c.(*tls.Conn); !ok {
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+		_, _ = c.Write(respPerIP)
+	}
+	_ = c.Close()
+}
+
+// ipConns counts open connections per client (authlimit.Key).
+type ipConns struct {
+	mu sync.Mutex
+	m  map[netip.Addr]int
+}
+
+// add adds d to the count of a's client and returns the new count.
+func (p *ipConns) add(a net.Addr, d int) int {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return 0
+	}
+	k := authlimit.Key(ta.AddrPort().Addr())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = make(map[netip.Addr]int)
+	}
+	n := p.m[k] + d
+	if n <= 0 {
+		delete(p.m, k)
+	} else {
+		p.m[k] = n
+	}
+	return n
 }
 
 // Drain marks the server as stopping: /healthz answers 503 shutting_down

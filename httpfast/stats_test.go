@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/internal/testutil"
 )
 
@@ -127,4 +129,75 @@ func TestStatsNonReadersBoundedREST(t *testing.T) {
 	// The write timeout closes the connections whose bodies are stuck,
 	// and every body is given back.
 	testutil.Eventually(t, 5*time.Second, func() bool { return h.srv.budget.Used() == 0 }, "stats bodies not given back")
+}
+
+// TestNonReadersBoundedOtherRoutes: the other large answers, pipelined
+// by clients that never read, stay within the heap bound too: /metrics
+// (built two at a time, counted in the output budget, 503 past it), the
+// OpenAPI document (streamed from its one copy, not copied per request)
+// and GET /v1/locks/{key} of a key with many waiters (listed up to
+// keyListMax, counted). Before, 4,000 such clients took latchd to 456 MB
+// (openapi.json) and 1.7 GB (/metrics).
+func TestNonReadersBoundedOtherRoutes(t *testing.T) {
+	const (
+		conns     = 400
+		perConn   = 10
+		maxOutput = 2 << 20
+		heapBound = 40 << 20 // fasthttp's own state per blocked connection, two /metrics builds in flight, the budget (before: 74 MiB)
+	)
+	for _, path := range []string{"/metrics", "/v1/openapi.json", "/v1/locks/hot"} {
+		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
+			h := startHTTP(t, func(c *Config) {
+				c.MaxOutput = maxOutput
+				c.WriteTimeout = 2 * time.Second
+				c.SendBuffer = 16 << 10
+			})
+			if path == "/v1/locks/hot" {
+				for i := range 5000 {
+					req := engine.AcquireReq{Key: []byte("hot"), Owner: engine.OwnerID(i + 1), Limit: 1}
+					if _, err := h.ts.Engine.Enqueue(clock.Now(), req); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var ms runtime.MemStats
+			live := func() uint64 {
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				return ms.HeapAlloc
+			}
+			base := live()
+			peak := base
+			req := []byte(strings.Repeat("GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n", perConn))
+			var cs []net.Conn
+			for range conns {
+				d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+					return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+				}}
+				c, err := d.Dial("tcp", h.srv.Addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				cs = append(cs, c)
+				if _, err := c.Write(req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			deadline := time.Now().Add(time.Second) // within WriteTimeout
+			for time.Now().Before(deadline) {
+				peak = max(peak, live())
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Logf("%s: live heap base %d MiB, peak %d MiB; budget %d", path, base>>20, peak>>20, h.srv.budget.Used())
+			if peak > base+heapBound {
+				t.Errorf("%s: live heap peaked at %d MiB over a %d MiB base, want at most %d MiB more", path, peak>>20, base>>20, heapBound>>20)
+			}
+			// The clients leave: every body held for them is given back.
+			for _, c := range cs {
+				_ = c.Close()
+			}
+			testutil.Eventually(t, 10*time.Second, func() bool { return h.srv.budget.Used() == 0 }, "bodies not given back")
+		})
+	}
 }

@@ -78,8 +78,7 @@ func (s *Server) serveUI(ctx *fasthttp.RequestCtx, rest []byte) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-cache")
 	h.SetContentType(f.ctype)
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetBody(f.body)
+	writeStatic(ctx, f.body)
 }
 
 // uiKeysMax caps ?limit= of GET /v1/ui/keys.
@@ -145,6 +144,11 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errBadRequest, "q must be at most 256 bytes")
 		return
 	}
+	s.statsSem <- struct{}{}
+	defer func() { <-s.statsSem }()
+	if !s.budget.Fits(int64(s.cfg.MaxStatsBytes)) {
+		limit = 0 // over the output budget: the totals only
+	}
 	eng := s.be.engine()
 	now := clock.Now()
 	top, matched := eng.TopKeys(now, string(q), limit)
@@ -175,7 +179,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errInternal, "cannot encode keys")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, body)
+	s.writeCounted(ctx, body)
 }
 
 func kindOf(limit int) string {
@@ -205,14 +209,22 @@ type keyWaiter struct {
 }
 
 type keyState struct {
-	Key     string      `json:"key"`
-	Exists  bool        `json:"exists"`
-	Kind    string      `json:"kind"`
-	Limit   int         `json:"limit"`
-	Holders []keyHolder `json:"holders"`
-	Waiters []keyWaiter `json:"waiters"`
-	IdleS   float64     `json:"idle_s"`
+	Key          string      `json:"key"`
+	Exists       bool        `json:"exists"`
+	Kind         string      `json:"kind"`
+	Limit        int         `json:"limit"`
+	Holders      []keyHolder `json:"holders"`
+	Waiters      []keyWaiter `json:"waiters"`
+	HoldersTotal int         `json:"holders_total"`
+	WaitersTotal int         `json:"waiters_total"`
+	Truncated    bool        `json:"truncated,omitempty"`
+	IdleS        float64     `json:"idle_s"`
 }
+
+// keyListMax bounds the holders and the waiters GET /v1/locks/{key} lists
+// (each): a key with 100,000 waiters answers the first keyListMax and the
+// totals, about 50 KiB, not megabytes per request.
+const keyListMax = 1000
 
 // serveKey answers GET /v1/locks/{key} and GET /v1/semaphores/{key}: who
 // holds the key and who waits, in queue order, read from this node's
@@ -226,8 +238,18 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		writeError(ctx, errBadRequest, "bad key: must be 1-256 bytes after URL-decoding, with no space, tab, CR or LF")
 		return
 	}
-	ki, found := s.be.engine().Inspect(clock.Now(), string(key))
-	st := keyState{Key: string(key), Exists: found, Holders: []keyHolder{}, Waiters: []keyWaiter{}}
+	// Built one or two at a time, like stats, and counted in the output
+	// budget until written: past the budget, the totals only.
+	s.statsSem <- struct{}{}
+	defer func() { <-s.statsSem }()
+	most := keyListMax
+	if !s.budget.Fits(int64(s.cfg.MaxStatsBytes)) {
+		most = 0
+	}
+	ki, found := s.be.engine().InspectMax(clock.Now(), string(key), most)
+	st := keyState{Key: string(key), Exists: found, Holders: []keyHolder{}, Waiters: []keyWaiter{},
+		HoldersTotal: ki.HoldersTotal, WaitersTotal: ki.WaitersTotal,
+		Truncated: len(ki.Holders) < ki.HoldersTotal || len(ki.Waiters) < ki.WaitersTotal}
 	if !found {
 		st.Kind, st.Limit = "lock", 1
 		if o == opSemGet {
@@ -252,7 +274,7 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		writeError(ctx, errInternal, "cannot encode key state")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, body)
+	s.writeCounted(ctx, body)
 }
 
 // serveReadyz answers GET /readyz: 200 {"status":"ok"} when the node

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/clock"
 )
 
 // TestGetLockHoldersAndWaiters: GET /v1/locks/{key} names the holder and
@@ -181,5 +184,36 @@ func TestClusterUIKeysAndReadyz(t *testing.T) {
 	r := lh.do(call{method: "GET", path: "/v1/ui/keys"})
 	if cl, _ := r.body["cluster"].(map[string]any); cl["role"] != "leader" {
 		t.Fatalf("ui keys on the leader = %s", r.raw)
+	}
+}
+
+// TestGetLockListsAreCapped: GET /v1/locks/{key} of a key with more
+// waiters than keyListMax lists the first keyListMax, in queue order, and
+// the totals, so a hot key cannot make every reader build megabytes.
+func TestGetLockListsAreCapped(t *testing.T) {
+	h := startHTTP(t, nil)
+	const n = keyListMax + 50
+	for i := range n {
+		req := engine.AcquireReq{Key: []byte("hot"), Owner: engine.OwnerID(i + 1), Limit: 1}
+		if _, err := h.ts.Engine.Enqueue(clock.Now(), req); err != nil {
+			t.Fatalf("enqueue %d: %v", i, err)
+		}
+	}
+	r := h.do(call{method: "GET", path: "/v1/locks/hot"})
+	wantStatus(t, "get", r, http.StatusOK, "")
+	holders, _ := r.body["holders"].([]any)
+	waiters, _ := r.body["waiters"].([]any)
+	if len(holders) != 1 || len(waiters) != keyListMax || r.num("holders_total") != 1 ||
+		r.num("waiters_total") != n-1 || r.body["truncated"] != true {
+		t.Fatalf("GET lists %d holders, %d waiters, totals %v/%v, truncated %v; want 1, %d, 1/%d, true (%d bytes)",
+			len(holders), len(waiters), r.body["holders_total"], r.body["waiters_total"], r.body["truncated"],
+			keyListMax, n-1, len(r.raw))
+	}
+	if w0 := waiters[0].(map[string]any); w0["owner"] != "2" {
+		t.Fatalf("first waiter = %v; want owner 2 (queue order)", w0)
+	}
+	r = h.do(call{method: "GET", path: "/v1/locks/other"})
+	if _, ok := r.body["truncated"]; ok || r.num("waiters_total") != 0 {
+		t.Fatalf("GET of an unknown key = %s", r.raw)
 	}
 }

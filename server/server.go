@@ -315,6 +315,9 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 	ip := ""
 	if s.cfg.MaxConnectionsPerIP > 0 {
 		ip = hostOf(remote)
+		if a := addrOf(remote); a.IsValid() {
+			ip = authlimit.Key(a).String() // an IPv6 client is its /64
+		}
 		if !s.perIP.acquire(ip, s.cfg.MaxConnectionsPerIP) {
 			s.conns.Add(-1)
 			s.refuse(metrics.RefusedMaxConnectionsPerIP)

@@ -189,6 +189,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 		return sum, err
 	}
 	rd.tcp.Store(true)
+	go logConnRefusals(ctx.Done(), srv.Refused, 250*time.Millisecond, refusalLogEvery, scfg.MaxConnections, scfg.MaxConnectionsPerIP, log)
 	var web *httpfast.Server
 	if o.httpPort != 0 {
 		hcfg, _ := o.httpConfig() // validated by run

@@ -71,3 +71,30 @@ func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Dur
 		lastKeys, lastWaiters = k, w
 	}
 }
+
+// logConnRefusals logs the TCP connections refused at --max-connections
+// or --max-connections-per-ip (refused counts them): the first at once
+// (checked every poll), then at most one line per every with the count
+// since the last, until stop is closed. A full listener otherwise refuses
+// every new client without a word while /healthz answers 200 (the counts
+// are also in latchd_tcp_connections_refused_total).
+func logConnRefusals(stop <-chan struct{}, refused func() uint64, poll, every time.Duration, maxConns, perIP int, log *zap.Logger) {
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	var last uint64
+	var logged time.Time
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		n := refused()
+		if n <= last || time.Since(logged) < every {
+			continue
+		}
+		log.Warn("connections refused at --max-connections or --max-connections-per-ip", zap.Uint64("refused", n-last),
+			zap.Int("max_connections", maxConns), zap.Int("max_connections_per_ip", perIP))
+		last, logged = n, time.Now()
+	}
+}

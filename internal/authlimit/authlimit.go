@@ -1,5 +1,5 @@
 // Package authlimit rate-limits failed authentication attempts per client
-// IP, for the TCP server's auth command and the REST API's bearer token.
+// IP (an IPv6 client is its /64, see Key), for the TCP server's auth command and the REST API's bearer token.
 // Each IP that fails gets a token bucket; an IP whose bucket is empty is
 // refused before its secret is even compared, until the bucket refills.
 // Memory is bounded: the buckets live in two generations of maps, and when
@@ -17,6 +17,21 @@ import (
 
 	"golang.org/x/time/rate"
 )
+
+// Key is the client a per-IP limit counts ip as: an IPv4 address (also
+// IPv4-mapped in IPv6) itself, an IPv6 address its /64 prefix. One host
+// or site usually holds a whole /64, so counting single IPv6 addresses
+// would let it rotate through 2^64 of them past any per-IP limit (and
+// flood a bounded map until the buckets it wants forgotten are evicted).
+// The zone is dropped. Every per-IP limit of latchd counts by Key.
+func Key(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
+}
 
 // DefaultMaxIPs is the number of failing IPs a Limiter remembers by default.
 const DefaultMaxIPs = 16384
@@ -74,7 +89,7 @@ func (l *Limiter) lookupLocked(ip netip.Addr, create bool) *rate.Limiter {
 // ip may try again.
 func (l *Limiter) Blocked(ip netip.Addr, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
-	lim := l.lookupLocked(ip.Unmap(), false)
+	lim := l.lookupLocked(Key(ip), false)
 	l.mu.Unlock()
 	if lim == nil {
 		return false, 0
@@ -89,7 +104,7 @@ func (l *Limiter) Blocked(ip netip.Addr, now time.Time) (bool, time.Duration) {
 // Failed records one failed attempt by ip.
 func (l *Limiter) Failed(ip netip.Addr, now time.Time) {
 	l.mu.Lock()
-	lim := l.lookupLocked(ip.Unmap(), true)
+	lim := l.lookupLocked(Key(ip), true)
 	l.mu.Unlock()
 	lim.AllowN(now, 1) // rate.Limiter has its own mutex
 }

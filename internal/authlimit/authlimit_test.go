@@ -46,3 +46,34 @@ func TestBoundedMemory(t *testing.T) {
 		t.Fatal("the last failing IP was forgotten")
 	}
 }
+
+// TestIPv6CountsPerPrefix: the addresses of one IPv6 /64 share a bucket.
+// A host usually holds a whole /64, so counting single addresses would
+// give it 2^64 fresh buckets: unlimited guesses, and a flood of them
+// evicts every bucket it wants forgotten.
+func TestIPv6CountsPerPrefix(t *testing.T) {
+	l := New(3, 0)
+	now := time.Unix(1000, 0)
+	for i := range 3 {
+		l.Failed(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(i + 1)}), now)
+	}
+	if b, _ := l.Blocked(netip.MustParseAddr("2001:db8::ffff:1234"), now); !b {
+		t.Fatal("a fresh address of a /64 that failed 3 times is not blocked")
+	}
+	if b, _ := l.Blocked(netip.MustParseAddr("2001:db8:0:1::1"), now); b {
+		t.Fatal("the next /64 is blocked")
+	}
+	if l.Tracked() != 1 {
+		t.Fatalf("tracked %d keys; want 1 (one /64)", l.Tracked())
+	}
+	for _, c := range []struct{ in, want string }{
+		{"10.1.2.3", "10.1.2.3"},
+		{"::ffff:10.1.2.3", "10.1.2.3"},
+		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::"},
+		{"fe80::1%eth0", "fe80::"},
+	} {
+		if got := Key(netip.MustParseAddr(c.in)); got != netip.MustParseAddr(c.want) {
+			t.Errorf("Key(%s) = %s; want %s", c.in, got, c.want)
+		}
+	}
+}
