@@ -86,7 +86,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.maxWaiters, "max-waiters", defaultMaxWaiters, "cap on each key's queue (0 = no cap)")
 	fs.IntVar(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = derived from the file descriptor limit)")
 	fs.IntVar(&o.httpMaxConns, "http-max-connections", 0, "cap on open REST connections; past it a connection gets 503 and is closed (0 = derived from the file descriptor limit)")
-	fs.IntVar(&o.shutdownTimeout, "shutdown-timeout", 5, "seconds a graceful stop gives holders to release before closing everything")
+	fs.IntVar(&o.shutdownTimeout, "shutdown-timeout", 5, "seconds a graceful stop gives holders to release before closing everything (0 = until they have; a second signal cuts it short)")
 	fs.IntVar(&o.readTimeout, "read-timeout", 23, "seconds a connection may sit on a partial request")
 	fs.IntVar(&o.writeTimeout, "write-timeout", 10, "seconds a connection may leave its answers unread (nothing of them sent) before it is closed (0 = off)")
 	fs.IntVar(&o.maxOutputMB, "max-output-mb", 64, "MiB of unsent answers for all clients together; past it the largest holders are closed and stats answer totals only (0 = no budget)")

@@ -272,7 +272,8 @@ func stopBudget(cluster bool) time.Duration {
 // drain is the graceful part of a single node's stop: stop accepting TCP
 // connections, answer every queued waiter (TCP error, REST 503
 // shutting_down) and refuse new acquires, then give holders until timeout
-// to release; a second signal cuts that short. The REST listener keeps
+// to release (0: until they have, as in dflockd); a second signal cuts
+// that short. The REST listener keeps
 // accepting, because a REST holder may release on a new connection. It
 // returns how many waits were answered.
 func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout time.Duration, sigs <-chan os.Signal) int {
@@ -281,8 +282,12 @@ func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout
 		web.Drain()
 	}
 	n := eng.Drain(clock.Now())
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
+	var deadline <-chan time.Time // 0: no deadline, as dflockd's 0 (a second signal still ends it)
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -292,7 +297,7 @@ func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout
 		select {
 		case <-tick.C:
 			continue
-		case <-deadline.C:
+		case <-deadline:
 		case <-sigs:
 		}
 		break

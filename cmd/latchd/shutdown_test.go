@@ -225,3 +225,32 @@ func TestShutdownTimeoutFlag(t *testing.T) {
 		t.Fatalf("caps under 128 fds: tcp %d, http %d; want 50 (given) and 22 (derived)", o.maxConns, o.httpMaxConns)
 	}
 }
+
+// TestShutdownTimeoutZeroWaitsForHolders: --shutdown-timeout 0 means no
+// limit, as dflockd's 0: the stop waits while a lock is held and ends as
+// soon as it is released.
+func TestShutdownTimeoutZeroWaitsForHolders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("re-runs the binary as a latchd process")
+	}
+	c := startChild(t, 0, false, "--shutdown-timeout", "0")
+	holder := mustDial(t, c)
+	tok := mustLock(t, holder, "a")
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	c.waitLog("shutting down", 5*time.Second)
+	select {
+	case <-c.done:
+		t.Fatal("stopped with a lock held and --shutdown-timeout 0")
+	case <-time.After(1500 * time.Millisecond): // past what a 0 s deadline would take
+	}
+	if a, err := holder.do("r", "a", tok, 2*time.Second); a != "ok" {
+		t.Fatalf("release while draining: %q %v", a, err)
+	}
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("still running 5 s after the last lock was released")
+	}
+}
