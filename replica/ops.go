@@ -1,3 +1,5 @@
+//go:build !etcdraft
+
 package replica
 
 import (
