@@ -64,7 +64,9 @@ func (n *Node) applyOne(e *raftpb.Entry) {
 			n.fsm.skipEntry(idx)
 			return
 		}
+		n.applyMu.Lock()
 		res := n.fsm.applyEntry(idx, data)
+		n.applyMu.Unlock()
 		origin, key := firstReqID(data)
 		if origin != n.origin {
 			return
@@ -112,10 +114,12 @@ func (n *Node) applyOne(e *raftpb.Entry) {
 		}
 		var cs *raftpb.ConfState
 		_ = n.call(context.Background(), func() { cs = n.rn.ApplyConfChange(cc) })
+		n.applyMu.Lock()
 		if cs != nil {
 			n.setConf(cs)
 		}
 		n.fsm.skipEntry(idx)
+		n.applyMu.Unlock()
 		n.waitMu.Lock()
 		ch := n.ccWait[req]
 		delete(n.ccWait, req)
@@ -196,19 +200,11 @@ func (n *Node) maybeSnapshot() {
 	if li, _ := n.mem.LastIndex(); applied > li {
 		return // applied before this node's own append finished: next time
 	}
-	state, idx, err := n.fsm.stateBytes()
-	if err != nil {
-		n.log.Warn("snapshot failed", zap.Error(err))
-		return
-	}
-	n.bookMu.Lock()
-	data := encodeSnap(n.book, state)
-	cs := proto.Clone(n.confState).(*raftpb.ConfState)
-	n.bookMu.Unlock()
-	snap, err := n.mem.CreateSnapshot(idx, cs, data)
+	snap, err := n.freshSnapshot()
 	if err != nil {
 		return
 	}
+	idx := snap.GetMetadata().GetIndex()
 	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 		n.log.Warn("snapshot write failed", zap.Error(err))
 		return
@@ -612,10 +608,15 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	if target == 0 {
 		return fmt.Errorf("%w: %s", ErrUnknownServer, id)
 	}
-	deadline := time.Now().Add(2 * n.cfg.ElectionTimeout)
+	// raft gives up on a transfer after an election timeout; this node
+	// then stays leader.
 	for n.isLeaderState() {
-		if time.Now().After(deadline) {
-			return errors.New("replica: transfer leadership: timed out")
+		var transferee uint64
+		if err := n.call(ctx, func() { transferee = n.rn.BasicStatus().LeadTransferee }); err != nil {
+			return err
+		}
+		if transferee == 0 && n.isLeaderState() {
+			return errors.New("replica: transfer leadership: the transferee did not take over in an election timeout")
 		}
 		select {
 		case <-ctx.Done():
@@ -722,4 +723,41 @@ func (n *Node) HandOff(timeout time.Duration) {
 	}
 	n.log.Info("leadership handed off before stopping", zap.String("node_id", n.cfg.NodeID),
 		zap.Duration("took", time.Since(start)))
+}
+
+// freshSnapshot snapshots the FSM, its members and configuration at the
+// applied index into the in-memory storage.
+func (n *Node) freshSnapshot() (*raftpb.Snapshot, error) {
+	n.applyMu.Lock()
+	state, idx, err := n.fsm.stateBytes()
+	if err != nil {
+		n.applyMu.Unlock()
+		return nil, err
+	}
+	n.bookMu.Lock()
+	data := encodeSnap(n.book, state)
+	cs := proto.Clone(n.confState).(*raftpb.ConfState)
+	n.bookMu.Unlock()
+	n.applyMu.Unlock()
+	if li, _ := n.mem.LastIndex(); idx > li {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	return n.mem.CreateSnapshot(idx, cs, data)
+}
+
+// snapStorage is the MemoryStorage raft reads, except that the snapshot it
+// sends a follower is taken fresh: the last one may predate the
+// follower's own membership, and a node refuses a snapshot whose
+// configuration does not name it.
+type snapStorage struct {
+	*raft.MemoryStorage
+	n *Node
+}
+
+// Snapshot implements raft.Storage.
+func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
+	if snap, err := s.n.freshSnapshot(); err == nil {
+		return snap, nil
+	}
+	return s.MemoryStorage.Snapshot()
 }

@@ -75,6 +75,7 @@ type Node struct {
 	waiters map[uint64]*waiter // by the ReqID of the entry's first command
 	ccWait  map[uint64]chan error
 
+	applyMu   sync.Mutex // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64     // apply thread
 	restored  chan error // the apply thread's answer to a snapshot to restore
 
@@ -229,7 +230,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		ID:                        n.id,
 		ElectionTick:              10,
 		HeartbeatTick:             2,
-		Storage:                   n.mem,
+		Storage:                   snapStorage{MemoryStorage: n.mem, n: n},
 		Applied:                   n.snapIndex,
 		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             1 << 20,
@@ -246,6 +247,11 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
 	n.tr = newTransport2(&n.st, log)
+	n.tr.self = n.id
+	n.tr.selfAddr = cfg.AdvertiseAddr
+	if n.tr.selfAddr == "" {
+		n.tr.selfAddr = st.ln.Addr().String()
+	}
 	n.tr.recv = func(m *raftpb.Message) { n.recvQ.push(m) }
 	n.tr.report = func(id uint64, _ bool) {
 		n.do(func() { n.rn.ReportUnreachable(id) })

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -36,11 +37,16 @@ type peerStream struct {
 }
 
 type transport struct {
+	self     uint64 // this node's raft ID and address, sent in each stream's hello
+	selfAddr string
 	st       *Storage
 	log      *zap.Logger
 	recv     func(*raftpb.Message)    // delivers an incoming message to the node
 	report   func(id uint64, ok bool) // a peer is unreachable (ok false)
 	snapDone func(id uint64, ok bool)
+	// cut, when set, drops the messages to and from the peers it names:
+	// a network partition, for tests.
+	cut atomic.Pointer[func(peer uint64) bool]
 
 	mu     sync.Mutex
 	peers  map[uint64]*peerStream
@@ -96,6 +102,26 @@ func (t *transport) readLoop(c net.Conn) {
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [4]byte
+	// The hello: the dialer's raft ID and address, so that a node that
+	// does not know its peers yet (one just added, empty) can answer.
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return
+	}
+	hello := make([]byte, min(binary.LittleEndian.Uint32(hdr[:]), 1024))
+	if _, err := io.ReadFull(r, hello); err != nil {
+		return
+	}
+	d := decoder{b: hello}
+	from, addr := d.uvarint(), string(d.bytes())
+	if d.bad || len(d.b) != 0 {
+		return
+	}
+	t.mu.Lock()
+	known := t.peers[from] != nil
+	t.mu.Unlock()
+	if !known && from != t.self && addr != "" {
+		t.setPeer(from, addr)
+	}
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return
@@ -112,6 +138,9 @@ func (t *transport) readLoop(c net.Conn) {
 		if err := proto.Unmarshal(b, m); err != nil {
 			t.log.Warn("raft transport: bad message", zap.Error(err))
 			return
+		}
+		if f := t.cut.Load(); f != nil && (*f)(m.GetFrom()) {
+			continue
 		}
 		t.recv(m)
 	}
@@ -148,6 +177,9 @@ func (t *transport) removePeer(id uint64) {
 
 // send queues m for its peer; it never blocks.
 func (t *transport) send(m *raftpb.Message) {
+	if f := t.cut.Load(); f != nil && (*f)(m.GetTo()) {
+		return
+	}
 	t.mu.Lock()
 	p := t.peers[m.GetTo()]
 	t.mu.Unlock()
@@ -209,6 +241,10 @@ func (t *transport) writeLoop(id uint64, p *peerStream) {
 				continue
 			}
 			w = bufio.NewWriterSize(c, 64<<10)
+			hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
+			binary.LittleEndian.PutUint32(hdr[:], uint32(len(hello)))
+			_, _ = w.Write(hdr[:])
+			_, _ = w.Write(hello)
 		}
 		binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
 		_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
