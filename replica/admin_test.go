@@ -1,5 +1,3 @@
-//go:build !etcdraft
-
 package replica
 
 import (
@@ -193,14 +191,14 @@ func TestStatus(t *testing.T) {
 		if s.LeaderClientAddr != "client-"+l.ID() || s.LeaderHTTPAddr != "http-"+l.ID() {
 			t.Fatalf("%s: leader client address %q, HTTP address %q", n.ID(), s.LeaderClientAddr, s.LeaderHTTPAddr)
 		}
-		if s.LeaderRaftAddr != string(c.trans[c.index(l)].LocalAddr()) || s.LeaderChanges == 0 {
+		if s.LeaderRaftAddr != c.raftAddr(c.index(l)) || s.LeaderChanges == 0 {
 			t.Fatalf("%s: leader raft address %q, %d leader changes", n.ID(), s.LeaderRaftAddr, s.LeaderChanges)
 		}
 		if len(s.Voters) != 3 {
 			t.Fatalf("%s: voters %+v", n.ID(), s.Voters)
 		}
 		for j, m := range s.Voters {
-			if m.ID != c.nodes[j].ID() || m.RaftAddr != string(c.trans[j].LocalAddr()) || m.Suffrage != "voter" {
+			if m.ID != c.nodes[j].ID() || m.RaftAddr != c.raftAddr(j) || m.Suffrage != "voter" {
 				t.Fatalf("%s: voter %d is %+v", n.ID(), j, m)
 			}
 		}

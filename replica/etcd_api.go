@@ -35,6 +35,13 @@ func (n *Node) applyLoop() {
 		case <-n.applyQ.wake:
 		}
 		for _, m := range n.applyQ.take() {
+			if m == nil { // snapshotNow's marker (tests)
+				if ch := n.forceSnap.Swap(nil); ch != nil {
+					n.maybeSnapshot(true)
+					close(*ch)
+				}
+				continue
+			}
 			if m.GetType() == raftpb.MessageType_MsgSnap {
 				err := n.restoreSnapshot(m.GetSnapshot())
 				if err == nil {
@@ -48,7 +55,7 @@ func (n *Node) applyLoop() {
 			}
 			n.recvQ.push(m.GetResponses()...)
 		}
-		n.maybeSnapshot()
+		n.maybeSnapshot(false)
 	}
 }
 
@@ -192,9 +199,9 @@ func firstReqID(data []byte) (uint64, uint64) {
 // maybeSnapshot snapshots the FSM every SnapshotThreshold entries and
 // compacts the log behind it, keeping TrailingLogs entries for followers
 // that are a little behind.
-func (n *Node) maybeSnapshot() {
+func (n *Node) maybeSnapshot(force bool) {
 	applied := n.fsm.AppliedIndex()
-	if applied < n.snapIndex+n.cfg.SnapshotThreshold {
+	if !force && applied < n.snapIndex+n.cfg.SnapshotThreshold {
 		return
 	}
 	if li, _ := n.mem.LastIndex(); applied > li {
@@ -610,12 +617,15 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	}
 	// raft gives up on a transfer after an election timeout; this node
 	// then stays leader.
-	for n.isLeaderState() {
-		var transferee uint64
-		if err := n.call(ctx, func() { transferee = n.rn.BasicStatus().LeadTransferee }); err != nil {
+	for {
+		var bs raft.BasicStatus
+		if err := n.call(ctx, func() { bs = n.rn.BasicStatus() }); err != nil {
 			return err
 		}
-		if transferee == 0 && n.isLeaderState() {
+		if bs.RaftState != raft.StateLeader {
+			return nil
+		}
+		if bs.LeadTransferee == 0 {
 			return errors.New("replica: transfer leadership: the transferee did not take over in an election timeout")
 		}
 		select {
@@ -626,7 +636,6 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // Status returns this node's view; see Status.

@@ -78,6 +78,7 @@ type Node struct {
 	applyMu   sync.Mutex // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64     // apply thread
 	restored  chan error // the apply thread's answer to a snapshot to restore
+	forceSnap atomic.Pointer[chan struct{}]
 
 	stop      chan struct{}
 	wg        sync.WaitGroup

@@ -123,6 +123,9 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	}
 	st.Close = func() error {
 		err := st.ln.Close()
+		if errors.Is(err, net.ErrClosed) {
+			err = nil // the node's transport closed it first
+		}
 		st.closeFiles()
 		return err
 	}

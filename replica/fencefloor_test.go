@@ -1,5 +1,3 @@
-//go:build !etcdraft
-
 package replica
 
 import (

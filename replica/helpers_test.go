@@ -189,3 +189,22 @@ func waitSame(t *testing.T, nodes ...*Node) []byte {
 	}, func() string { return "applied indexes " + last })
 	return state
 }
+
+// isolate cuts node i off from every other node.
+func (c *cluster) isolate(i int) {
+	for j := range c.trans {
+		if j != i {
+			c.trans[j].Disconnect(c.trans[i].LocalAddr())
+		}
+	}
+	c.trans[i].DisconnectAll()
+}
+
+// raftAddr is node i's raft address.
+func (c *cluster) raftAddr(i int) string { return string(c.trans[i].LocalAddr()) }
+
+// snapshotNow has n take a snapshot (and compact its log).
+func snapshotNow(n *Node) error { return n.Raft().Snapshot().Error() }
+
+// raftLeads reports raft's own view: n is the leader.
+func raftLeads(n *Node) bool { return n.raft.State() == raft.Leader }
