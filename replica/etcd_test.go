@@ -351,7 +351,9 @@ func TestEtcdMembership(t *testing.T) {
 	if voters != 4 {
 		t.Fatalf("voters: %+v", l.Status().Voters)
 	}
-	// Hand leadership to n4, then remove the old leader.
+	// Hand leadership to n4 (once it knows it votes), then remove the
+	// old leader.
+	c.same(t, 0, 1, 2, 3)
 	if err := l.TransferLeadership(ctx, "n4"); err != nil {
 		t.Fatal(err)
 	}
