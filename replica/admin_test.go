@@ -234,3 +234,37 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("after Shutdown: %+v", s)
 	}
 }
+
+// TestAddLearner: a learner gets the log and the state but no vote; then
+// AddVoter promotes it.
+func TestAddLearner(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(t)
+	nd, addr := c.startEmpty(t)
+	ctx := ctxT(t, 5*time.Second)
+	if err := l.AddLearner(ctx, nd.ID(), addr); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	if out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte("x"), Owner: 1, Limit: 1, TTL: time.Minute}, nil); err != nil || out.Result != engine.Granted {
+		t.Fatalf("Acquire = %v, %v", out.Result, err)
+	}
+	waitSame(t, c.live()...)
+	suffrage := func() string {
+		for _, m := range l.Status().Voters {
+			if m.ID == nd.ID() {
+				return m.Suffrage
+			}
+		}
+		return ""
+	}
+	if s := suffrage(); s != "nonvoter" {
+		t.Fatalf("learner's suffrage %q; want nonvoter", s)
+	}
+	if err := l.AddVoter(ctx, nd.ID(), addr); err != nil {
+		t.Fatalf("AddVoter: %v", err)
+	}
+	if s := suffrage(); s != "voter" {
+		t.Fatalf("promoted learner's suffrage %q; want voter", s)
+	}
+	waitSame(t, c.live()...)
+}

@@ -219,6 +219,12 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(ents) > 0 && ents[0].GetIndex() != n.snapIndex+1 {
+		// Entries that do not follow the snapshot (a crash between a
+		// snapshot install and the log's reset left older ones): the
+		// leader sends what follows.
+		ents = nil
+	}
 	if err := n.mem.Append(ents); err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
@@ -529,7 +535,12 @@ func (n *Node) drainReady() {
 			n.softState(rd.SoftState)
 		}
 		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-			n.term.Store(rd.GetTerm())
+			if old := n.term.Swap(rd.GetTerm()); old != rd.GetTerm() && rd.SoftState == nil && n.isLeaderState() {
+				// Lost and won again between two Readys: a new
+				// leadership, which needs its own Restamp.
+				n.leadershipLost()
+				n.leadTerm.Store(rd.GetTerm())
+			}
 			n.commit.Store(rd.GetCommit())
 		}
 		for _, m := range rd.Messages {
@@ -560,16 +571,21 @@ func (n *Node) softState(ss *raft.SoftState) {
 		n.leadTerm.Store(0)
 	}
 	if wasLeader && !isLeader {
-		n.setReady(false)
-		// Entries proposed here may still commit under the next leader:
-		// their outcome is unknown.
-		n.waitMu.Lock()
-		ws := n.waiters
-		n.waiters = make(map[uint64]*waiter)
-		n.waitMu.Unlock()
-		for _, w := range ws {
-			n.finish(w, nil, ErrUnknownOutcome)
-		}
+		n.leadershipLost()
+	}
+}
+
+// leadershipLost withdraws readiness and answers every proposal in flight:
+// entries proposed here may still commit under the next leader, so their
+// outcome is unknown.
+func (n *Node) leadershipLost() {
+	n.setReady(false)
+	n.waitMu.Lock()
+	ws := n.waiters
+	n.waiters = make(map[uint64]*waiter)
+	n.waitMu.Unlock()
+	for _, w := range ws {
+		n.finish(w, nil, ErrUnknownOutcome)
 	}
 }
 

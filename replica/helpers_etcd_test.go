@@ -108,17 +108,24 @@ func raftLeads(n *Node) bool { return raft.StateType(n.role.Load()) == raft.Stat
 // voter.
 func (c *cluster) addNode(t *testing.T) *Node {
 	t.Helper()
-	i := len(c.nodes)
-	c.addrs = append(c.addrs, freeAddr(t))
-	cfg := testConfig(fmt.Sprint("n", i))
-	nd := c.startNode(t, cfg, i)
-	c.nodes = append(c.nodes, nd)
+	nd, addr := c.startEmpty(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.leader(t).AddVoter(ctx, cfg.NodeID, c.addrs[i]); err != nil {
-		t.Fatalf("AddVoter(%s): %v", cfg.NodeID, err)
+	if err := c.leader(t).AddVoter(ctx, nd.ID(), addr); err != nil {
+		t.Fatalf("AddVoter(%s): %v", nd.ID(), err)
 	}
 	return nd
+}
+
+// startEmpty starts a node with empty storage, not yet a member, and
+// returns it with its raft address.
+func (c *cluster) startEmpty(t *testing.T) (*Node, string) {
+	t.Helper()
+	i := len(c.nodes)
+	c.addrs = append(c.addrs, freeAddr(t))
+	nd := c.startNode(t, testConfig(fmt.Sprint("n", i)), i)
+	c.nodes = append(c.nodes, nd)
+	return nd, c.addrs[i]
 }
 
 func (c *cluster) shutdown() {

@@ -65,6 +65,19 @@ func (c *cluster) connectAll() {
 // has the leader add it as a voter.
 func (c *cluster) addNode(t *testing.T) *Node {
 	t.Helper()
+	nd, addr := c.startEmpty(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.leader(t).AddVoter(ctx, nd.ID(), addr); err != nil {
+		t.Fatalf("AddVoter(%s): %v", nd.ID(), err)
+	}
+	return nd
+}
+
+// startEmpty starts a node with empty storage, connected to every other,
+// not yet a member, and returns it with its raft address.
+func (c *cluster) startEmpty(t *testing.T) (*Node, string) {
+	t.Helper()
 	addr, tr := raft.NewInmemTransport("")
 	c.trans = append(c.trans, tr)
 	c.connectAll()
@@ -77,12 +90,7 @@ func (c *cluster) addNode(t *testing.T) *Node {
 		t.Fatal(err)
 	}
 	c.nodes = append(c.nodes, nd)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.leader(t).AddVoter(ctx, cfg.NodeID, string(addr)); err != nil {
-		t.Fatalf("AddVoter(%s): %v", cfg.NodeID, err)
-	}
-	return nd
+	return nd, string(addr)
 }
 
 func (c *cluster) shutdown() {
