@@ -53,7 +53,7 @@ func (n *Node) applyLoop() {
 			for _, e := range m.GetEntries() {
 				n.applyOne(e)
 			}
-			n.recvQ.push(m.GetResponses()...)
+			n.step(m.GetResponses()...)
 		}
 		n.maybeSnapshot(false)
 	}
@@ -268,7 +268,7 @@ func (n *Node) applyRaw(c *Command) (Reply, error) {
 	c.ReqID = n.seq.Add(1)
 	c.Now = n.now()
 	p := &proposal{c: *c, raw: true, done: make(chan proposalResult, 1)}
-	n.propQ.push(p)
+	n.submit(p)
 	select {
 	case res := <-p.done:
 		return res.r, res.err
@@ -331,7 +331,7 @@ func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply,
 	if p.parks {
 		n.fsm.register(c.ReqID, sink)
 	}
-	n.propQ.push(p)
+	n.submit(p)
 	select {
 	case res := <-p.done:
 		if res.err != nil {
@@ -487,7 +487,7 @@ func (n *Node) EndSessionAsync(owner engine.OwnerID) {
 		return
 	}
 	c := Command{Op: OpEndSession, Owner: owner, Now: n.now(), Origin: n.origin, ReqID: n.seq.Add(1)}
-	n.propQ.push(&proposal{c: c, done: make(chan proposalResult, 1)})
+	n.submit(&proposal{c: c, done: make(chan proposalResult, 1)})
 }
 
 // WriteState writes the FSM's state; see FSM.WriteState.

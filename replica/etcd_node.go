@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"os"
+	"strconv"
 	stdlog "log"
 	"slices"
 	"sync"
@@ -45,7 +47,12 @@ type Node struct {
 	seq    atomic.Uint64
 	now    func() int64
 
-	rn *raft.RawNode // raft loop only
+	// mu guards rn. Whoever has input for raft (the transport's readers,
+	// the append and apply threads with their responses, a proposer, the
+	// ticker) steps it and hands out the Ready itself: no hop through a
+	// loop goroutine on the commit path.
+	mu sync.Mutex
+	rn *raft.RawNode
 
 	// Published by the raft loop.
 	lead      atomic.Uint64
@@ -59,8 +66,6 @@ type Node struct {
 	ready   chan struct{}
 	isReady atomic.Bool
 
-	// Inboxes of the raft loop.
-	recvQ  msgQueue // from the transport and the local threads
 	propQ  propQueue
 	fnc    chan func()
 	appQ   msgQueue // to the append thread
@@ -141,10 +146,13 @@ func (q *propQueue) push(p *proposal) {
 	q.mu.Lock()
 	q.q = append(q.q, p)
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+}
+
+// putBack returns ps, taken and not proposed, to the front of the queue.
+func (q *propQueue) putBack(ps []*proposal) {
+	q.mu.Lock()
+	q.q = append(ps, q.q...)
+	q.mu.Unlock()
 }
 
 func (q *propQueue) take() []*proposal {
@@ -153,6 +161,18 @@ func (q *propQueue) take() []*proposal {
 	q.q = nil
 	q.mu.Unlock()
 	return ps
+}
+
+// maxInflightEntries bounds the entries this leader has proposed and not
+// yet applied. More in flight overlap more disk writes; fewer make each
+// entry carry more commands (less work per command on every node).
+var maxInflightEntries = envInt("LATCHD_INFLIGHT", 4)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // raftID maps a node ID to etcd raft's numeric ID.
@@ -184,7 +204,6 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		origin: origin, now: clock.Now, ready: make(chan struct{}), fnc: make(chan func(), 16),
 		book: make(map[uint64]Member), waiters: make(map[uint64]*waiter), ccWait: make(map[uint64]chan error),
 		stop: make(chan struct{}), restored: make(chan error, 1), confState: &raftpb.ConfState{}}
-	n.recvQ.init()
 	n.appQ.init()
 	n.applyQ.init()
 	n.propQ.wake = make(chan struct{}, 1)
@@ -259,7 +278,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if n.tr.selfAddr == "" {
 		n.tr.selfAddr = st.ln.Addr().String()
 	}
-	n.tr.recv = func(m *raftpb.Message) { n.recvQ.push(m) }
+	n.tr.recv = func(m *raftpb.Message) { n.step(m) }
 	n.tr.report = func(id uint64, _ bool) {
 		n.do(func() { n.rn.ReportUnreachable(id) })
 	}
@@ -419,27 +438,64 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	return nil
 }
 
-// raftLoop owns the RawNode.
+// raftLoop ticks raft, runs the closures of do and call, and proposes
+// what a proposer queued while another goroutine held mu.
 func (n *Node) raftLoop() {
 	defer n.wg.Done()
 	tick := time.NewTicker(max(n.cfg.ElectionTimeout/10, time.Millisecond))
 	defer tick.Stop()
 	for {
+		ticked := false
+		var f func()
 		select {
 		case <-n.stop:
 			return
 		case <-tick.C:
-			n.rn.Tick()
-		case <-n.recvQ.wake:
-			for _, m := range n.recvQ.take() {
-				_ = n.rn.Step(m)
-			}
+			ticked = true
 		case <-n.propQ.wake:
-			n.proposeQueued()
-		case f := <-n.fnc:
+		case f = <-n.fnc:
+		}
+		n.mu.Lock()
+		if ticked {
+			n.rn.Tick()
+		}
+		if f != nil {
 			f()
 		}
+		n.proposeQueued()
 		n.drainReady()
+		n.mu.Unlock()
+	}
+}
+
+// step hands messages to raft and hands out what they make ready.
+func (n *Node) step(ms ...*raftpb.Message) {
+	if len(ms) == 0 {
+		return
+	}
+	n.mu.Lock()
+	for _, m := range ms {
+		_ = n.rn.Step(m)
+	}
+	n.proposeQueued()
+	n.drainReady()
+	n.mu.Unlock()
+}
+
+// submit queues a proposal and proposes at once if raft is free; else the
+// goroutine holding it, or the raft loop, takes it with the others queued
+// meanwhile (one entry for all of them: group commit).
+func (n *Node) submit(p *proposal) {
+	n.propQ.push(p)
+	if n.mu.TryLock() {
+		n.proposeQueued()
+		n.drainReady()
+		n.mu.Unlock()
+		return
+	}
+	select {
+	case n.propQ.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -448,6 +504,15 @@ func (n *Node) raftLoop() {
 func (n *Node) proposeQueued() {
 	ps := n.propQ.take()
 	for len(ps) > 0 {
+		n.waitMu.Lock()
+		busy := len(n.waiters) >= maxInflightEntries
+		n.waitMu.Unlock()
+		if busy {
+			// Wait for an entry to apply (the apply thread then steps
+			// raft, which comes back here): fewer, fuller entries.
+			n.propQ.putBack(ps)
+			return
+		}
 		if ps[0].raw {
 			n.propose([]*proposal{ps[0]})
 			ps = ps[1:]
@@ -543,13 +608,18 @@ func (n *Node) drainReady() {
 			}
 			n.commit.Store(rd.GetCommit())
 		}
+		// Local work first: the append thread starts its write while
+		// this goroutine sends to the peers.
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
 				n.appQ.push(m)
 			case raft.LocalApplyThread:
 				n.applyQ.push(m)
-			default:
+			}
+		}
+		for _, m := range rd.Messages {
+			if to := m.GetTo(); to != raft.LocalAppendThread && to != raft.LocalApplyThread {
 				n.tr.send(m)
 			}
 		}
@@ -660,7 +730,7 @@ func (n *Node) appendLoop() {
 		for _, m := range ms {
 			for _, r := range m.GetResponses() {
 				if r.GetTo() == n.id {
-					n.recvQ.push(r)
+					n.step(r)
 				} else {
 					n.tr.send(r)
 				}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,12 +29,24 @@ const (
 	maxFrame     = 256 << 20
 	redialPause  = 50 * time.Millisecond
 	writeTimeout = 5 * time.Second
+	// directWriteTimeout bounds a write made by the goroutine that has the
+	// message (raft's, or the append thread): past it the connection is
+	// dropped rather than stall raft behind a slow peer.
+	directWriteTimeout = 50 * time.Millisecond
 )
 
 type peerStream struct {
+	id   uint64
 	addr string
-	q    chan []byte
 	stop chan struct{}
+	wake chan struct{} // the writer has queued frames to send
+
+	qmu sync.Mutex
+	q   [][]byte // frames waiting for the writer; the last byte marks a snapshot
+
+	wmu sync.Mutex // the connection; held by whoever writes to it
+	c   net.Conn
+	w   *bufio.Writer
 }
 
 type transport struct {
@@ -159,10 +172,10 @@ func (t *transport) setPeer(id uint64, addr string) {
 		}
 		close(p.stop)
 	}
-	p := &peerStream{addr: addr, q: make(chan []byte, peerQueue), stop: make(chan struct{})}
+	p := &peerStream{id: id, addr: addr, stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	t.peers[id] = p
 	t.wg.Add(1)
-	go t.writeLoop(id, p)
+	go t.writeLoop(p)
 }
 
 // removePeer stops the stream to id.
@@ -175,7 +188,12 @@ func (t *transport) removePeer(id uint64) {
 	}
 }
 
-// send queues m for its peer; it never blocks.
+// send sends m to its peer. When the connection is up, idle and nothing
+// is queued, the caller writes the frame itself (bounded by
+// directWriteTimeout): a message on the commit path does not wait for the
+// writer goroutine to be scheduled. Otherwise the frame is queued for the
+// writer; a full queue drops it (raft sends again) and reports the peer
+// unreachable. It never blocks for long.
 func (t *transport) send(m *raftpb.Message) {
 	if f := t.cut.Load(); f != nil && (*f)(m.GetTo()) {
 		return
@@ -190,82 +208,148 @@ func (t *transport) send(m *raftpb.Message) {
 	if err != nil {
 		return
 	}
-	if m.GetType() == raftpb.MessageType_MsgSnap {
-		b = append(b, 1) // marks a snapshot frame for the writer's report
-	} else {
-		b = append(b, 0)
+	snap := m.GetType() == raftpb.MessageType_MsgSnap
+	if directWrites && !snap && p.wmu.TryLock() {
+		p.qmu.Lock()
+		idle := len(p.q) == 0
+		p.qmu.Unlock()
+		if idle && p.c != nil {
+			err := t.writeFrame(p, b, time.Now().Add(directWriteTimeout))
+			if err == nil {
+				err = p.w.Flush()
+			}
+			if err != nil {
+				t.dropConn(p)
+			}
+			p.wmu.Unlock()
+			if err != nil {
+				t.report(p.id, false)
+			}
+			return
+		}
+		p.wmu.Unlock()
+	}
+	flag := byte(0)
+	if snap {
+		flag = 1
+	}
+	p.qmu.Lock()
+	full := len(p.q) >= peerQueue
+	if !full {
+		p.q = append(p.q, append(b, flag))
+	}
+	p.qmu.Unlock()
+	if full {
+		t.report(p.id, false)
+		if snap {
+			t.snapDone(p.id, false)
+		}
+		return
 	}
 	select {
-	case p.q <- b:
+	case p.wake <- struct{}{}:
 	default:
-		t.report(m.GetTo(), false)
-		if m.GetType() == raftpb.MessageType_MsgSnap {
-			t.snapDone(m.GetTo(), false)
-		}
 	}
 }
 
-func (t *transport) writeLoop(id uint64, p *peerStream) {
-	defer t.wg.Done()
-	var c net.Conn
-	var w *bufio.Writer
-	defer func() {
-		if c != nil {
-			_ = c.Close()
-		}
-	}()
+// writeFrame writes one frame to p's connection (p.wmu held).
+func (t *transport) writeFrame(p *peerStream, b []byte, deadline time.Time) error {
 	var hdr [4]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
+	_ = p.c.SetWriteDeadline(deadline)
+	if _, err := p.w.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := p.w.Write(b)
+	return err
+}
+
+// dropConn closes p's connection (p.wmu held); the writer dials again.
+func (t *transport) dropConn(p *peerStream) {
+	if p.c != nil {
+		_ = p.c.Close()
+	}
+	p.c, p.w = nil, nil
+}
+
+// dial connects p and sends the hello (p.wmu held).
+func (t *transport) dial(p *peerStream) error {
+	c, err := t.st.dial(p.addr, etcdDialTimout)
+	if err != nil {
+		return err
+	}
+	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
+	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
+	if err := t.writeFrame(p, hello, time.Now().Add(writeTimeout)); err != nil {
+		t.dropConn(p)
+		return err
+	}
+	return nil
+}
+
+// writeLoop sends what send queued, dialing when needed.
+func (t *transport) writeLoop(p *peerStream) {
+	defer t.wg.Done()
+	defer func() {
+		p.wmu.Lock()
+		t.dropConn(p)
+		p.wmu.Unlock()
+	}()
 	for {
-		var b []byte
 		select {
 		case <-p.stop:
 			return
-		case b = <-p.q:
+		case <-p.wake:
 		}
-		snap := b[len(b)-1] == 1
-		b = b[:len(b)-1]
-		if c == nil {
+		p.wmu.Lock()
+		for {
+			p.qmu.Lock()
+			q := p.q
+			p.q = nil
+			p.qmu.Unlock()
+			if len(q) == 0 {
+				break
+			}
+			if p.c == nil {
+				if err := t.dial(p); err != nil {
+					t.report(p.id, false)
+					for _, b := range q {
+						if b[len(b)-1] == 1 {
+							t.snapDone(p.id, false)
+						}
+					}
+					p.wmu.Unlock()
+					select {
+					case <-p.stop:
+						return
+					case <-time.After(redialPause):
+					}
+					p.wmu.Lock()
+					continue
+				}
+			}
 			var err error
-			c, err = t.st.dial(p.addr, etcdDialTimout)
-			if err != nil {
-				c = nil
-				t.report(id, false)
+			for _, b := range q {
+				snap := b[len(b)-1] == 1
+				if err == nil {
+					err = t.writeFrame(p, b[:len(b)-1], time.Now().Add(writeTimeout))
+					if err == nil && snap {
+						err = p.w.Flush()
+					}
+				}
 				if snap {
-					t.snapDone(id, false)
+					t.snapDone(p.id, err == nil)
 				}
-				select {
-				case <-p.stop:
-					return
-				case <-time.After(redialPause):
-				}
-				continue
 			}
-			w = bufio.NewWriterSize(c, 64<<10)
-			hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
-			binary.LittleEndian.PutUint32(hdr[:], uint32(len(hello)))
-			_, _ = w.Write(hdr[:])
-			_, _ = w.Write(hello)
-		}
-		binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
-		_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := w.Write(hdr[:])
-		if err == nil {
-			_, err = w.Write(b)
-		}
-		if err == nil && len(p.q) == 0 {
-			err = w.Flush()
-		}
-		if snap {
 			if err == nil {
-				err = w.Flush()
+				err = p.w.Flush()
 			}
-			t.snapDone(id, err == nil)
+			if err != nil {
+				t.dropConn(p)
+				t.report(p.id, false)
+			}
 		}
-		if err != nil {
-			_ = c.Close()
-			c = nil
-			t.report(id, false)
-		}
+		p.wmu.Unlock()
 	}
 }
 
@@ -284,3 +368,5 @@ func (t *transport) close() {
 	_ = t.st.ln.Close()
 	t.wg.Wait()
 }
+
+var directWrites = os.Getenv("LATCHD_NODIRECT") == ""

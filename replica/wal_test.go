@@ -212,6 +212,9 @@ func TestWALTornTail(t *testing.T) {
 		{"bad checksum", func(d []byte, off int) []byte { d[len(d)-1] ^= 0xff; return d }},
 		{"zeros after", func(d []byte, off int) []byte { return append(d, make([]byte, 4096)...) }},
 		{"garbage after", func(d []byte, off int) []byte { return append(d, "not a record at all"...) }},
+		{"half a record, then preallocated zeros", func(d []byte, off int) []byte {
+			return append(d[:off+(len(d)-off)/2], make([]byte, walPrealloc)...)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := openWAL(t, t.TempDir(), 0)
@@ -223,6 +226,7 @@ func TestWALTornTail(t *testing.T) {
 			}
 			seg := w.segs[0]
 			lastOff := int(seg.offs[20])
+			end := seg.size // the file goes on with preallocated zeros
 			name := seg.f.Name()
 			if err := w.Close(); err != nil {
 				t.Fatal(err)
@@ -231,7 +235,7 @@ func TestWALTornTail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(name, tc.damage(data, lastOff), 0o600); err != nil {
+			if err := os.WriteFile(name, tc.damage(data[:end], lastOff), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			w = openWAL(t, w.dir, 0)
