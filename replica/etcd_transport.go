@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,7 +208,7 @@ func (t *transport) send(m *raftpb.Message) {
 		return
 	}
 	snap := m.GetType() == raftpb.MessageType_MsgSnap
-	if directWrites && !snap && p.wmu.TryLock() {
+	if !snap && p.wmu.TryLock() {
 		p.qmu.Lock()
 		idle := len(p.q) == 0
 		p.qmu.Unlock()
@@ -368,5 +367,3 @@ func (t *transport) close() {
 	_ = t.st.ln.Close()
 	t.wg.Wait()
 }
-
-var directWrites = os.Getenv("LATCHD_NODIRECT") == ""
