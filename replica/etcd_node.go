@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	stdlog "log"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/latchd/latchd/engine"
@@ -263,7 +263,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		PreVote:                   true,
 		DisableProposalForwarding: true,
 		StepDownOnRemoval:         true,
-		Logger:                    raftLog(cfg),
+		Logger:                    raftLog(cfg, log),
 	}
 	if n.rn, err = raft.NewRawNode(rc); err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
@@ -334,12 +334,84 @@ func (n *Node) call(ctx context.Context, f func()) error {
 	}
 }
 
-func raftLog(cfg Config) raft.Logger {
-	if cfg.RaftLogLevel == "debug" || cfg.RaftLogLevel == "trace" || cfg.RaftLogLevel == "info" {
-		return &raft.DefaultLogger{Logger: stdlog.New(stdlog.Writer(), "raft ", stdlog.LstdFlags)}
+// raftLog is etcd raft's logger: zap at raft's own levels, filtered by
+// cfg.RaftLogLevel ("off" drops everything).
+func raftLog(cfg Config, log *zap.Logger) raft.Logger {
+	lvl := zapcore.InvalidLevel // off
+	switch cfg.RaftLogLevel {
+	case "trace", "debug":
+		lvl = zapcore.DebugLevel
+	case "info":
+		lvl = zapcore.InfoLevel
+	case "warn":
+		lvl = zapcore.WarnLevel
+	case "error":
+		lvl = zapcore.ErrorLevel
 	}
-	return &raft.DefaultLogger{Logger: stdlog.New(io.Discard, "", 0)}
+	return &zapRaftLogger{l: log.Named("etcdraft").With(zap.String("node_id", cfg.NodeID)).Sugar(), min: lvl}
 }
+
+type zapRaftLogger struct {
+	l   *zap.SugaredLogger
+	min zapcore.Level
+}
+
+func (z *zapRaftLogger) on(l zapcore.Level) bool { return z.min != zapcore.InvalidLevel && l >= z.min }
+
+func (z *zapRaftLogger) Debug(v ...any) {
+	if z.on(zapcore.DebugLevel) {
+		z.l.Debug(v...)
+	}
+}
+
+func (z *zapRaftLogger) Debugf(f string, v ...any) {
+	if z.on(zapcore.DebugLevel) {
+		z.l.Debugf(f, v...)
+	}
+}
+
+func (z *zapRaftLogger) Info(v ...any) {
+	if z.on(zapcore.InfoLevel) {
+		z.l.Info(v...)
+	}
+}
+
+func (z *zapRaftLogger) Infof(f string, v ...any) {
+	if z.on(zapcore.InfoLevel) {
+		z.l.Infof(f, v...)
+	}
+}
+
+func (z *zapRaftLogger) Warning(v ...any) {
+	if z.on(zapcore.WarnLevel) {
+		z.l.Warn(v...)
+	}
+}
+
+func (z *zapRaftLogger) Warningf(f string, v ...any) {
+	if z.on(zapcore.WarnLevel) {
+		z.l.Warnf(f, v...)
+	}
+}
+
+func (z *zapRaftLogger) Error(v ...any) {
+	if z.on(zapcore.ErrorLevel) {
+		z.l.Error(v...)
+	}
+}
+
+func (z *zapRaftLogger) Errorf(f string, v ...any) {
+	if z.on(zapcore.ErrorLevel) {
+		z.l.Errorf(f, v...)
+	}
+}
+
+// Fatal and Panic are raft's invariant failures: never filtered, and
+// they panic rather than exit, so deferred cleanup still runs.
+func (z *zapRaftLogger) Fatal(v ...any)            { z.l.Panic(v...) }
+func (z *zapRaftLogger) Fatalf(f string, v ...any) { z.l.Panicf(f, v...) }
+func (z *zapRaftLogger) Panic(v ...any)            { z.l.Panic(v...) }
+func (z *zapRaftLogger) Panicf(f string, v ...any) { z.l.Panicf(f, v...) }
 
 // Snapshot data: "LTCHETCD" 1, the members (uvarint count; raft ID as
 // uvarint, node ID, raft address, suffrage), then the FSM's state.
@@ -624,7 +696,12 @@ func (n *Node) drainReady() {
 
 func (n *Node) softState(ss *raft.SoftState) {
 	old := n.lead.Swap(ss.Lead)
-	wasLeader := raft.StateType(n.role.Swap(uint32(ss.RaftState))) == raft.StateLeader
+	was := raft.StateType(n.role.Swap(uint32(ss.RaftState)))
+	wasLeader := was == raft.StateLeader
+	if was != ss.RaftState {
+		n.log.Info("raft role", zap.String("node_id", n.cfg.NodeID), zap.String("role", roleOf(ss.RaftState)),
+			zap.Uint64("term", n.rn.BasicStatus().GetTerm()))
+	}
 	isLeader := ss.RaftState == raft.StateLeader
 	if ss.Lead != old && ss.Lead != raft.None {
 		n.leaderChg.Add(1)

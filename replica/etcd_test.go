@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/latchd/latchd/engine"
 )
@@ -393,4 +395,46 @@ func TestEtcdRefusesHashicorpDir(t *testing.T) {
 	if _, err := DiskStorage(cfg, nil); !errors.Is(err, ErrHashicorpDir) {
 		t.Fatalf("got %v", err)
 	}
+}
+
+// TestEtcdRaftLogLevels: etcd raft's lines reach zap at their own levels,
+// filtered by RaftLogLevel; a node logs the leader it learns and its role.
+func TestEtcdRaftLogLevels(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	cfg := testConfig("n0")
+	cfg.RaftLogLevel = "warn"
+	l := raftLog(cfg, zap.New(core))
+	l.Debugf("x %d", 1)
+	l.Infof("becomes follower at term %d", 2)
+	l.Warningf("dropping %s", "msg")
+	l.Errorf("bad %s", "thing")
+	got := logs.AllUntimed()
+	if len(got) != 2 || got[0].Level != zapcore.WarnLevel || got[0].Message != "dropping msg" || got[1].Level != zapcore.ErrorLevel {
+		t.Fatalf("zap saw %v; want raft's warning and error only", got)
+	}
+	cfg.RaftLogLevel = "off"
+	raftLog(cfg, zap.New(core)).Errorf("hidden")
+	if logs.Len() != 2 {
+		t.Fatal("RaftLogLevel off let a line through")
+	}
+
+	core, logs = observer.New(zapcore.InfoLevel)
+	cfg = testConfig("solo")
+	cfg.BindAddr = freeAddr(t)
+	cfg.RaftDir = t.TempDir()
+	cfg.Bootstrap = true
+	cfg.Peers = []Peer{{ID: "solo", RaftAddr: cfg.BindAddr}}
+	st, err := DiskStorage(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(cfg, zap.New(core), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown() })
+	poll(t, 5*time.Second, "a leader log line", func() bool {
+		return logs.FilterMessage("raft leader").FilterField(zap.String("leader_id", "solo")).Len() > 0 &&
+			logs.FilterMessage("raft role").FilterField(zap.String("role", "leader")).Len() > 0
+	})
 }
