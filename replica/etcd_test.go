@@ -438,3 +438,117 @@ func TestEtcdRaftLogLevels(t *testing.T) {
 			logs.FilterMessage("raft role").FilterField(zap.String("role", "leader")).Len() > 0
 	})
 }
+
+// TestEtcdAuthTransport: two nodes with the same token form a cluster and
+// replicate; a raw client with a wrong token is refused while the cluster
+// keeps committing; a node with a wrong token, added as a voter, gets no
+// raft traffic through (its log and term stay empty) and is removed again.
+func TestEtcdAuthTransport(t *testing.T) {
+	var nodes []*Node
+	var logs []*observer.ObservedLogs
+	var peers []Peer
+	var cfgs []Config
+	for i := range 2 {
+		cfg := testConfig(fmt.Sprint("a", i))
+		cfg.RaftDir = t.TempDir()
+		cfg.BindAddr = freeAddr(t)
+		cfg.AuthToken = testToken
+		cfg.Bootstrap = true
+		cfgs = append(cfgs, cfg)
+		peers = append(peers, Peer{ID: cfg.NodeID, RaftAddr: cfg.BindAddr})
+	}
+	for _, cfg := range cfgs {
+		cfg.Peers = peers
+		core, ol := observer.New(zapcore.DebugLevel)
+		st, err := DiskStorage(cfg, zap.New(core))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd, err := New(cfg, zap.NewNop(), st)
+		if err != nil {
+			_ = st.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = nd.Shutdown() })
+		nodes, logs = append(nodes, nd), append(logs, ol)
+	}
+	c := &cluster{t: t}
+	l := c.leaderAmong(t, nodes)
+	li := 0
+	if nodes[1] == l {
+		li = 1
+	}
+	ctx := ctxT(t, 20*time.Second)
+	grants := 0
+	acquire := func() {
+		t.Helper()
+		grants++
+		out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte(fmt.Sprint("k", grants)), Owner: 1, Limit: 1, TTL: time.Minute}, nil)
+		if err != nil || out.Result != engine.Granted {
+			t.Fatalf("Acquire = %v, %v; want granted", out.Result, err)
+		}
+		waitSame(t, nodes...)
+	}
+	acquire()
+
+	for range 3 {
+		raw, err := net.DialTimeout("tcp", cfgs[li].BindAddr, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := dialHandshake(raw, []byte(wrongToken)); err == nil {
+			t.Fatal("the leader accepted a wrong token")
+		}
+		_ = raw.Close()
+	}
+	poll(t, 5*time.Second, "three refusals logged", func() bool {
+		_, all := refusals(logs[li])
+		return all >= 3
+	})
+	if warn, _ := refusals(logs[li]); warn != 1 {
+		t.Fatalf("%d warnings for one refused host; want 1", warn)
+	}
+	acquire()
+
+	cfg := testConfig("x")
+	cfg.RaftDir = t.TempDir()
+	cfg.BindAddr = freeAddr(t)
+	cfg.AuthToken = wrongToken
+	core, xlogs := observer.New(zapcore.DebugLevel)
+	st, err := DiskStorage(cfg, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := New(cfg, zap.NewNop(), st)
+	if err != nil {
+		_ = st.Close()
+		t.Fatal(err)
+	}
+	defer x.Shutdown()
+	// Two of three voters commit the change without x.
+	if err := l.AddVoter(ctx, "x", cfg.BindAddr); err != nil {
+		t.Fatalf("AddVoter(x): %v", err)
+	}
+	poll(t, 10*time.Second, "x refusing the leader's connections", func() bool {
+		_, all := refusals(xlogs)
+		return all >= 3
+	})
+	acquire() // the cluster still commits
+	if s := x.Status(); s.LastLogIndex != 0 || s.Term != 0 || s.LeaderID != "" || s.AppliedIndex != 0 {
+		t.Fatalf("x got raft traffic through: %+v", s)
+	}
+	if warn, _ := refusals(xlogs); warn != 1 {
+		t.Fatalf("x logged %d warnings; want 1", warn)
+	}
+	if err := l.RemoveServer(ctx, "x"); err != nil {
+		t.Fatalf("RemoveServer(x): %v", err)
+	}
+	for _, n := range nodes {
+		poll(t, 5*time.Second, "a configuration without x", func() bool {
+			vs := n.Status().Voters
+			return len(vs) == 2 && vs[0].ID != "x" && vs[1].ID != "x"
+		})
+	}
+	acquire()
+}
