@@ -1,4 +1,4 @@
-//go:build etcdraft
+//go:build !hashicorpraft
 
 package replica
 
@@ -24,15 +24,19 @@ import (
 )
 
 // Node is one member of a latchd cluster over go.etcd.io/raft/v3 with
-// asynchronous storage writes (built with -tags etcdraft). Its API is the
+// asynchronous storage writes (the default build; -tags hashicorpraft
+// builds the hashicorp/raft one instead). Its API is the
 // hashicorp-backed Node's.
 //
-// Goroutines: the raft loop (the only one touching the RawNode: ticks,
-// incoming messages, proposals, Ready), the append thread (writes entries,
-// hard state and snapshots, one fdatasync per batch of MsgStorageAppend,
-// then delivers their responses), the apply thread (applies committed
-// entries to the FSM, answers proposers, takes snapshots), the transport,
-// and run (restamp, expiry), as in the hashicorp Node.
+// Goroutines: whoever has input for raft steps the RawNode under mu and
+// hands out the Ready (the transport's readers, the append and apply
+// threads with their responses, a proposer when raft is free); the raft
+// loop ticks, runs closures (do, call) and proposes what waited in the
+// queue; the append thread writes entries, hard state and snapshots, one
+// fdatasync per batch of MsgStorageAppend, then delivers their responses;
+// the apply thread applies committed entries to the FSM, answers
+// proposers and takes snapshots; the transport's writers; and run
+// (restamp, expiry), as in the hashicorp Node.
 type Node struct {
 	cfg    Config
 	log    *zap.Logger

@@ -1,4 +1,4 @@
-//go:build !etcdraft
+//go:build hashicorpraft
 
 package replica
 
