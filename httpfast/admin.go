@@ -69,6 +69,10 @@ func matchAdmin(method, path []byte) (o op, param []byte, allow string) {
 type voterBody struct {
 	ID       *string `json:"id"`
 	RaftAddr *string `json:"raft_addr"`
+	// Learner adds the node as a non-voting member (AddLearner): it
+	// catches up without counting toward the quorum; a later POST
+	// without it promotes the node to voter.
+	Learner bool `json:"learner"`
 }
 
 // transferBody is POST /v1/admin/leadership-transfer; all of it optional.
@@ -118,11 +122,15 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 			return
 		}
 		_, existed := member(n, *b.ID)
-		if err := n.AddVoter(cctx, *b.ID, *b.RaftAddr); err != nil {
-			s.adminFail(ctx, "add voter", err)
+		add, what := n.AddVoter, "voter"
+		if b.Learner {
+			add, what = n.AddLearner, "learner"
+		}
+		if err := add(cctx, *b.ID, *b.RaftAddr); err != nil {
+			s.adminFail(ctx, "add "+what, err)
 			return
 		}
-		s.log.Info("voter added", zap.String("id", *b.ID), zap.String("raft_addr", *b.RaftAddr))
+		s.log.Info(what+" added", zap.String("id", *b.ID), zap.String("raft_addr", *b.RaftAddr))
 		status := fasthttp.StatusCreated
 		if existed {
 			status = fasthttp.StatusOK // its address updated, or nothing changed

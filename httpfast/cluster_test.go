@@ -315,6 +315,18 @@ func TestClusterAdmin(t *testing.T) {
 		t.Fatalf("re-add answered voters %s", r.raw)
 	}
 
+	// A learner (a node that is not even running here) joins without a
+	// vote: the three voters keep their quorum and the leader keeps
+	// taking commands; then it is removed again.
+	r = lh.do(call{method: "POST", path: "/v1/admin/voters", hdr: admin, body: `{"id":"l9","raft_addr":"127.0.0.1:1","learner":true}`})
+	wantStatus(t, "add a learner", r, http.StatusCreated, "ok")
+	if !strings.Contains(string(r.raw), `{"id":"l9","raft_addr":"127.0.0.1:1","suffrage":"nonvoter"}`) {
+		t.Fatalf("add learner answered %s", r.raw)
+	}
+	lsid := lh.do(call{method: "POST", path: "/v1/sessions", hdr: client}).str("session_id")
+	wantStatus(t, "acquire with a learner", lh.do(call{method: "POST", path: "/v1/locks/learner", session: lsid, hdr: client}), http.StatusOK, "ok")
+	wantStatus(t, "remove the learner", lh.do(call{method: "DELETE", path: "/v1/admin/voters/l9", hdr: admin}), http.StatusOK, "ok")
+
 	// Transfer leadership to any other voter: the leader changes.
 	wantStatus(t, "transfer leadership", lh.do(call{method: "POST", path: "/v1/admin/leadership-transfer", hdr: admin}), http.StatusOK, "ok")
 	var nm *testutil.Member

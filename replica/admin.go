@@ -1,3 +1,5 @@
+//go:build hashicorpraft
+
 package replica
 
 import (
@@ -37,6 +39,22 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
 		return err
 	}
 	return n.adminErr("add voter", awaitFuture(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeout)))
+}
+
+// AddLearner adds the node id, reached at raftAddr, as a non-voting
+// member: it receives the log but does not count toward the quorum, so
+// adding it cannot cost the cluster its majority while it catches up.
+// AddVoter promotes it later. It returns once the configuration change is
+// committed.
+func (n *Node) AddLearner(ctx context.Context, id, raftAddr string) error {
+	if id == "" || raftAddr == "" {
+		return fmt.Errorf("replica: add learner: empty ID or address")
+	}
+	timeout, err := n.enqueueTimeout(ctx)
+	if err != nil {
+		return err
+	}
+	return n.adminErr("add learner", awaitFuture(ctx, n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeout)))
 }
 
 // RemoveServer removes the node id from the cluster; removing a node that

@@ -191,14 +191,14 @@ func TestStatus(t *testing.T) {
 		if s.LeaderClientAddr != "client-"+l.ID() || s.LeaderHTTPAddr != "http-"+l.ID() {
 			t.Fatalf("%s: leader client address %q, HTTP address %q", n.ID(), s.LeaderClientAddr, s.LeaderHTTPAddr)
 		}
-		if s.LeaderRaftAddr != string(c.trans[c.index(l)].LocalAddr()) || s.LeaderChanges == 0 {
+		if s.LeaderRaftAddr != c.raftAddr(c.index(l)) || s.LeaderChanges == 0 {
 			t.Fatalf("%s: leader raft address %q, %d leader changes", n.ID(), s.LeaderRaftAddr, s.LeaderChanges)
 		}
 		if len(s.Voters) != 3 {
 			t.Fatalf("%s: voters %+v", n.ID(), s.Voters)
 		}
 		for j, m := range s.Voters {
-			if m.ID != c.nodes[j].ID() || m.RaftAddr != string(c.trans[j].LocalAddr()) || m.Suffrage != "voter" {
+			if m.ID != c.nodes[j].ID() || m.RaftAddr != c.raftAddr(j) || m.Suffrage != "voter" {
 				t.Fatalf("%s: voter %d is %+v", n.ID(), j, m)
 			}
 		}
@@ -233,4 +233,38 @@ func TestStatus(t *testing.T) {
 	if s := f.Status(); s.Role != "shutdown" || s.Ready || len(s.Voters) != 3 {
 		t.Fatalf("after Shutdown: %+v", s)
 	}
+}
+
+// TestAddLearner: a learner gets the log and the state but no vote; then
+// AddVoter promotes it.
+func TestAddLearner(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(t)
+	nd, addr := c.startEmpty(t)
+	ctx := ctxT(t, 5*time.Second)
+	if err := l.AddLearner(ctx, nd.ID(), addr); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	if out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte("x"), Owner: 1, Limit: 1, TTL: time.Minute}, nil); err != nil || out.Result != engine.Granted {
+		t.Fatalf("Acquire = %v, %v", out.Result, err)
+	}
+	waitSame(t, c.live()...)
+	suffrage := func() string {
+		for _, m := range l.Status().Voters {
+			if m.ID == nd.ID() {
+				return m.Suffrage
+			}
+		}
+		return ""
+	}
+	if s := suffrage(); s != "nonvoter" {
+		t.Fatalf("learner's suffrage %q; want nonvoter", s)
+	}
+	if err := l.AddVoter(ctx, nd.ID(), addr); err != nil {
+		t.Fatalf("AddVoter: %v", err)
+	}
+	if s := suffrage(); s != "voter" {
+		t.Fatalf("promoted learner's suffrage %q; want voter", s)
+	}
+	waitSame(t, c.live()...)
 }

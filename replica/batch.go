@@ -1,3 +1,5 @@
+//go:build hashicorpraft
+
 package replica
 
 import (
@@ -30,13 +32,7 @@ import (
 // AppendCommand encoding, uvarint-length-prefixed. The FSM answers it with
 // a batchReply, one Reply per command, in order.
 
-const (
-	batchVersion = 2    // first byte of a batch entry (a command's is commandVersion)
-	maxBatch     = 1024 // commands per entry
-	maxInflight  = 1    // batch entries proposed and not yet committed
-)
-
-type batchReply []Reply
+const maxInflight = 1 // batch entries proposed and not yet committed
 
 // proposal is one command waiting in the batcher.
 type proposal struct {
@@ -169,28 +165,4 @@ func (n *Node) applyError(err error) error {
 		return context.DeadlineExceeded // never entered the log
 	}
 	return fmt.Errorf("replica: apply: %w", err)
-}
-
-// applyBatch applies a batch entry's commands in order.
-func (f *FSM) applyBatch(data []byte) any {
-	d := decoder{b: data[1:]}
-	n := d.uvarint()
-	if d.bad || n > maxBatch {
-		return Reply{Err: ErrBadCommand}
-	}
-	replies := make(batchReply, n)
-	var c Command
-	for i := range replies {
-		one := d.bytes()
-		if d.bad {
-			replies[i].Err = ErrBadCommand
-			continue
-		}
-		if err := DecodeCommand(one, &c); err != nil || c.Op == OpRestamp {
-			replies[i].Err = ErrBadCommand
-			continue
-		}
-		replies[i] = f.applyCommand(&c)
-	}
-	return replies
 }

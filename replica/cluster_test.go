@@ -358,10 +358,9 @@ func TestMinorityCannotGrant(t *testing.T) {
 	for i, n := range c.nodes {
 		if i != oi {
 			rest = append(rest, n)
-			c.trans[i].Disconnect(c.trans[oi].LocalAddr())
 		}
 	}
-	c.trans[oi].DisconnectAll()
+	c.isolate(oi)
 
 	ctx := ctxT(t, 3*time.Second)
 	out, err := old.Acquire(ctx, engine.AcquireReq{Key: []byte("p"), Owner: 7, Limit: 1, TTL: time.Minute}, nil)
@@ -417,7 +416,7 @@ func TestSnapshotCatchUp(t *testing.T) {
 		}
 	}
 	load(60, 1)
-	if err := l.Raft().Snapshot().Error(); err != nil {
+	if err := snapshotNow(l); err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
 	load(10, 20) // a few entries past the snapshot, kept in the log

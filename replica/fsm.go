@@ -388,3 +388,27 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 // Release implements raft.FSMSnapshot.
 func (s *fsmSnapshot) Release() {}
+
+// applyEntry applies one log entry's data (a Command or a batch entry) at
+// index, for a raft implementation that does not call Apply.
+func (f *FSM) applyEntry(index uint64, data []byte) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applyLocked(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
+}
+
+// skipEntry records index as applied for an entry that carries no command
+// (an empty entry or a configuration change).
+func (f *FSM) skipEntry(index uint64) {
+	f.mu.Lock()
+	f.index.Store(index)
+	f.mu.Unlock()
+}
+
+// stateBytes returns the state as a snapshot holds it and the index it
+// reflects.
+func (f *FSM) stateBytes() ([]byte, uint64, error) {
+	var buf bytes.Buffer
+	idx, err := f.WriteState(&buf)
+	return buf.Bytes(), idx, err
+}

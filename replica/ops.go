@@ -1,3 +1,5 @@
+//go:build hashicorpraft
+
 package replica
 
 import (

@@ -212,6 +212,9 @@ func TestWALTornTail(t *testing.T) {
 		{"bad checksum", func(d []byte, off int) []byte { d[len(d)-1] ^= 0xff; return d }},
 		{"zeros after", func(d []byte, off int) []byte { return append(d, make([]byte, 4096)...) }},
 		{"garbage after", func(d []byte, off int) []byte { return append(d, "not a record at all"...) }},
+		{"half a record, then preallocated zeros", func(d []byte, off int) []byte {
+			return append(d[:off+(len(d)-off)/2], make([]byte, walPrealloc)...)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := openWAL(t, t.TempDir(), 0)
@@ -223,6 +226,7 @@ func TestWALTornTail(t *testing.T) {
 			}
 			seg := w.segs[0]
 			lastOff := int(seg.offs[20])
+			end := seg.size // the file goes on with preallocated zeros
 			name := seg.f.Name()
 			if err := w.Close(); err != nil {
 				t.Fatal(err)
@@ -231,7 +235,7 @@ func TestWALTornTail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(name, tc.damage(data, lastOff), 0o600); err != nil {
+			if err := os.WriteFile(name, tc.damage(data[:end], lastOff), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			w = openWAL(t, w.dir, 0)
@@ -368,63 +372,6 @@ func mustFirst(t *testing.T, w *WAL) uint64 {
 		t.Fatal(err)
 	}
 	return f
-}
-
-// A raft dir from before the WAL keeps its log: DiskStorage moves the
-// entries out of raft.db.
-func TestWALMovesBoltLog(t *testing.T) {
-	dir := t.TempDir()
-	bolt, err := OpenBoltStore(filepath.Join(dir, "raft.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bolt.StoreLogs(walLogs(10, 40, 0)); err != nil {
-		t.Fatal(err)
-	}
-	// A gap, as an old snapshot install left: what follows it is kept.
-	if err := bolt.StoreLogs(walLogs(60, 2100, 0)); err != nil {
-		t.Fatal(err)
-	}
-	w := openWAL(t, filepath.Join(dir, "wal"), 0)
-	if err := moveLogs(bolt, w); err != nil {
-		t.Fatal(err)
-	}
-	checkWAL(t, w, 60, 2100, gen0)
-	if f, _ := bolt.FirstIndex(); f != 0 {
-		t.Fatalf("raft.db still holds entries from %d", f)
-	}
-	// Moving again (nothing left in bbolt) changes nothing.
-	if err := moveLogs(bolt, w); err != nil {
-		t.Fatal(err)
-	}
-	checkWAL(t, w, 60, 2100, gen0)
-	if err := bolt.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// A crash part way through the move (some batches in the WAL, bbolt
-// still holding everything) loses nothing: the next start moves it all
-// again. A review found the first version kept the partial WAL.
-func TestWALMoveResumesAfterCrash(t *testing.T) {
-	dir := t.TempDir()
-	bolt, err := OpenBoltStore(filepath.Join(dir, "raft.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
-	if err := bolt.StoreLogs(walLogs(1, 3000, 0)); err != nil {
-		t.Fatal(err)
-	}
-	w := openWAL(t, filepath.Join(dir, "wal"), 0)
-	if err := w.StoreLogs(walLogs(1, 1024, 0)); err != nil { // the first batch, then the crash
-		t.Fatal(err)
-	}
-	w = reopenWAL(t, w, 0)
-	if err := moveLogs(bolt, w); err != nil {
-		t.Fatal(err)
-	}
-	checkWAL(t, w, 1, 3000, gen0)
 }
 
 // A malformed batch past a gap is refused before the gap clears the log.

@@ -216,11 +216,9 @@ const handOffWait = 5 * time.Second
 // as a voter, in turn, until one does or ctx ends. A member that is not
 // the leader answers 503 naming it; the loop goes on to the next address.
 func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logger) {
-	if f := n.Raft().GetConfiguration(); f.Error() == nil {
-		for _, srv := range f.Configuration().Servers {
-			if string(srv.ID) == o.nodeID {
-				return // already a member: a restart, not a join
-			}
+	for _, m := range n.Status().Voters {
+		if m.ID == o.nodeID {
+			return // already a member: a restart, not a join
 		}
 	}
 	adv := o.raftAdvertise

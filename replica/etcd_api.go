@@ -1,0 +1,772 @@
+//go:build !hashicorpraft
+
+package replica
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/fence"
+	"github.com/latchd/latchd/internal/clock"
+)
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// applyLoop applies committed entries in order and answers their
+// proposers; a MsgSnap from the append thread is a snapshot to restore.
+func (n *Node) applyLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.applyQ.wake:
+		}
+		for _, m := range n.applyQ.take() {
+			if m == nil { // snapshotNow's marker (tests)
+				if ch := n.forceSnap.Swap(nil); ch != nil {
+					n.maybeSnapshot(true)
+					close(*ch)
+				}
+				continue
+			}
+			if m.GetType() == raftpb.MessageType_MsgSnap {
+				err := n.restoreSnapshot(m.GetSnapshot())
+				if err == nil {
+					n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
+				}
+				n.restored <- err
+				continue
+			}
+			for _, e := range m.GetEntries() {
+				n.applyOne(e)
+			}
+			n.step(m.GetResponses()...)
+		}
+		n.maybeSnapshot(false)
+	}
+}
+
+func (n *Node) applyOne(e *raftpb.Entry) {
+	idx := e.GetIndex()
+	if idx <= n.fsm.AppliedIndex() {
+		return // in the snapshot this node restored
+	}
+	switch e.GetType() {
+	case raftpb.EntryType_EntryNormal:
+		data := e.GetData()
+		if len(data) == 0 {
+			n.fsm.skipEntry(idx)
+			return
+		}
+		n.applyMu.Lock()
+		res := n.fsm.applyEntry(idx, data)
+		n.applyMu.Unlock()
+		origin, key := firstReqID(data)
+		if origin != n.origin {
+			return
+		}
+		n.waitMu.Lock()
+		w := n.waiters[key]
+		delete(n.waiters, key)
+		n.waitMu.Unlock()
+		if w != nil {
+			n.finish(w, res, nil)
+		}
+	case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
+		var cc raftpb.ConfChangeI
+		var ctxb []byte
+		if e.GetType() == raftpb.EntryType_EntryConfChange {
+			c := &raftpb.ConfChange{}
+			if proto.Unmarshal(e.GetData(), c) != nil {
+				n.fsm.skipEntry(idx)
+				return
+			}
+			cc, ctxb = c, c.GetContext()
+		} else {
+			c := &raftpb.ConfChangeV2{}
+			if proto.Unmarshal(e.GetData(), c) != nil {
+				n.fsm.skipEntry(idx)
+				return
+			}
+			cc, ctxb = c, c.GetContext()
+		}
+		d := decoder{b: ctxb}
+		req := d.uvarint()
+		name, addr := string(d.bytes()), string(d.bytes())
+		v2 := cc.AsV2()
+		if !d.bad && name != "" {
+			for _, ch := range v2.GetChanges() {
+				if ch.GetNodeId() == raftID(name) && ch.GetType() != raftpb.ConfChangeType_ConfChangeRemoveNode {
+					n.bookMu.Lock()
+					n.book[raftID(name)] = Member{ID: name, RaftAddr: addr, Suffrage: "nonvoter"}
+					n.bookMu.Unlock()
+					if raftID(name) != n.id {
+						n.tr.setPeer(raftID(name), addr)
+					}
+				}
+			}
+		}
+		var cs *raftpb.ConfState
+		_ = n.call(context.Background(), func() { cs = n.rn.ApplyConfChange(cc) })
+		n.applyMu.Lock()
+		if cs != nil {
+			n.setConf(cs)
+		}
+		n.fsm.skipEntry(idx)
+		n.applyMu.Unlock()
+		n.waitMu.Lock()
+		ch := n.ccWait[req]
+		delete(n.ccWait, req)
+		n.waitMu.Unlock()
+		if ch != nil && !d.bad {
+			ch <- nil
+		}
+	default:
+		n.fsm.skipEntry(idx)
+	}
+}
+
+// setConf records a new configuration: suffrage in the book, streams to
+// removed members stopped.
+func (n *Node) setConf(cs *raftpb.ConfState) {
+	n.bookMu.Lock()
+	defer n.bookMu.Unlock()
+	n.confState = cs
+	in := make(map[uint64]string)
+	for _, id := range cs.GetVoters() {
+		in[id] = "voter"
+	}
+	for _, id := range cs.GetVotersOutgoing() {
+		if in[id] == "" {
+			in[id] = "voter"
+		}
+	}
+	for _, id := range cs.GetLearners() {
+		in[id] = "nonvoter"
+	}
+	for _, id := range cs.GetLearnersNext() {
+		if in[id] == "" {
+			in[id] = "nonvoter"
+		}
+	}
+	for id, m := range n.book {
+		s, ok := in[id]
+		if !ok {
+			delete(n.book, id)
+			if id != n.id {
+				n.tr.removePeer(id)
+			}
+			continue
+		}
+		m.Suffrage = s
+		n.book[id] = m
+	}
+}
+
+// firstReqID returns the Origin and ReqID of an entry's first command.
+func firstReqID(data []byte) (uint64, uint64) {
+	var c Command
+	if data[0] == batchVersion {
+		d := decoder{b: data[1:]}
+		if d.uvarint() == 0 || d.bad {
+			return 0, 0
+		}
+		one := d.bytes()
+		if d.bad || DecodeCommand(one, &c) != nil {
+			return 0, 0
+		}
+		return c.Origin, c.ReqID
+	}
+	if DecodeCommand(data, &c) != nil {
+		return 0, 0
+	}
+	return c.Origin, c.ReqID
+}
+
+// maybeSnapshot snapshots the FSM every SnapshotThreshold entries and
+// compacts the log behind it, keeping TrailingLogs entries for followers
+// that are a little behind.
+func (n *Node) maybeSnapshot(force bool) {
+	applied := n.fsm.AppliedIndex()
+	if !force && applied < n.snapIndex+n.cfg.SnapshotThreshold {
+		return
+	}
+	if li, _ := n.mem.LastIndex(); applied > li {
+		return // applied before this node's own append finished: next time
+	}
+	snap, err := n.freshSnapshot()
+	if err != nil {
+		return
+	}
+	idx := snap.GetMetadata().GetIndex()
+	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
+		n.log.Warn("snapshot write failed", zap.Error(err))
+		return
+	}
+	n.snapIndex = idx
+	if idx > n.cfg.TrailingLogs {
+		to := idx - n.cfg.TrailingLogs
+		if first, _ := n.mem.FirstIndex(); to > first {
+			_ = n.mem.Compact(to)
+			_ = n.st.wal.DeleteRange(0, to)
+		}
+	}
+}
+
+// run restamps on every new leadership and proposes expiry while leader.
+func (n *Node) run() {
+	defer n.wg.Done()
+	tick := time.NewTicker(n.cfg.ExpireEvery)
+	defer tick.Stop()
+	var stampTerm uint64
+	for {
+		select {
+		case <-n.stop:
+			n.setReady(false)
+			return
+		case <-tick.C:
+		}
+		lt := n.leadTerm.Load()
+		if lt == 0 {
+			stampTerm = 0
+			n.setReady(false)
+			continue
+		}
+		if stampTerm != lt {
+			n.setReady(false)
+			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr, HTTPAddr: n.cfg.HTTPAddr,
+				Token: fence.Token{Fence: max(uint64(max(n.now(), 0)), n.cfg.FenceFloor)}}
+			if _, err := n.applyRaw(&c); err != nil || n.leadTerm.Load() != lt {
+				continue
+			}
+			stampTerm = lt
+			n.setReady(true)
+		}
+		if n.fsm.Engine().NextDeadline() <= n.now() {
+			c := Command{Op: OpExpire}
+			_, _ = n.applyRaw(&c)
+		}
+	}
+}
+
+// applyRaw proposes c as an entry of its own and waits for its Reply.
+func (n *Node) applyRaw(c *Command) (Reply, error) {
+	c.Origin = n.origin
+	c.ReqID = n.seq.Add(1)
+	c.Now = n.now()
+	p := &proposal{c: *c, raw: true, done: make(chan proposalResult, 1)}
+	n.submit(p)
+	select {
+	case res := <-p.done:
+		return res.r, res.err
+	case <-n.stop:
+		return Reply{}, ErrClosed
+	}
+}
+
+func (n *Node) setReady(ok bool) {
+	n.readyMu.Lock()
+	defer n.readyMu.Unlock()
+	if ok == n.isReady.Load() {
+		return
+	}
+	n.isReady.Store(ok)
+	if ok {
+		close(n.ready)
+	} else {
+		n.ready = make(chan struct{})
+	}
+}
+
+func (n *Node) readyCh() chan struct{} {
+	n.readyMu.Lock()
+	defer n.readyMu.Unlock()
+	return n.ready
+}
+
+func (n *Node) isLeaderState() bool {
+	return raft.StateType(n.role.Load()) == raft.StateLeader
+}
+
+// Propose: see the hashicorp Node's Propose; the contract is the same.
+func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply, error) {
+	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
+		return Reply{}, ErrBadCommand
+	}
+	if !n.isReady.Load() {
+		if !n.isLeaderState() {
+			return Reply{}, n.notLeader()
+		}
+		select {
+		case <-n.readyCh():
+		case <-ctx.Done():
+			return Reply{}, n.notLeader()
+		case <-n.stop:
+			return Reply{}, ErrClosed
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Reply{}, err
+	}
+	c.Now = n.now()
+	if c.Op == OpAcquire || c.Op == OpEnqueue {
+		c.Salt = clock.Salt()
+	}
+	c.Origin = n.origin
+	c.ReqID = n.seq.Add(1)
+	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait), done: make(chan proposalResult, 1)}
+	if p.parks {
+		n.fsm.register(c.ReqID, sink)
+	}
+	n.submit(p)
+	select {
+	case res := <-p.done:
+		if res.err != nil {
+			return Reply{}, res.err
+		}
+		return res.r, res.r.Err
+	case <-n.stop:
+		return Reply{}, ErrClosed
+	}
+}
+
+// FSM returns the node's state machine.
+func (n *Node) FSM() *FSM { return n.fsm }
+
+// ID returns the node's ID.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// IsLeader reports whether this node is the leader and ready for commands.
+func (n *Node) IsLeader() bool { return n.isReady.Load() && n.isLeaderState() }
+
+func (n *Node) memberName(id uint64) string {
+	n.bookMu.Lock()
+	defer n.bookMu.Unlock()
+	return n.book[id].ID
+}
+
+// Leader returns what this node knows of the leader (empty if none).
+func (n *Node) Leader() NotLeaderError {
+	lead := n.lead.Load()
+	if lead == raft.None {
+		return NotLeaderError{}
+	}
+	n.bookMu.Lock()
+	m := n.book[lead]
+	n.bookMu.Unlock()
+	e := NotLeaderError{LeaderID: m.ID, RaftAddr: m.RaftAddr}
+	if e.LeaderID == "" {
+		return e
+	}
+	e.ClientAddr = n.fsm.LeaderClientAddr(e.LeaderID)
+	e.HTTPAddr = n.fsm.LeaderHTTPAddr(e.LeaderID)
+	if e.HTTPAddr == "" && e.LeaderID == n.cfg.NodeID {
+		e.HTTPAddr = n.cfg.HTTPAddr
+	}
+	if e.ClientAddr == "" {
+		for _, p := range n.cfg.Peers {
+			if p.ID == e.LeaderID {
+				e.ClientAddr = p.ClientAddr
+			}
+		}
+	}
+	return e
+}
+
+func (n *Node) notLeader() error {
+	e := n.Leader()
+	return &e
+}
+
+// Shutdown stops the node (a leader stops without handing over) and
+// closes its storage.
+func (n *Node) Shutdown() error {
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		n.wg.Wait()
+		n.tr.close()
+		n.setReady(false)
+		n.waitMu.Lock()
+		ws := n.waiters
+		n.waiters = make(map[uint64]*waiter)
+		n.waitMu.Unlock()
+		for _, w := range ws {
+			n.finish(w, nil, ErrClosed)
+		}
+		if n.st.Close != nil {
+			n.closeErr = n.st.Close()
+		}
+	})
+	return n.closeErr
+}
+
+// Acquire proposes engine.Acquire; req.Salt is replaced by the leader's.
+func (n *Node) Acquire(ctx context.Context, req engine.AcquireReq, sink engine.Sink) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpAcquire, Owner: req.Owner, Key: req.Key, Limit: req.Limit,
+		TTL: req.TTL, Timeout: req.Timeout}, sink)
+	return r.Outcome, err
+}
+
+// Enqueue proposes engine.Enqueue.
+func (n *Node) Enqueue(ctx context.Context, req engine.AcquireReq) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpEnqueue, Owner: req.Owner, Key: req.Key, Limit: req.Limit,
+		TTL: req.TTL}, nil)
+	return r.Outcome, err
+}
+
+// Wait proposes engine.Wait.
+func (n *Node) Wait(ctx context.Context, key []byte, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpWait, Owner: owner, Key: key, Timeout: timeout}, sink)
+	return r.Outcome, err
+}
+
+// Release proposes engine.Release.
+func (n *Node) Release(ctx context.Context, key []byte, tok fence.Token) error {
+	_, err := n.Propose(ctx, Command{Op: OpRelease, Key: key, Token: tok}, nil)
+	return err
+}
+
+// Renew proposes engine.Renew and returns the lease length.
+func (n *Node) Renew(ctx context.Context, key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error) {
+	r, err := n.Propose(ctx, Command{Op: OpRenew, Key: key, Token: tok, TTL: ttl, Owner: owner}, nil)
+	return r.TTL, err
+}
+
+// Disconnect proposes engine.Disconnect.
+func (n *Node) Disconnect(ctx context.Context, owner engine.OwnerID, release bool) error {
+	_, err := n.Propose(ctx, Command{Op: OpDisconnect, Owner: owner, Release: release}, nil)
+	return err
+}
+
+// CancelWait proposes engine.CancelWait.
+func (n *Node) CancelWait(ctx context.Context, key []byte, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpCancelWait, Owner: owner, Key: key}, nil)
+	return r.OK, err
+}
+
+// OpenSession proposes engine.OpenSessionKeyed.
+func (n *Node) OpenSession(ctx context.Context, owner engine.OwnerID, ttl time.Duration, key uint64) error {
+	_, err := n.Propose(ctx, Command{Op: OpOpenSession, Owner: owner, TTL: ttl, Salt: key}, nil)
+	return err
+}
+
+// CloseSession proposes engine.CloseSession.
+func (n *Node) CloseSession(ctx context.Context, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpCloseSession, Owner: owner}, nil)
+	return r.OK, err
+}
+
+// BeginSession proposes engine.BeginSession.
+func (n *Node) BeginSession(ctx context.Context, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpBeginSession, Owner: owner}, nil)
+	return r.OK, err
+}
+
+// EndSession proposes engine.EndSession.
+func (n *Node) EndSession(ctx context.Context, owner engine.OwnerID) error {
+	_, err := n.Propose(ctx, Command{Op: OpEndSession, Owner: owner}, nil)
+	return err
+}
+
+// EndSessionAsync proposes engine.EndSession and returns at once.
+func (n *Node) EndSessionAsync(owner engine.OwnerID) {
+	if !n.isReady.Load() {
+		return
+	}
+	c := Command{Op: OpEndSession, Owner: owner, Now: n.now(), Origin: n.origin, ReqID: n.seq.Add(1)}
+	n.submit(&proposal{c: c, done: make(chan proposalResult, 1)})
+}
+
+// WriteState writes the FSM's state; see FSM.WriteState.
+func (n *Node) WriteState(w io.Writer) (uint64, error) {
+	return n.fsm.WriteState(w)
+}
+
+// ErrUnknownServer means a membership operation named a server that is not
+// a voter of the current configuration.
+var ErrUnknownServer = errors.New("replica: no such voter")
+
+// AddVoter adds the node id, reached at raftAddr, as a voter (an existing
+// member's address is updated); it returns once the change is applied here.
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
+	if id == "" || raftAddr == "" {
+		return fmt.Errorf("replica: add voter: empty ID or address")
+	}
+	return n.confChange(ctx, raftpb.ConfChangeType_ConfChangeAddNode, id, raftAddr)
+}
+
+// AddLearner adds the node id as a non-voting member: it receives the log
+// and can be promoted with AddVoter once caught up, without counting
+// toward the quorum meanwhile.
+func (n *Node) AddLearner(ctx context.Context, id, raftAddr string) error {
+	if id == "" || raftAddr == "" {
+		return fmt.Errorf("replica: add learner: empty ID or address")
+	}
+	return n.confChange(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, id, raftAddr)
+}
+
+// RemoveServer removes the node id; removing a non-member is not an error.
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("replica: remove server: empty ID")
+	}
+	n.bookMu.Lock()
+	_, ok := n.book[raftID(id)]
+	n.bookMu.Unlock()
+	if !ok {
+		if !n.isLeaderState() {
+			return n.notLeader()
+		}
+		return nil
+	}
+	return n.confChange(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, id, "")
+}
+
+func (n *Node) confChange(ctx context.Context, typ raftpb.ConfChangeType, id, addr string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !n.isLeaderState() {
+		return n.notLeader()
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+		defer cancel()
+	}
+	req := n.seq.Add(1)
+	cctx := appendString(appendString(binary.AppendUvarint(nil, req), id), addr)
+	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(raftID(id))}}, Context: cctx}
+	ch := make(chan error, 1)
+	n.waitMu.Lock()
+	n.ccWait[req] = ch
+	n.waitMu.Unlock()
+	defer func() {
+		n.waitMu.Lock()
+		delete(n.ccWait, req)
+		n.waitMu.Unlock()
+	}()
+	var perr error
+	if err := n.call(ctx, func() { perr = n.rn.ProposeConfChange(cc) }); err != nil {
+		return err
+	}
+	if perr != nil {
+		return n.notLeader()
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stop:
+		return ErrClosed
+	}
+}
+
+// TransferLeadership hands leadership to voter id, or with "" to the most
+// up-to-date other voter, and returns once this node has stepped down.
+func (n *Node) TransferLeadership(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !n.isLeaderState() {
+		return n.notLeader()
+	}
+	if id == n.cfg.NodeID {
+		return fmt.Errorf("%w: %s is this node, the leader", ErrUnknownServer, id)
+	}
+	var target uint64
+	if err := n.call(ctx, func() {
+		st := n.rn.Status()
+		best := uint64(0)
+		for pid, pr := range st.Progress {
+			if pid == n.id || pr.IsLearner {
+				continue
+			}
+			if id != "" {
+				if pid == raftID(id) {
+					target = pid
+				}
+				continue
+			}
+			if target == 0 || pr.Match > best {
+				target, best = pid, pr.Match
+			}
+		}
+		if target != 0 {
+			n.rn.TransferLeader(target)
+		}
+	}); err != nil {
+		return err
+	}
+	if target == 0 {
+		return fmt.Errorf("%w: %s", ErrUnknownServer, id)
+	}
+	// raft gives up on a transfer after an election timeout; this node
+	// then stays leader.
+	for {
+		var bs raft.BasicStatus
+		if err := n.call(ctx, func() { bs = n.rn.BasicStatus() }); err != nil {
+			return err
+		}
+		if bs.RaftState != raft.StateLeader {
+			return nil
+		}
+		if bs.LeadTransferee == 0 {
+			return errors.New("replica: transfer leadership: the transferee did not take over in an election timeout")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.stop:
+			return ErrClosed
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Status returns this node's view; see Status.
+func (n *Node) Status() Status {
+	l := n.Leader()
+	li, _ := n.mem.LastIndex()
+	st := Status{
+		NodeID:           n.cfg.NodeID,
+		Role:             roleOf(raft.StateType(n.role.Load())),
+		Ready:            n.IsLeader(),
+		Term:             n.term.Load(),
+		CommitIndex:      n.commit.Load(),
+		AppliedIndex:     n.fsm.AppliedIndex(),
+		LastLogIndex:     li,
+		LeaderID:         l.LeaderID,
+		LeaderRaftAddr:   l.RaftAddr,
+		LeaderClientAddr: l.ClientAddr,
+		LeaderHTTPAddr:   l.HTTPAddr,
+		LeaderChanges:    n.leaderChg.Load(),
+		Voters:           []Member{},
+	}
+	select {
+	case <-n.stop:
+		st.Role, st.Ready = "shutdown", false
+	default:
+	}
+	n.bookMu.Lock()
+	for _, m := range n.book {
+		st.Voters = append(st.Voters, m)
+	}
+	n.bookMu.Unlock()
+	slices.SortFunc(st.Voters, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return st
+}
+
+func roleOf(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateFollower:
+		return "follower"
+	}
+	return "candidate"
+}
+
+// Ready reports whether this node can serve, for /readyz.
+func (n *Node) Ready() error {
+	select {
+	case <-n.stop:
+		return ErrClosed
+	default:
+	}
+	lead := n.lead.Load()
+	switch {
+	case lead == raft.None:
+		return errors.New("no known leader")
+	case lead == n.id && !n.IsLeader():
+		return errors.New("elected, still taking over")
+	}
+	if commit, applied := n.commit.Load(), n.fsm.AppliedIndex(); applied < commit {
+		return fmt.Errorf("log not caught up: applied %d of %d committed", applied, commit)
+	}
+	return nil
+}
+
+// HandOff transfers leadership to another voter before this node stops.
+func (n *Node) HandOff(timeout time.Duration) {
+	if !n.isLeaderState() {
+		return
+	}
+	other := false
+	n.bookMu.Lock()
+	for id, m := range n.book {
+		other = other || (id != n.id && m.Suffrage == "voter")
+	}
+	n.bookMu.Unlock()
+	if !other {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	if err := n.TransferLeadership(ctx, ""); err != nil {
+		n.log.Warn("leadership not handed off before stopping", zap.String("node_id", n.cfg.NodeID), zap.Error(err))
+		return
+	}
+	n.log.Info("leadership handed off before stopping", zap.String("node_id", n.cfg.NodeID),
+		zap.Duration("took", time.Since(start)))
+}
+
+// freshSnapshot snapshots the FSM, its members and configuration at the
+// applied index into the in-memory storage.
+func (n *Node) freshSnapshot() (*raftpb.Snapshot, error) {
+	n.applyMu.Lock()
+	state, idx, err := n.fsm.stateBytes()
+	if err != nil {
+		n.applyMu.Unlock()
+		return nil, err
+	}
+	n.bookMu.Lock()
+	data := encodeSnap(n.book, state)
+	cs := proto.Clone(n.confState).(*raftpb.ConfState)
+	n.bookMu.Unlock()
+	n.applyMu.Unlock()
+	if li, _ := n.mem.LastIndex(); idx > li {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	return n.mem.CreateSnapshot(idx, cs, data)
+}
+
+// snapStorage is the MemoryStorage raft reads, except that the snapshot it
+// sends a follower is taken fresh: the last one may predate the
+// follower's own membership, and a node refuses a snapshot whose
+// configuration does not name it.
+type snapStorage struct {
+	*raft.MemoryStorage
+	n *Node
+}
+
+// Snapshot implements raft.Storage.
+func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
+	if snap, err := s.n.freshSnapshot(); err == nil {
+		return snap, nil
+	}
+	return s.MemoryStorage.Snapshot()
+}

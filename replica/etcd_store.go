@@ -1,0 +1,335 @@
+//go:build !hashicorpraft
+
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	hraft "github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+)
+
+// The on-disk layout of an etcd-raft node's --raft-dir:
+//
+//	FORMAT      "latchd etcd-raft 1": written at creation, checked at start
+//	LOCK        flock'ed while a process uses the directory
+//	wal/        the raft log (WAL), one record per entry (a raftpb.Entry)
+//	hardstate   term, vote, commit and a CRC-32C, rewritten in place
+//	snap/       snapshots, %020d.snap by index, newest SnapshotRetain kept
+//
+// A directory written by the hashicorp/raft implementation (raft.db, no
+// FORMAT) is refused: see docs/cluster.md, "Moving to etcd raft".
+const (
+	etcdFormat     = "latchd etcd-raft 1\n"
+	hardStateSize  = 28
+	snapFileExt    = ".snap"
+	etcdDialTimout = 2 * time.Second
+)
+
+// ErrHashicorpDir means --raft-dir holds a hashicorp/raft node's data.
+var ErrHashicorpDir = errors.New("replica: raft dir was written by the hashicorp/raft implementation; " +
+	"this build uses etcd raft and cannot read it: see docs/cluster.md, \"Moving to etcd raft\"")
+
+// Storage is what an etcd-raft Node keeps its state in and talks through:
+// the raft directory and the transport's listener. DiskStorage opens it.
+type Storage struct {
+	dir  string
+	wal  *WAL
+	hs   *os.File
+	lock *os.File
+	ln   net.Listener
+	dial func(addr string, timeout time.Duration) (net.Conn, error)
+	// Close, if set, runs after the node has stopped (closes files, sockets).
+	Close func() error
+}
+
+// DiskStorage opens (or creates) cfg.RaftDir and listens on cfg.BindAddr,
+// with the HMAC handshake of authStreamLayer when cfg.AuthToken is set.
+func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
+	if cfg.RaftDir == "" || cfg.BindAddr == "" {
+		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := os.MkdirAll(cfg.RaftDir, 0o700); err != nil {
+		return Storage{}, fmt.Errorf("replica: %w", err)
+	}
+	st := Storage{dir: cfg.RaftDir}
+	fail := func(err error) (Storage, error) {
+		st.closeFiles()
+		return Storage{}, err
+	}
+	lock, err := os.OpenFile(filepath.Join(cfg.RaftDir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fail(fmt.Errorf("replica: %w", err))
+	}
+	st.lock = lock
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fail(fmt.Errorf("replica: raft dir %s is in use by another process: %w", cfg.RaftDir, err))
+	}
+	if err := checkFormat(cfg.RaftDir); err != nil {
+		return fail(err)
+	}
+	if st.wal, err = OpenWAL(filepath.Join(cfg.RaftDir, "wal"), 0); err != nil {
+		return fail(err)
+	}
+	if cut := st.wal.Cut(); cut > 0 {
+		log.Warn("raft log: cut an unfinished write at the tail", zap.Int64("bytes", cut))
+	}
+	if st.hs, err = os.OpenFile(filepath.Join(cfg.RaftDir, "hardstate"), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return fail(fmt.Errorf("replica: %w", err))
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.RaftDir, "snap"), 0o700); err != nil {
+		return fail(fmt.Errorf("replica: %w", err))
+	}
+	if cfg.AuthToken != "" {
+		var adv net.Addr
+		if cfg.AdvertiseAddr != "" {
+			if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
+				return fail(fmt.Errorf("replica: advertise address: %w", err))
+			}
+		}
+		a, err := listenAuth(cfg.BindAddr, adv, cfg.AuthToken, authTimeout, log.With(zap.String("node_id", cfg.NodeID)))
+		if err != nil {
+			return fail(err)
+		}
+		st.ln = a
+		st.dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+			return a.Dial(hraft.ServerAddress(addr), timeout)
+		}
+	} else {
+		ln, err := net.Listen("tcp", cfg.BindAddr)
+		if err != nil {
+			return fail(fmt.Errorf("replica: transport: %w", err))
+		}
+		st.ln = ln
+		st.dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+			return net.DialTimeout("tcp", addr, timeout)
+		}
+	}
+	st.Close = func() error {
+		err := st.ln.Close()
+		if errors.Is(err, net.ErrClosed) {
+			err = nil // the node's transport closed it first
+		}
+		st.closeFiles()
+		return err
+	}
+	return st, nil
+}
+
+func (st *Storage) closeFiles() {
+	if st.wal != nil {
+		_ = st.wal.Close()
+	}
+	if st.hs != nil {
+		_ = st.hs.Close()
+	}
+	if st.lock != nil {
+		_ = st.lock.Close() // drops the flock
+	}
+}
+
+// checkFormat refuses a hashicorp/raft directory and marks a new one.
+func checkFormat(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "FORMAT"))
+	if err == nil {
+		if string(b) != etcdFormat {
+			return fmt.Errorf("replica: raft dir %s has an unknown FORMAT %q", dir, b)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("replica: %w", err)
+	}
+	for _, name := range []string{"raft.db", "snapshots", "wal"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return fmt.Errorf("%w (found %s in %s)", ErrHashicorpDir, name, dir)
+		}
+	}
+	if err := writeFileSync(filepath.Join(dir, "FORMAT"), []byte(etcdFormat)); err != nil {
+		return fmt.Errorf("replica: %w", err)
+	}
+	return nil
+}
+
+// writeFileSync writes a file whole and durably: a temporary file, fsync,
+// rename, fsync of the directory.
+func writeFileSync(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// readHardState reads term, vote and commit (zero for a new directory).
+func (st *Storage) readHardState() (*raftpb.HardState, error) {
+	b := make([]byte, hardStateSize)
+	n, _ := st.hs.ReadAt(b, 0)
+	if n == 0 {
+		return &raftpb.HardState{}, nil
+	}
+	if n != hardStateSize || crc32.Checksum(b[:24], walCRC) != binary.LittleEndian.Uint32(b[24:]) {
+		return nil, fmt.Errorf("%w: hardstate damaged", errWALCorrupt)
+	}
+	return &raftpb.HardState{
+		Term:   new(binary.LittleEndian.Uint64(b)),
+		Vote:   new(binary.LittleEndian.Uint64(b[8:])),
+		Commit: new(binary.LittleEndian.Uint64(b[16:])),
+	}, nil
+}
+
+// writeHardState rewrites the hard state in place (28 bytes, one sector:
+// a torn write is not expected; the CRC would catch it). It syncs only
+// when sync is set: a term or vote change must be durable before raft
+// acts on it, a commit index need not (it is learnt again from the leader).
+func (st *Storage) writeHardState(hs *raftpb.HardState, sync bool) error {
+	var b [hardStateSize]byte
+	binary.LittleEndian.PutUint64(b[:], hs.GetTerm())
+	binary.LittleEndian.PutUint64(b[8:], hs.GetVote())
+	binary.LittleEndian.PutUint64(b[16:], hs.GetCommit())
+	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], walCRC))
+	if _, err := st.hs.WriteAt(b[:], 0); err != nil {
+		return err
+	}
+	if sync {
+		return fdatasync(st.hs)
+	}
+	return nil
+}
+
+// saveSnapshot writes snap durably and keeps the newest retain files.
+func (st *Storage) saveSnapshot(snap *raftpb.Snapshot, retain int) error {
+	b, err := proto.Marshal(snap)
+	if err != nil {
+		return err
+	}
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, walCRC))
+	dir := filepath.Join(st.dir, "snap")
+	if err := writeFileSync(filepath.Join(dir, fmt.Sprintf("%020d%s", snap.GetMetadata().GetIndex(), snapFileExt)), b); err != nil {
+		return err
+	}
+	idx := st.snapIndexes()
+	for len(idx) > max(retain, 1) {
+		_ = os.Remove(filepath.Join(dir, fmt.Sprintf("%020d%s", idx[0], snapFileExt)))
+		idx = idx[1:]
+	}
+	return nil
+}
+
+func (st *Storage) snapIndexes() []uint64 {
+	ents, _ := os.ReadDir(filepath.Join(st.dir, "snap"))
+	var idx []uint64
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), snapFileExt)
+		if !ok {
+			continue
+		}
+		if i, err := strconv.ParseUint(name, 10, 64); err == nil {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	return idx
+}
+
+// loadSnapshot returns the newest intact snapshot, or nil.
+func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
+	idx := st.snapIndexes()
+	for i := len(idx) - 1; i >= 0; i-- {
+		b, err := os.ReadFile(filepath.Join(st.dir, "snap", fmt.Sprintf("%020d%s", idx[i], snapFileExt)))
+		if err != nil || len(b) < 4 {
+			continue
+		}
+		body := b[:len(b)-4]
+		if crc32.Checksum(body, walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+			continue
+		}
+		snap := &raftpb.Snapshot{}
+		if err := proto.Unmarshal(body, snap); err != nil {
+			continue
+		}
+		return snap, nil
+	}
+	return nil, nil
+}
+
+// appendEntries writes ents to the WAL with one fdatasync, first cutting a
+// conflicting tail.
+func (st *Storage) appendEntries(ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	first := ents[0].GetIndex()
+	last, _ := st.wal.LastIndex()
+	if lo, _ := st.wal.FirstIndex(); lo != 0 && first <= last {
+		if first <= lo {
+			if err := st.wal.DeleteRange(lo, last); err != nil {
+				return err
+			}
+		} else if err := st.wal.DeleteRange(first, last); err != nil {
+			return err
+		}
+	}
+	logs := make([]*hraft.Log, len(ents))
+	for i, e := range ents {
+		b, err := proto.Marshal(e)
+		if err != nil {
+			return err
+		}
+		logs[i] = &hraft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: hraft.LogCommand, Data: b}
+	}
+	return st.wal.StoreLogs(logs)
+}
+
+// readEntries reads the WAL's entries above after.
+func (st *Storage) readEntries(after uint64) ([]*raftpb.Entry, error) {
+	first, _ := st.wal.FirstIndex()
+	last, _ := st.wal.LastIndex()
+	if first == 0 {
+		return nil, nil
+	}
+	var ents []*raftpb.Entry
+	for i := max(first, after+1); i <= last; i++ {
+		var l hraft.Log
+		if err := st.wal.GetLog(i, &l); err != nil {
+			return nil, err
+		}
+		e := &raftpb.Entry{}
+		if err := proto.Unmarshal(l.Data, e); err != nil {
+			return nil, fmt.Errorf("%w: entry %d: %w", errWALCorrupt, i, err)
+		}
+		ents = append(ents, e)
+	}
+	return ents, nil
+}

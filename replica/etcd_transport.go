@@ -1,0 +1,369 @@
+//go:build !hashicorpraft
+
+package replica
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+)
+
+// The etcd-raft transport: one outgoing TCP stream per peer, over the
+// listener and dialer of Storage (so with an auth token every connection
+// has passed authStreamLayer's handshake before a message crosses it).
+// A frame is a u32 little-endian length and a marshalled raftpb.Message.
+// Messages to a peer whose queue is full, or whose connection failed, are
+// dropped and the peer is reported unreachable: raft retransmits.
+const (
+	peerQueue    = 4096
+	maxFrame     = 256 << 20
+	redialPause  = 50 * time.Millisecond
+	writeTimeout = 5 * time.Second
+	// directWriteTimeout bounds a write made by the goroutine that has the
+	// message (raft's, or the append thread): past it the connection is
+	// dropped rather than stall raft behind a slow peer.
+	directWriteTimeout = 50 * time.Millisecond
+)
+
+type peerStream struct {
+	id   uint64
+	addr string
+	stop chan struct{}
+	wake chan struct{} // the writer has queued frames to send
+
+	qmu sync.Mutex
+	q   [][]byte // frames waiting for the writer; the last byte marks a snapshot
+
+	wmu sync.Mutex // the connection; held by whoever writes to it
+	c   net.Conn
+	w   *bufio.Writer
+}
+
+type transport struct {
+	self     uint64 // this node's raft ID and address, sent in each stream's hello
+	selfAddr string
+	st       *Storage
+	log      *zap.Logger
+	recv     func(*raftpb.Message)    // delivers an incoming message to the node
+	report   func(id uint64, ok bool) // a peer is unreachable (ok false)
+	snapDone func(id uint64, ok bool)
+	// cut, when set, drops the messages to and from the peers it names:
+	// a network partition, for tests.
+	cut atomic.Pointer[func(peer uint64) bool]
+
+	mu     sync.Mutex
+	peers  map[uint64]*peerStream
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newTransport2(st *Storage, log *zap.Logger) *transport {
+	return &transport{st: st, log: log, peers: make(map[uint64]*peerStream), conns: make(map[net.Conn]struct{})}
+}
+
+// start begins accepting connections.
+func (t *transport) start() {
+	t.wg.Add(1)
+	go t.acceptLoop()
+}
+
+func (t *transport) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		c, err := t.st.ln.Accept()
+		if err != nil {
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(redialPause)
+			continue
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		t.conns[c] = struct{}{}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.readLoop(c)
+	}
+}
+
+func (t *transport) readLoop(c net.Conn) {
+	defer t.wg.Done()
+	defer func() {
+		_ = c.Close()
+		t.mu.Lock()
+		delete(t.conns, c)
+		t.mu.Unlock()
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	var hdr [4]byte
+	// The hello: the dialer's raft ID and address, so that a node that
+	// does not know its peers yet (one just added, empty) can answer.
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return
+	}
+	hello := make([]byte, min(binary.LittleEndian.Uint32(hdr[:]), 1024))
+	if _, err := io.ReadFull(r, hello); err != nil {
+		return
+	}
+	d := decoder{b: hello}
+	from, addr := d.uvarint(), string(d.bytes())
+	if d.bad || len(d.b) != 0 {
+		return
+	}
+	t.mu.Lock()
+	known := t.peers[from] != nil
+	t.mu.Unlock()
+	if !known && from != t.self && addr != "" {
+		t.setPeer(from, addr)
+	}
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return
+		}
+		n := binary.LittleEndian.Uint32(hdr[:])
+		if n > maxFrame {
+			return
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return
+		}
+		m := &raftpb.Message{}
+		if err := proto.Unmarshal(b, m); err != nil {
+			t.log.Warn("raft transport: bad message", zap.Error(err))
+			return
+		}
+		if f := t.cut.Load(); f != nil && (*f)(m.GetFrom()) {
+			continue
+		}
+		t.recv(m)
+	}
+}
+
+// setPeer makes id reachable at addr (a new stream if the address changed).
+func (t *transport) setPeer(id uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	if p := t.peers[id]; p != nil {
+		if p.addr == addr {
+			return
+		}
+		close(p.stop)
+	}
+	p := &peerStream{id: id, addr: addr, stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go t.writeLoop(p)
+}
+
+// removePeer stops the stream to id.
+func (t *transport) removePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[id]; p != nil {
+		close(p.stop)
+		delete(t.peers, id)
+	}
+}
+
+// send sends m to its peer. When the connection is up, idle and nothing
+// is queued, the caller writes the frame itself (bounded by
+// directWriteTimeout): a message on the commit path does not wait for the
+// writer goroutine to be scheduled. Otherwise the frame is queued for the
+// writer; a full queue drops it (raft sends again) and reports the peer
+// unreachable. It never blocks for long.
+func (t *transport) send(m *raftpb.Message) {
+	if f := t.cut.Load(); f != nil && (*f)(m.GetTo()) {
+		return
+	}
+	t.mu.Lock()
+	p := t.peers[m.GetTo()]
+	t.mu.Unlock()
+	if p == nil {
+		return
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return
+	}
+	snap := m.GetType() == raftpb.MessageType_MsgSnap
+	if !snap && p.wmu.TryLock() {
+		p.qmu.Lock()
+		idle := len(p.q) == 0
+		p.qmu.Unlock()
+		if idle && p.c != nil {
+			err := t.writeFrame(p, b, time.Now().Add(directWriteTimeout))
+			if err == nil {
+				err = p.w.Flush()
+			}
+			if err != nil {
+				t.dropConn(p)
+			}
+			p.wmu.Unlock()
+			if err != nil {
+				t.report(p.id, false)
+			}
+			return
+		}
+		p.wmu.Unlock()
+	}
+	flag := byte(0)
+	if snap {
+		flag = 1
+	}
+	p.qmu.Lock()
+	full := len(p.q) >= peerQueue
+	if !full {
+		p.q = append(p.q, append(b, flag))
+	}
+	p.qmu.Unlock()
+	if full {
+		t.report(p.id, false)
+		if snap {
+			t.snapDone(p.id, false)
+		}
+		return
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeFrame writes one frame to p's connection (p.wmu held).
+func (t *transport) writeFrame(p *peerStream, b []byte, deadline time.Time) error {
+	var hdr [4]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
+	_ = p.c.SetWriteDeadline(deadline)
+	if _, err := p.w.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := p.w.Write(b)
+	return err
+}
+
+// dropConn closes p's connection (p.wmu held); the writer dials again.
+func (t *transport) dropConn(p *peerStream) {
+	if p.c != nil {
+		_ = p.c.Close()
+	}
+	p.c, p.w = nil, nil
+}
+
+// dial connects p and sends the hello (p.wmu held).
+func (t *transport) dial(p *peerStream) error {
+	c, err := t.st.dial(p.addr, etcdDialTimout)
+	if err != nil {
+		return err
+	}
+	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
+	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
+	if err := t.writeFrame(p, hello, time.Now().Add(writeTimeout)); err != nil {
+		t.dropConn(p)
+		return err
+	}
+	return nil
+}
+
+// writeLoop sends what send queued, dialing when needed.
+func (t *transport) writeLoop(p *peerStream) {
+	defer t.wg.Done()
+	defer func() {
+		p.wmu.Lock()
+		t.dropConn(p)
+		p.wmu.Unlock()
+	}()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+		}
+		p.wmu.Lock()
+		for {
+			p.qmu.Lock()
+			q := p.q
+			p.q = nil
+			p.qmu.Unlock()
+			if len(q) == 0 {
+				break
+			}
+			if p.c == nil {
+				if err := t.dial(p); err != nil {
+					t.report(p.id, false)
+					for _, b := range q {
+						if b[len(b)-1] == 1 {
+							t.snapDone(p.id, false)
+						}
+					}
+					p.wmu.Unlock()
+					select {
+					case <-p.stop:
+						return
+					case <-time.After(redialPause):
+					}
+					p.wmu.Lock()
+					continue
+				}
+			}
+			var err error
+			for _, b := range q {
+				snap := b[len(b)-1] == 1
+				if err == nil {
+					err = t.writeFrame(p, b[:len(b)-1], time.Now().Add(writeTimeout))
+					if err == nil && snap {
+						err = p.w.Flush()
+					}
+				}
+				if snap {
+					t.snapDone(p.id, err == nil)
+				}
+			}
+			if err == nil {
+				err = p.w.Flush()
+			}
+			if err != nil {
+				t.dropConn(p)
+				t.report(p.id, false)
+			}
+		}
+		p.wmu.Unlock()
+	}
+}
+
+// close stops every stream and connection and waits for the goroutines.
+func (t *transport) close() {
+	t.mu.Lock()
+	t.closed = true
+	for id, p := range t.peers {
+		close(p.stop)
+		delete(t.peers, id)
+	}
+	for c := range t.conns {
+		_ = c.Close()
+	}
+	t.mu.Unlock()
+	_ = t.st.ln.Close()
+	t.wg.Wait()
+}

@@ -1,0 +1,45 @@
+package replica
+
+// Status is one node's view of itself and the cluster, for the stats
+// command and the HTTP admin API. Every field is read from this node
+// alone, without a round trip to the leader, so a follower's view may lag
+// and a partitioned node may still name a deposed leader.
+type Status struct {
+	NodeID string `json:"node_id"`
+	// Role is "leader", "follower", "candidate" or "shutdown".
+	Role string `json:"role"`
+	// Ready is IsLeader: this node leads and takes commands.
+	Ready bool `json:"ready"`
+	// Term is the current raft term.
+	Term uint64 `json:"term"`
+	// CommitIndex is the last log index this node knows committed.
+	CommitIndex uint64 `json:"commit_index"`
+	// AppliedIndex is the last log index the FSM has applied.
+	AppliedIndex uint64 `json:"applied_index"`
+	// LastLogIndex is the last index in this node's log or snapshot.
+	LastLogIndex uint64 `json:"last_log_index"`
+	// LeaderID, LeaderRaftAddr, LeaderClientAddr and LeaderHTTPAddr (its
+	// REST API) are what this node knows of the leader (see Leader);
+	// empty when none is known. LeaderHTTPAddr is also empty when the
+	// leader serves no REST API or announced none.
+	LeaderID         string `json:"leader_id"`
+	LeaderRaftAddr   string `json:"leader_raft_addr"`
+	LeaderClientAddr string `json:"leader_client_addr"`
+	LeaderHTTPAddr   string `json:"leader_http_addr"`
+	// LeaderChanges counts the leaders this node has observed since it
+	// started (itself included): each election won, by anyone, that
+	// reached it. A steady cluster's count does not move.
+	LeaderChanges uint64 `json:"leader_changes"`
+	// Voters is the latest configuration this node knows (it may not be
+	// committed yet): every server, voters and non-voters, in the
+	// configuration's order.
+	Voters []Member `json:"voters"`
+}
+
+// Member is one server of the raft configuration.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	// Suffrage is "voter", "nonvoter" or "staging".
+	Suffrage string `json:"suffrage"`
+}
