@@ -213,6 +213,12 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 		}
 		conn, err := c.connect(ctx, hint)
 		if err != nil {
+			if last != nil && deadlinePassed(ctx) {
+				// The budget ran out while dialing (the dial's deadline
+				// can fire before ctx's own timer): the answers so far
+				// say more than the cut dial.
+				return fmt.Errorf("%w: %s %s: gave up after %d attempts: %w; last error: %w", ErrNoLeader, cmd, key, attempt-1, context.DeadlineExceeded, last)
+			}
 			if ctx.Err() != nil || errors.Is(err, ErrAuth) || errors.Is(err, ErrBadRequest) || errors.Is(err, ErrClosed) {
 				return err // the caller's deadline, or not worth retrying
 			}
@@ -250,6 +256,16 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 		}
 		last, hint, pause = err, "", true
 	}
+}
+
+// deadlinePassed reports whether ctx is done or its deadline has come,
+// even if its timer has not fired yet.
+func deadlinePassed(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // answer reports whether err is the server's answer (or the client's
