@@ -103,14 +103,7 @@ func (d *tcpDriver) roundTrip() error {
 	if _, err := d.conn.Write(d.out); err != nil {
 		return err
 	}
-	line, err := d.rd.ReadSlice('\n')
-	if err != nil {
-		return err
-	}
-	if _, err := codec.DecodeResponse(line, &d.resp); err != nil {
-		return fmt.Errorf("%w: %q", err, line)
-	}
-	return nil
+	return d.readResp()
 }
 
 func (d *tcpDriver) op() error {
@@ -201,7 +194,8 @@ func (d *tcpDriver) flush() error {
 	return nil
 }
 
-// readResp decodes one answer into d.resp.
+// readResp decodes one answer into d.resp; its slices alias the reader's
+// buffer until the next read.
 func (d *tcpDriver) readResp() error {
 	line, err := d.rd.ReadSlice('\n')
 	if err != nil {
