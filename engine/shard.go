@@ -289,6 +289,7 @@ func (s *shard) removeLocked(en *entry) {
 		s.heap.remove(en)
 	}
 	s.unlinkOwner(en)
+	s.e.own.done(en.owner)
 	s.freeEntry(en)
 }
 
@@ -311,6 +312,10 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 		s.takeLapsedLocked(req.Owner, req.Key)
 	}
 	if res.holders.n < res.limit && res.waiters.n == 0 {
+		if !s.e.own.tryAdd(req.Owner) {
+			s.mu.Unlock()
+			return Outcome{}, ErrOwnerMaxKeys
+		}
 		if res.idle {
 			s.idle.remove(res)
 		}
@@ -332,6 +337,10 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	if max := s.e.cfg.MaxWaiters; max > 0 && res.waiters.n >= max {
 		s.mu.Unlock()
 		return Outcome{}, ErrMaxWaiters
+	}
+	if !s.e.own.tryAdd(req.Owner) {
+		s.mu.Unlock()
+		return Outcome{}, ErrOwnerMaxKeys
 	}
 	en := s.newEntry(res, req)
 	en.twoPhase = twoPhase
@@ -478,7 +487,9 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration,
 	if en != nil {
 		if owner != 0 && owner != en.owner && s.findOwned(owner, en.res, false) == nil {
 			s.unlinkOwner(en)
+			s.e.own.done(en.owner)
 			en.owner = owner
+			s.e.own.add(owner)
 			s.linkOwner(en)
 		}
 		if ttl > 0 {

@@ -71,6 +71,10 @@ func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
 	return e.refusedKeys.Load(), e.refusedWaiters.Load()
 }
 
+// OwnerRefusals returns how many requests this engine refused at
+// Config.MaxKeysPerOwner since it started (not engine state either).
+func (e *Engine) OwnerRefusals() uint64 { return e.refusedOwner.Load() }
+
 // The stats command's report, defined once in package stats, which the
 // client decodes with too.
 type (
