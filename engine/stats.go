@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/latchd/latchd/stats"
 )
@@ -61,6 +62,25 @@ func (e *Engine) Metrics() (Counters, Gauges) {
 	}
 	g.Sessions = e.sess.count()
 	return c, g
+}
+
+// Rough heap bytes per engine object, for HeapEstimate: the structs
+// themselves plus, for a key, its map slot and a short name.
+const (
+	entryHeapBytes = int64(unsafe.Sizeof(entry{}))
+	resourceBytes  = int64(unsafe.Sizeof(resource{})) + 48
+	sessionBytes   = int64(unsafe.Sizeof(session{})) + 16
+)
+
+// HeapEstimate returns roughly how many heap bytes the engine's keys,
+// holdings, waits and sessions take now, from the gauges (O(shards)). It
+// is an estimate for memory management, not an account: a fall of many
+// megabytes means that much became garbage (a flood of waiters whose
+// connections closed), which the runtime would otherwise keep until its
+// next collection, however far off (internal/memtrim).
+func (e *Engine) HeapEstimate() int64 {
+	_, g := e.Metrics()
+	return int64(g.Held+g.Waiting)*entryHeapBytes + int64(g.Keys)*resourceBytes + int64(g.Sessions)*sessionBytes
 }
 
 // Refusals returns how many requests this engine refused at
