@@ -56,6 +56,12 @@ func (oc *ownerCounts) tryAdd(owner OwnerID) bool {
 	return ok
 }
 
+// full reports whether owner has max entries (false when nothing is
+// counted).
+func (oc *ownerCounts) full(owner OwnerID) bool {
+	return oc.max > 0 && oc.count(owner) >= oc.max
+}
+
 // add counts an entry of owner without checking the cap (a lease that
 // moves to owner on renewal).
 func (oc *ownerCounts) add(owner OwnerID) {

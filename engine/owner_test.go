@@ -54,6 +54,9 @@ func TestOwnerCapCountsEveryEntry(t *testing.T) {
 	if _, err := acq(2, 3, 0); !errors.Is(err, ErrOwnerMaxKeys) {
 		t.Fatalf("4th key of owner 2: %v, want ErrOwnerMaxKeys", err)
 	}
+	if _, g := e.Metrics(); g.Keys != 3 {
+		t.Fatalf("%d keys after a refused new key, want 3: an owner at its cap made one", g.Keys)
+	}
 	held, _ := acq(1, 10, 0)
 	for i := range 2 {
 		if out, err := acq(1, i, time.Minute); err != nil || out.Result != Queued {

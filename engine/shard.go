@@ -299,6 +299,12 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 		s.mu.Unlock()
 		return Outcome{}, ErrDraining
 	}
+	if s.e.own.max > 0 && s.res[string(req.Key)] == nil && s.e.own.full(req.Owner) {
+		// Refused before the key is made: an owner at its cap does not
+		// fill the table with idle keys (nor evict others' to do so).
+		s.mu.Unlock()
+		return Outcome{}, ErrOwnerMaxKeys
+	}
 	res, err := s.resourceLocked(now, req.Key, req.Limit)
 	if err != nil {
 		s.mu.Unlock()
