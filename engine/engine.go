@@ -68,6 +68,12 @@ type Config struct {
 	MaxKeys int
 	// MaxWaiters caps each key's queue; 0 means no cap.
 	MaxWaiters int
+	// MaxKeysPerOwner caps the entries one owner (a connection, a
+	// session) holds or waits on at once, over all keys; 0 means no cap.
+	// A request past it is refused with ErrOwnerMaxKeys, so that one
+	// client cannot take every key of MaxKeys. Like every field it must be
+	// the same on all replicas of a log.
+	MaxKeysPerOwner int
 	// DefaultTTL is the lease a request gets when it names none.
 	DefaultTTL time.Duration
 	// GCMaxIdle is how long a key with no holder and no waiter is kept.
@@ -90,10 +96,11 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Shards:     64,
-		MaxKeys:    1024,
-		DefaultTTL: 33 * time.Second,
-		GCMaxIdle:  60 * time.Second,
+		Shards:          64,
+		MaxKeys:         1024,
+		MaxKeysPerOwner: 256,
+		DefaultTTL:      33 * time.Second,
+		GCMaxIdle:       60 * time.Second,
 	}
 }
 
@@ -106,6 +113,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: max keys must be >= 0, got %d", c.MaxKeys)
 	case c.MaxWaiters < 0:
 		return fmt.Errorf("engine: max waiters must be >= 0, got %d", c.MaxWaiters)
+	case c.MaxKeysPerOwner < 0 || c.MaxKeysPerOwner > math.MaxInt32:
+		return fmt.Errorf("engine: max keys per owner must be in [0, %d], got %d", math.MaxInt32, c.MaxKeysPerOwner)
 	case c.DefaultTTL <= 0:
 		return fmt.Errorf("engine: default TTL must be > 0, got %v", c.DefaultTTL)
 	case c.GCMaxIdle < 0:
@@ -126,10 +135,11 @@ type Engine struct {
 	resMu  sync.Mutex    // serialises FenceReserve calls
 	keys   atomic.Int64  // keys in memory, for MaxKeys
 	sess   sessions
+	own    ownerCounts // per-owner entries, for MaxKeysPerOwner
 
-	// Requests refused at MaxKeys and MaxWaiters (rare: kept off the
-	// shards' counters).
-	refusedKeys, refusedWaiters atomic.Uint64
+	// Requests refused at MaxKeys, MaxWaiters and MaxKeysPerOwner (rare:
+	// kept off the shards' counters).
+	refusedKeys, refusedWaiters, refusedOwner atomic.Uint64
 	// draining is set by Drain: no new holder or waiter, no hand-off.
 	draining atomic.Bool
 }
@@ -149,6 +159,7 @@ func New(cfg Config) (*Engine, error) {
 		e.limit.Store(math.MaxUint64)
 	}
 	e.sess.init()
+	e.own.init(cfg.MaxKeysPerOwner)
 	return e, nil
 }
 
@@ -280,6 +291,8 @@ func (e *Engine) countRefusal(err error) {
 		e.refusedKeys.Add(1)
 	case ErrMaxWaiters:
 		e.refusedWaiters.Add(1)
+	case ErrOwnerMaxKeys:
+		e.refusedOwner.Add(1)
 	}
 }
 

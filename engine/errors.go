@@ -1,11 +1,18 @@
 package engine
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrMaxKeys means the key does not exist and the engine already holds
 	// Config.MaxKeys keys with none idle to evict.
 	ErrMaxKeys = errors.New("engine: max keys reached")
+	// ErrOwnerMaxKeys means the owner already holds or waits on
+	// Config.MaxKeysPerOwner entries. It wraps ErrMaxKeys, so callers that
+	// answer ErrMaxKeys answer it alike (dflockd clients know that word).
+	ErrOwnerMaxKeys = fmt.Errorf("%w: the owner holds or waits on its maximum", ErrMaxKeys)
 	// ErrMaxWaiters means the key's queue already holds Config.MaxWaiters.
 	ErrMaxWaiters = errors.New("engine: max waiters reached")
 	// ErrLimitMismatch means the key exists with another slot limit.

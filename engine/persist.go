@@ -289,6 +289,7 @@ func (e *Engine) ReadState(r io.Reader) error {
 		}
 	}
 	e.keys.Store(keys)
+	e.own.recount(e.shards)
 	e.sess.readState(d)
 	if d.version >= 3 {
 		e.readLapsed(d)

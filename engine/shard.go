@@ -289,6 +289,7 @@ func (s *shard) removeLocked(en *entry) {
 		s.heap.remove(en)
 	}
 	s.unlinkOwner(en)
+	s.e.own.done(en.owner)
 	s.freeEntry(en)
 }
 
@@ -297,6 +298,12 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	if s.e.draining.Load() { // read under mu: Drain's pass comes after
 		s.mu.Unlock()
 		return Outcome{}, ErrDraining
+	}
+	if s.e.own.max > 0 && s.res[string(req.Key)] == nil && s.e.own.full(req.Owner) {
+		// Refused before the key is made: an owner at its cap does not
+		// fill the table with idle keys (nor evict others' to do so).
+		s.mu.Unlock()
+		return Outcome{}, ErrOwnerMaxKeys
 	}
 	res, err := s.resourceLocked(now, req.Key, req.Limit)
 	if err != nil {
@@ -311,6 +318,10 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 		s.takeLapsedLocked(req.Owner, req.Key)
 	}
 	if res.holders.n < res.limit && res.waiters.n == 0 {
+		if !s.e.own.tryAdd(req.Owner) {
+			s.mu.Unlock()
+			return Outcome{}, ErrOwnerMaxKeys
+		}
 		if res.idle {
 			s.idle.remove(res)
 		}
@@ -332,6 +343,10 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	if max := s.e.cfg.MaxWaiters; max > 0 && res.waiters.n >= max {
 		s.mu.Unlock()
 		return Outcome{}, ErrMaxWaiters
+	}
+	if !s.e.own.tryAdd(req.Owner) {
+		s.mu.Unlock()
+		return Outcome{}, ErrOwnerMaxKeys
 	}
 	en := s.newEntry(res, req)
 	en.twoPhase = twoPhase
@@ -478,7 +493,9 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration,
 	if en != nil {
 		if owner != 0 && owner != en.owner && s.findOwned(owner, en.res, false) == nil {
 			s.unlinkOwner(en)
+			s.e.own.done(en.owner)
 			en.owner = owner
+			s.e.own.add(owner)
 			s.linkOwner(en)
 		}
 		if ttl > 0 {

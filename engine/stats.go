@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/latchd/latchd/stats"
 )
@@ -63,6 +64,25 @@ func (e *Engine) Metrics() (Counters, Gauges) {
 	return c, g
 }
 
+// Rough heap bytes per engine object, for HeapEstimate: the structs
+// themselves plus, for a key, its map slot and a short name.
+const (
+	entryHeapBytes = int64(unsafe.Sizeof(entry{}))
+	resourceBytes  = int64(unsafe.Sizeof(resource{})) + 48
+	sessionBytes   = int64(unsafe.Sizeof(session{})) + 16
+)
+
+// HeapEstimate returns roughly how many heap bytes the engine's keys,
+// holdings, waits and sessions take now, from the gauges (O(shards)). It
+// is an estimate for memory management, not an account: a fall of many
+// megabytes means that much became garbage (a flood of waiters whose
+// connections closed), which the runtime would otherwise keep until its
+// next collection, however far off (internal/memtrim).
+func (e *Engine) HeapEstimate() int64 {
+	_, g := e.Metrics()
+	return int64(g.Held+g.Waiting)*entryHeapBytes + int64(g.Keys)*resourceBytes + int64(g.Sessions)*sessionBytes
+}
+
 // Refusals returns how many requests this engine refused at
 // Config.MaxKeys (no idle key to evict) and at Config.MaxWaiters since it
 // started. They are not engine state: a snapshot does not carry them, and
@@ -70,6 +90,10 @@ func (e *Engine) Metrics() (Counters, Gauges) {
 func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
 	return e.refusedKeys.Load(), e.refusedWaiters.Load()
 }
+
+// OwnerRefusals returns how many requests this engine refused at
+// Config.MaxKeysPerOwner since it started (not engine state either).
+func (e *Engine) OwnerRefusals() uint64 { return e.refusedOwner.Load() }
 
 // The stats command's report, defined once in package stats, which the
 // client decodes with too.

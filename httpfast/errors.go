@@ -87,6 +87,8 @@ func apiErrFor(err error) (apiErr, string) {
 		return errNotEnqueued, "this session has not enqueued on the key"
 	case errors.Is(err, engine.ErrLeaseExpired):
 		return errLeaseExpired, "the enqueued grant's lease ran out before this wait"
+	case errors.Is(err, engine.ErrOwnerMaxKeys):
+		return errMaxLocks, "this session holds or waits on its maximum number of keys (--max-keys-per-owner)"
 	case errors.Is(err, engine.ErrMaxKeys):
 		return errMaxLocks, "the server holds its maximum number of keys"
 	case errors.Is(err, engine.ErrMaxWaiters):

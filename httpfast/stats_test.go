@@ -19,31 +19,36 @@ import (
 func makeIdleKeys(t *testing.T, addr string, n, keyLen int) {
 	t.Helper()
 	c := dialTCP(t, addr)
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, "l\n%0*d\n0\n", keyLen, i)
-	}
-	if _, err := c.c.Write([]byte(b.String())); err != nil {
-		t.Fatal(err)
-	}
-	toks := make([]string, n)
-	for i := range toks {
-		f := strings.Fields(c.read())
-		if len(f) != 3 {
-			t.Fatalf("lock %d: %v", i, f)
+	// In batches: one connection may hold only its share of the keys.
+	const batch = 200
+	for lo := 0; lo < n; lo += batch {
+		hi := min(n, lo+batch)
+		var b strings.Builder
+		for i := lo; i < hi; i++ {
+			fmt.Fprintf(&b, "l\n%0*d\n0\n", keyLen, i)
 		}
-		toks[i] = f[1]
-	}
-	b.Reset()
-	for i := range n {
-		fmt.Fprintf(&b, "r\n%0*d\n%s\n", keyLen, i, toks[i])
-	}
-	if _, err := c.c.Write([]byte(b.String())); err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		if got := c.read(); got != "ok" {
-			t.Fatalf("release: %q", got)
+		if _, err := c.c.Write([]byte(b.String())); err != nil {
+			t.Fatal(err)
+		}
+		toks := make([]string, hi-lo)
+		for i := range toks {
+			f := strings.Fields(c.read())
+			if len(f) != 3 {
+				t.Fatalf("lock %d: %v", lo+i, f)
+			}
+			toks[i] = f[1]
+		}
+		b.Reset()
+		for i := lo; i < hi; i++ {
+			fmt.Fprintf(&b, "r\n%0*d\n%s\n", keyLen, i, toks[i-lo])
+		}
+		if _, err := c.c.Write([]byte(b.String())); err != nil {
+			t.Fatal(err)
+		}
+		for range hi - lo {
+			if got := c.read(); got != "ok" {
+				t.Fatalf("release: %q", got)
+			}
 		}
 	}
 }

@@ -22,26 +22,31 @@ import (
 )
 
 // makeKeys creates n idle keys with names of keyLen bytes on c, acquiring
-// and releasing each in one pipelined batch, and closes c.
+// and releasing them in pipelined batches (of at most 200: the connection
+// may hold no more than its share of the keys at once), and closes c.
 func makeKeys(t testing.TB, c *client, n, keyLen int) {
 	t.Helper()
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, "l\n%0*d\n0\n", keyLen, i)
-	}
-	c.send(b.String())
-	toks := make([]string, n)
-	for i := range toks {
-		toks[i] = grant(t, c.line(), "ok")
-	}
-	b.Reset()
-	for i := range n {
-		fmt.Fprintf(&b, "r\n%0*d\n%s\n", keyLen, i, toks[i])
-	}
-	c.send(b.String())
-	for range n {
-		if got := c.line(); got != "ok" {
-			t.Fatalf("release: %q", got)
+	const batch = 200
+	for lo := 0; lo < n; lo += batch {
+		hi := min(n, lo+batch)
+		var b strings.Builder
+		for i := lo; i < hi; i++ {
+			fmt.Fprintf(&b, "l\n%0*d\n0\n", keyLen, i)
+		}
+		c.send(b.String())
+		toks := make([]string, hi-lo)
+		for i := range toks {
+			toks[i] = grant(t, c.line(), "ok")
+		}
+		b.Reset()
+		for i := lo; i < hi; i++ {
+			fmt.Fprintf(&b, "r\n%0*d\n%s\n", keyLen, i, toks[i-lo])
+		}
+		c.send(b.String())
+		for range hi - lo {
+			if got := c.line(); got != "ok" {
+				t.Fatalf("release: %q", got)
+			}
 		}
 	}
 	_ = c.c.Close()

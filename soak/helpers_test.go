@@ -35,6 +35,7 @@ func startServer(t *testing.T, cfg soak.Config) *testutil.Server {
 	t.Helper()
 	ecfg := engine.DefaultConfig()
 	ecfg.MaxKeys = 0
+	ecfg.MaxKeysPerOwner = 0 // no cap on keys, so none per connection (as latchd derives it)
 	ecfg.GCMaxIdle = 100 * time.Millisecond
 	ecfg.FenceSeed = uint64(clock.Now())
 	scfg := server.DefaultConfig()

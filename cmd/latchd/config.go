@@ -27,6 +27,7 @@ type options struct {
 	defaultLeaseTTL, readTimeout   int
 	gcMaxIdle, httpSessionTTL      int
 	maxLocks, maxWaiters, maxConns int
+	maxKeysPerOwner                int
 	eventLoops, shards             int
 	httpMaxSessions, httpMaxConns  int
 	shutdownTimeout                int
@@ -84,6 +85,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.defaultLeaseTTL, "default-lease-ttl", 33, "lease TTL in seconds when a request names none")
 	fs.IntVar(&o.maxLocks, "max-locks", 1024, "cap on keys in memory (0 = no cap)")
 	fs.IntVar(&o.maxWaiters, "max-waiters", defaultMaxWaiters, "cap on each key's queue (0 = no cap)")
+	fs.IntVar(&o.maxKeysPerOwner, "max-keys-per-owner", 0, "cap on the keys one TCP connection or REST session holds or waits on at once (0 = a quarter of --max-locks; no cap when --max-locks is 0)")
 	fs.IntVar(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = derived from the file descriptor limit)")
 	fs.IntVar(&o.httpMaxConns, "http-max-connections", 0, "cap on open REST connections; past it a connection gets 503 and is closed (0 = derived from the file descriptor limit)")
 	fs.IntVar(&o.shutdownTimeout, "shutdown-timeout", 5, "seconds a graceful stop gives holders to release before closing everything (0 = until they have; a second signal cuts it short)")
@@ -224,6 +226,18 @@ func (o *options) metricsOptions() []metrics.ServeOption {
 	return []metrics.ServeOption{metrics.WithBearerToken(o.authToken)}
 }
 
+// maxKeysPerOwner resolves --max-keys-per-owner: 0 derives a quarter of
+// --max-locks, so that one connection or session cannot take every key
+// (the red team's finding in #11: one connection enqueueing on 1,024 keys
+// left every other client error_max_locks), while four owners still can
+// between them. A negative value is left for Validate to refuse.
+func maxKeysPerOwner(flag, maxLocks int) int {
+	if flag != 0 || maxLocks == 0 {
+		return flag
+	}
+	return max(1, maxLocks/4)
+}
+
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }
 
 func (o *options) engineConfig() (engine.Config, error) {
@@ -231,6 +245,7 @@ func (o *options) engineConfig() (engine.Config, error) {
 	c.Shards = o.shards
 	c.MaxKeys = o.maxLocks
 	c.MaxWaiters = o.maxWaiters
+	c.MaxKeysPerOwner = maxKeysPerOwner(o.maxKeysPerOwner, o.maxLocks)
 	c.DefaultTTL = secs(o.defaultLeaseTTL)
 	c.GCMaxIdle = secs(o.gcMaxIdle)
 	return c, c.Validate()

@@ -39,12 +39,12 @@ func (r *readiness) check() error {
 const refusalLogEvery = 10 * time.Second
 
 // logRefusals logs, at most once per every, how many requests the engine
-// refused at --max-locks and --max-waiters since the last line, until
+// refused at --max-locks, --max-waiters and --max-keys-per-owner since the last line, until
 // stop is closed. The counts are also in latchd_refused_total.
 func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Duration, log *zap.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var lastKeys, lastWaiters uint64
+	var lastKeys, lastWaiters, lastOwner uint64
 	var last *engine.Engine
 	for {
 		select {
@@ -57,7 +57,12 @@ func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Dur
 			continue
 		}
 		if e != last { // first tick, or a snapshot restore replaced the engine: it counts from 0
-			last, lastKeys, lastWaiters = e, 0, 0
+			last, lastKeys, lastWaiters, lastOwner = e, 0, 0, 0
+		}
+		if o := e.OwnerRefusals(); o > lastOwner {
+			log.Warn("requests refused at --max-keys-per-owner: one connection or session held or waited on its maximum of keys",
+				zap.Uint64("refused", o-lastOwner), zap.Duration("in", every), zap.Int("max_keys_per_owner", e.Config().MaxKeysPerOwner))
+			lastOwner = o
 		}
 		k, w := e.Refusals()
 		if k > lastKeys {

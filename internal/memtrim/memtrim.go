@@ -36,7 +36,14 @@ type Gauges struct {
 //     while more than minIdle bytes were allocated since the last
 //     collection, or more than minIdle bytes of large buffers were Made
 //     since the last trim: that garbage would otherwise wait for the
-//     runtime's forced collection, every two minutes.
+//     runtime's forced collection, every two minutes, or
+//   - no collection ran during the last interval while the last one found
+//     more than minIdle bytes more live than the lowest live heap seen
+//     since the last trim: a burst of small objects (a million queued
+//     waiters, say) that was live at that collection and may be garbage
+//     now, which neither rule above can see and the runtime will not
+//     collect until the heap doubles. It fires once per such growth: the
+//     trim's own collection sets the new low.
 //
 // A busy program collects on its own, so the quiet rule does not fire
 // there. Run returns when stop is closed.
@@ -49,6 +56,7 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 		made = g.Made()
 	}
 	last := read()
+	low := last.live // lowest live heap seen since the last trim
 	for {
 		select {
 		case <-stop:
@@ -71,13 +79,16 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 		churned := mk-made > minIdle
 		quiet := m.cycles == last.cycles && (m.objects > m.live+minIdle || churned)
 		idle := m.free > minIdle && m.free > m.objects
-		if dropped || quiet || idle {
+		low = min(low, m.live)
+		grown := m.cycles == last.cycles && m.live > low+minIdle
+		if dropped || quiet || idle || grown {
 			// Two collections: what sync.Pools held (gnet's buffers, say)
 			// survives the first one in their victim caches.
 			runtime.GC()
 			debug.FreeOSMemory()
 			peak, made = h, mk
 			m = read()
+			low = m.live
 		}
 		last = m
 	}

@@ -115,3 +115,37 @@ func TestRunTrimsAfterChurn(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// node is a small object with a pointer, as an engine entry is.
+type node struct {
+	next *node
+	pad  [12]uint64
+}
+
+var chain *node
+
+// TestRunCollectsGarbageLiveAtLastCollection: many small objects, live at
+// the last collection, become garbage while the program is quiet (a
+// million queued waiters whose connections all closed, #11). Nothing
+// else allocates, so the runtime would keep them until its forced
+// collection two minutes later; Run must collect them.
+func TestRunCollectsGarbageLiveAtLastCollection(t *testing.T) {
+	runtime.GC()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 50*time.Millisecond, 8<<20, Gauges{}) }()
+	defer func() { close(stop); <-done }()
+	for range 300_000 { // ~33 MiB
+		chain = &node{next: chain}
+	}
+	runtime.GC() // the chain is live at this collection...
+	chain = nil  // ...and garbage right after it
+	before := numGC()
+	deadline := time.Now().Add(5 * time.Second)
+	for numGC() == before || read().live > 16<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d MiB live at the last collection, no collection since 5 s", read().live>>20)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -14,6 +14,7 @@ type sample struct {
 	lastFence      uint64
 	refusedKeys    uint64
 	refusedWaiters uint64
+	refusedOwner   uint64
 }
 
 type family struct {
@@ -79,6 +80,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		s.counters, s.gauges = e.Metrics()
 		s.lastFence = e.LastFence()
 		s.refusedKeys, s.refusedWaiters = e.Refusals()
+		s.refusedOwner = e.OwnerRefusals()
 	}
 	s.tcpConnections = c.tcp.conns.Load()
 	for i := range families {
@@ -87,4 +89,5 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.refusedKeys), "max_locks")
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.refusedWaiters), "max_waiters")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.refusedOwner), "max_keys_per_owner")
 }
