@@ -579,6 +579,29 @@ func (n *Node) confChange(ctx context.Context, typ raftpb.ConfChangeType, id, ad
 // TransferLeadership hands leadership to voter id, or with "" to the most
 // up-to-date other voter, and returns once this node has stepped down.
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
+	// raft drops a transfer whose transferee does not campaign within an
+	// election timeout: one still applying a configuration change (a
+	// node just added or removed) will not campaign yet, nor will one that
+	// is slow to catch up on a loaded machine. Try again a few times
+	// while ctx allows.
+	var err error
+	for attempt := 0; attempt < transferAttempts; attempt++ {
+		if err = n.transferOnce(ctx, id); !errors.Is(err, errTransferAborted) {
+			return err
+		}
+	}
+	return err
+}
+
+// transferAttempts bounds TransferLeadership's tries.
+const transferAttempts = 3
+
+// errTransferAborted: raft gave up on a transfer; this node still leads.
+var errTransferAborted = errors.New("replica: transfer leadership: the transferee did not take over in an election timeout")
+
+// transferOnce asks raft for one leadership transfer and waits for its
+// verdict.
+func (n *Node) transferOnce(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -626,7 +649,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 			return nil
 		}
 		if bs.LeadTransferee == 0 {
-			return errors.New("replica: transfer leadership: the transferee did not take over in an election timeout")
+			return errTransferAborted
 		}
 		select {
 		case <-ctx.Done():
