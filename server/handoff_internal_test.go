@@ -110,3 +110,69 @@ func TestDirectAfterCloseInTurn(t *testing.T) {
 type nopSink struct{}
 
 func (nopSink) Deliver(engine.Outcome) {}
+
+// wakeCounter is a gnet.Conn for a turn run by hand: its input is
+// empty, Write records the answers, and Wake counts.
+type wakeCounter struct {
+	closingConn
+	wakes int
+	wrote []byte
+}
+
+func (c *wakeCounter) Wake(gnet.AsyncCallback) error { c.wakes++; return nil }
+func (c *wakeCounter) Write(p []byte) (int, error) {
+	c.wrote = append(c.wrote, p...)
+	return len(p), nil
+}
+
+// TestDirectShortWrite: a direct hand-off to a socket with no room left
+// writes nothing and hands the whole answer to the loop, which writes it
+// at its next turn and unparks the session.
+func TestDirectShortWrite(t *testing.T) {
+	eng, err := engine.New(engine.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(DefaultConfig(), eng, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fds[0]); _ = syscall.Close(fds[1]) })
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		t.Fatal(err)
+	}
+	fill := make([]byte, 4096)
+	for {
+		if _, err := syscall.Write(fds[0], fill); err != nil {
+			if !errors.Is(err, syscall.EAGAIN) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if _, err := eng.Acquire(now(), engine.AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1, TTL: 30e9}, nopSink{}); err != nil {
+		t.Fatal(err)
+	}
+	c := &wakeCounter{closingConn: closingConn{s: s, fd: fds[0], in: []byte("l\nk\n30\n")}}
+	if _, act := s.OnOpen(c); act != gnet.None {
+		t.Fatal("refused")
+	}
+	ss := c.ctx.(*session)
+	s.OnTraffic(c)
+	if !ss.parked || ss.hand.Load() != handIdle {
+		t.Fatalf("parked %v hand %d: want a parked idle session", ss.parked, ss.hand.Load())
+	}
+	ss.Deliver(engine.Outcome{Result: engine.TimedOut})
+	if st := ss.hand.Load(); st != handLoop || c.wakes != 1 || !ss.woken.Load() {
+		t.Fatalf("after a write that did not fit: hand %d, wakes %d, woken %v; want the loop woken to write it",
+			st, c.wakes, ss.woken.Load())
+	}
+	s.OnTraffic(c) // the Wake's turn
+	if string(c.wrote) != "timeout\n" || ss.parked {
+		t.Fatalf("the loop wrote %q, parked %v; want the answer and the session unparked", c.wrote, ss.parked)
+	}
+}
