@@ -48,9 +48,15 @@ const (
 // park offers the session to deliverers if its turn left it parked with
 // nothing in or out. Event loop only, at the end of a turn; consumed is
 // whether the turn decoded all of the connection's buffered input.
+//
+// A CAS, not a store: gnet closes a connection inside Write when the
+// socket fails (OnClose runs, revoke stores handClosed, the descriptor is
+// closed) and the turn then goes on to here. Storing handIdle would offer
+// the closed session again, and a grant collected before its disconnect
+// would be written to a descriptor number the kernel may have reused.
 func (ss *session) park(c gnet.Conn, consumed bool) {
 	if ss.parked && consumed && ss.fd >= 0 && c.OutboundBuffered() == 0 {
-		ss.hand.Store(handIdle)
+		ss.hand.CompareAndSwap(handLoop, handIdle)
 	}
 }
 
