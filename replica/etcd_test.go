@@ -197,12 +197,14 @@ func TestEtcdReplicatesAndRedirects(t *testing.T) {
 	if err != nil || o.Result != engine.Granted {
 		t.Fatal(o, err)
 	}
+	// The leader's client address reaches a follower with the leader's
+	// restamp entry: wait until every replica has applied the grant.
+	c.same(t, 0, 1, 2)
 	_, err = acq(t, f, "job", 8)
 	var nl *NotLeaderError
 	if !errors.As(err, &nl) || nl.LeaderID != l.ID() || nl.ClientAddr != l.cfg.ClientAddr {
 		t.Fatalf("follower: %v", err)
 	}
-	c.same(t, 0, 1, 2)
 	st := f.Status()
 	if st.Role != "follower" || st.LeaderID != l.ID() || len(st.Voters) != 3 {
 		t.Fatalf("follower status %+v", st)
