@@ -726,7 +726,7 @@ func (n *Node) Ready() error {
 	case lead == n.id && !n.IsLeader():
 		return errors.New("elected, still taking over")
 	}
-	if commit, applied := n.commit.Load(), n.fsm.AppliedIndex(); applied < commit {
+	if commit, applied := n.commit.Load(), n.fsm.AppliedIndex(); applied+ReadyLag < commit {
 		return fmt.Errorf("log not caught up: applied %d of %d committed", applied, commit)
 	}
 	return nil

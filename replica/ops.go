@@ -14,7 +14,8 @@ import (
 
 // Ready reports whether this node can serve, for /readyz: nil when it
 // knows a leader (itself, ready for commands, or another node) and has
-// applied every entry it knows committed; else why not.
+// applied what it knows committed, but for at most ReadyLag entries; else
+// why not.
 func (n *Node) Ready() error {
 	select {
 	case <-n.stop:
@@ -28,7 +29,7 @@ func (n *Node) Ready() error {
 	case string(id) == n.cfg.NodeID && !n.IsLeader():
 		return errors.New("elected, still taking over")
 	}
-	if commit, applied := n.raft.CommitIndex(), n.raft.AppliedIndex(); applied < commit {
+	if commit, applied := n.raft.CommitIndex(), n.raft.AppliedIndex(); applied+ReadyLag < commit {
 		return fmt.Errorf("log not caught up: applied %d of %d committed", applied, commit)
 	}
 	return nil

@@ -43,3 +43,9 @@ type Member struct {
 	// Suffrage is "voter", "nonvoter" or "staging".
 	Suffrage string `json:"suffrage"`
 }
+
+// ReadyLag is how many committed entries a ready node may still have to
+// apply: under steady traffic a follower is always an entry or two
+// behind, which must not make /readyz flap; one replaying a long log (a
+// restart, a snapshot install) is well past it.
+const ReadyLag = 64
