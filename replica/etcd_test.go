@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,7 +29,18 @@ type diskCluster struct {
 	nodes []*Node
 }
 
+// freeAddr is a free loopback address drawn below Linux's ephemeral port
+// range (as internal/testutil.FreePort, which this package cannot import),
+// so another test's outgoing connection cannot take it before the node
+// binds it.
 func freeAddr(t testing.TB) string {
+	for range 200 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			_ = ln.Close()
+			return addr
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/soak"
 )
 
@@ -223,15 +224,9 @@ func acceptErrors(scrape, name string) float64 {
 	return total
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// freeAddr is a free loopback address below the ephemeral range, where an
+// outgoing connection cannot take it before the child binds it.
+func freeAddr(t *testing.T) string { return testutil.FreePort(t) }
 
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)

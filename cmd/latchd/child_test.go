@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/latchd/latchd/internal/testutil"
 )
 
 // TestMain lets a test re-run this binary as a latchd process (see
@@ -169,15 +171,9 @@ func (c *child) signal(sig os.Signal, limit time.Duration) time.Duration {
 	return time.Since(start)
 }
 
-func freePort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// freePort is a free loopback address below the ephemeral range, where
+// an outgoing connection cannot take it before the child binds it.
+func freePort(t testing.TB) string { return testutil.FreePort(t) }
 
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
