@@ -343,12 +343,7 @@ func startCompatServer(t *testing.T, c compatCfg) string {
 
 // startDflockd runs a dflockd binary with the case's settings.
 func startDflockd(t *testing.T, bin string, c compatCfg) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := testutil.FreePort(t)
 	_, port, _ := net.SplitHostPort(addr)
 	sweep := "1"
 	if c.noSweep {
