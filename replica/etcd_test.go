@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/testport"
 )
 
 // diskCluster is n etcd-raft nodes on disk, talking over loopback TCP.
@@ -29,25 +29,9 @@ type diskCluster struct {
 	nodes []*Node
 }
 
-// freeAddr is a free loopback address drawn below Linux's ephemeral port
-// range (as internal/testutil.FreePort, which this package cannot import),
-// so another test's outgoing connection cannot take it before the node
-// binds it.
-func freeAddr(t testing.TB) string {
-	for range 200 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
-		if ln, err := net.Listen("tcp", addr); err == nil {
-			_ = ln.Close()
-			return addr
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// freeAddr is a free loopback address no other test process is handed
+// (internal/testport).
+func freeAddr(t testing.TB) string { return testport.Free(t) }
 
 func newDiskCluster(t testing.TB, n int, edit func(*Config)) *diskCluster {
 	c := &diskCluster{t: t}

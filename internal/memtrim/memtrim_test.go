@@ -77,15 +77,19 @@ func numGC() uint32 {
 // collection since, is collected and returned.
 func TestRunCollectsAfterQuietBurst(t *testing.T) {
 	runtime.GC()
-	before := numGC()
-	for range 32 {
-		sink = append(sink, make([]byte, 1<<20))
-	}
-	sink = nil // 32 MiB of garbage; likely no collection ran meanwhile
+	// Run watches from before the burst, as in latchd (it starts with
+	// the process): a collection the burst itself triggers sees the
+	// buffers live, and only a baseline taken before tells that apart.
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() { defer close(done); Run(stop, 20*time.Millisecond, 8<<20, Gauges{}) }()
 	defer func() { close(stop); <-done }()
+	time.Sleep(100 * time.Millisecond) // a few quiet intervals: the baseline
+	before := numGC()
+	for range 32 {
+		sink = append(sink, make([]byte, 1<<20))
+	}
+	sink = nil // 32 MiB of garbage, live at any collection during the burst
 	deadline := time.Now().Add(5 * time.Second)
 	for numGC() == before || read().objects > 16<<20 {
 		if time.Now().After(deadline) {

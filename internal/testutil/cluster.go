@@ -3,8 +3,6 @@ package testutil
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -12,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
@@ -80,25 +79,14 @@ func ClusterConfig(id string) replica.Config {
 }
 
 // FreePort returns a loopback address nobody listens on now, for a
-// member to bind a moment later. It draws from below Linux's ephemeral
-// range (32768 up): a port 0 listener gets one from inside it, which
-// another test's outgoing connection can take in between (it did: a
-// member failed to bind its raft port).
+// member to bind a moment later (internal/testport): from below Linux's
+// ephemeral range (32768 up), where an outgoing connection cannot take it
+// in between, and claimed for this process, so a test in another package
+// running at the same time is not handed it too (both happened: a member
+// failed to bind its raft port).
 func FreePort(tb testing.TB) string {
 	tb.Helper()
-	for range 200 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
-		if ln, err := net.Listen("tcp", addr); err == nil {
-			_ = ln.Close()
-			return addr
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("listen: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testport.Free(tb)
 }
 
 // StartCluster starts n members bootstrapped together and stops them when
