@@ -18,7 +18,6 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
-	"github.com/latchd/latchd/internal/clock"
 )
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
@@ -302,33 +301,9 @@ func (n *Node) isLeaderState() bool {
 
 // Propose: see the hashicorp Node's Propose; the contract is the same.
 func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply, error) {
-	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
-		return Reply{}, ErrBadCommand
-	}
-	if !n.isReady.Load() {
-		if !n.isLeaderState() {
-			return Reply{}, n.notLeader()
-		}
-		select {
-		case <-n.readyCh():
-		case <-ctx.Done():
-			return Reply{}, n.notLeader()
-		case <-n.stop:
-			return Reply{}, ErrClosed
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	p, err := n.newProposal(ctx, c, sink)
+	if err != nil {
 		return Reply{}, err
-	}
-	c.Now = n.now()
-	if c.Op == OpAcquire || c.Op == OpEnqueue {
-		c.Salt = clock.Salt()
-	}
-	c.Origin = n.origin
-	c.ReqID = n.seq.Add(1)
-	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait), done: make(chan proposalResult, 1)}
-	if p.parks {
-		n.fsm.register(c.ReqID, sink)
 	}
 	n.submit(p)
 	select {

@@ -464,34 +464,9 @@ func (n *Node) fenceFloor() uint64 {
 // queued; after that the wait ends when raft answers the entry: committed,
 // refused, leadership lost, or not taken in within ApplyTimeout.
 func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply, error) {
-	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
-		return Reply{}, ErrBadCommand // a Restamp is the node's own business
-	}
-	if !n.isReady.Load() {
-		if n.raft.State() != raft.Leader {
-			return Reply{}, n.notLeader()
-		}
-		select {
-		case <-n.readyCh():
-		case <-ctx.Done():
-			return Reply{}, n.notLeader()
-		case <-n.stop:
-			return Reply{}, ErrClosed
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	p, err := n.newProposal(ctx, c, sink)
+	if err != nil {
 		return Reply{}, err
-	}
-	c.Now = n.now()
-	if c.Op == OpAcquire || c.Op == OpEnqueue {
-		c.Salt = clock.Salt()
-	}
-	c.Origin = n.origin
-	c.ReqID = n.seq.Add(1)
-	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait),
-		done: make(chan proposalResult, 1)}
-	if p.parks {
-		n.fsm.register(c.ReqID, sink)
 	}
 	n.batch.submit(p) // group commit: see batcher
 	res := <-p.done   // raft answers every entry: committed, refused, or leadership lost
@@ -500,6 +475,10 @@ func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply,
 	}
 	return res.r, res.r.Err
 }
+
+// isLeaderState reports whether raft has this node as leader (ready for
+// commands or still restamping).
+func (n *Node) isLeaderState() bool { return n.raft.State() == raft.Leader }
 
 // apply appends c and waits for its Reply. It sets Origin and ReqID.
 func (n *Node) apply(ctx context.Context, c *Command, sink engine.Sink) (Reply, error) {

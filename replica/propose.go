@@ -1,0 +1,45 @@
+package replica
+
+import (
+	"context"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/clock"
+)
+
+// newProposal is the part of Propose both raft builds share: it refuses
+// a command that is not a client's (a Restamp is the node's own
+// business), answers not_leader on a follower, waits (within ctx) for a
+// new leader's restamp, stamps the leader's time, salt and request id,
+// and registers sink when the command may park.
+func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*proposal, error) {
+	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
+		return nil, ErrBadCommand
+	}
+	if !n.isReady.Load() {
+		if !n.isLeaderState() {
+			return nil, n.notLeader()
+		}
+		select {
+		case <-n.readyCh():
+		case <-ctx.Done():
+			return nil, n.notLeader()
+		case <-n.stop:
+			return nil, ErrClosed
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c.Now = n.now()
+	if c.Op == OpAcquire || c.Op == OpEnqueue {
+		c.Salt = clock.Salt()
+	}
+	c.Origin = n.origin
+	c.ReqID = n.seq.Add(1)
+	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait), done: make(chan proposalResult, 1)}
+	if p.parks {
+		n.fsm.register(c.ReqID, sink)
+	}
+	return p, nil
+}
