@@ -134,6 +134,9 @@ func TestLeaseLostDuringReleaseNotInherited(t *testing.T) {
 		t.Fatalf("Release = %v, want ErrLost (lost while releasing)", err)
 	}
 	client.SetRenewHook(l, nil)
+	// The lost grant was let go by closing its connection, which the
+	// server may not have seen yet: wait in the queue, not a bare try.
+	l.AcquireTimeout = 10 * time.Second
 	if got, err := l.Acquire(ctx); !got || err != nil {
 		t.Fatalf("second Acquire = %v, %v", got, err)
 	}
