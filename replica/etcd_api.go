@@ -317,6 +317,24 @@ func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply,
 	}
 }
 
+// ProposeFunc proposes c like Propose, without blocking: done gets the
+// outcome (Propose's Reply and error) exactly once, on one of the node's
+// goroutines (usually the apply thread, possibly while raft's lock is
+// held), so it must not block or call back into the node synchronously.
+// A leader still taking over (its restamp not applied) answers
+// *NotLeaderError at once rather than wait, as does a follower; then done
+// is not called. Propose costs a goroutine per waiting caller; a server's
+// event loop uses this instead and hears the answer with no hop.
+func (n *Node) ProposeFunc(c Command, sink engine.Sink, done func(Reply, error)) error {
+	p, err := n.newProposal(nil, c, sink)
+	if err != nil {
+		return err
+	}
+	p.done, p.cb = nil, done
+	n.submit(p)
+	return nil
+}
+
 // FSM returns the node's state machine.
 func (n *Node) FSM() *FSM { return n.fsm }
 

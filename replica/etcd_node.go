@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,11 @@ type Node struct {
 	// loop goroutine on the commit path.
 	mu sync.Mutex
 	rn *raft.RawNode
+	// Under mu: the last index handed to the append thread, and the
+	// entries proposed since (their index is not known until the next
+	// Ready). See inflightBusy.
+	lastIndex    uint64
+	proposedIdle int
 
 	// Published by the raft loop.
 	lead      atomic.Uint64
@@ -103,7 +109,20 @@ type proposal struct {
 	c     Command
 	parks bool
 	done  chan proposalResult
-	raw   bool // a single-command entry (Restamp, Expire), not a batch
+	cb    func(Reply, error) // instead of done: ProposeFunc's
+	raw   bool               // a single-command entry (Restamp, Expire), not a batch
+}
+
+// answer hands p its result: to its callback, or to Propose waiting on done.
+func (p *proposal) answer(r Reply, err error) {
+	if p.cb == nil {
+		p.done <- proposalResult{r: r, err: err}
+		return
+	}
+	if err == nil {
+		err = r.Err
+	}
+	p.cb(r, err)
 }
 
 type proposalResult struct {
@@ -157,6 +176,12 @@ func (q *propQueue) putBack(ps []*proposal) {
 	q.mu.Unlock()
 }
 
+func (q *propQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q) > 0
+}
+
 func (q *propQueue) take() []*proposal {
 	q.mu.Lock()
 	ps := q.q
@@ -174,6 +199,9 @@ func (q *propQueue) take() []*proposal {
 // / 16,465-18,132; 2 in flight 597-768 / 2,237-3,187 / 10,682-13,353;
 // 4 and 16 lower still at 10 and 100 workers.
 const maxInflightEntries = 1
+
+// inflightApplied: EXPERIMENT switch (LATCHD_INFLIGHT=applied).
+var inflightApplied = os.Getenv("LATCHD_INFLIGHT") == "applied"
 
 // raftID maps a node ID to etcd raft's numeric ID.
 func raftID(id string) uint64 {
@@ -576,12 +604,9 @@ func (n *Node) submit(p *proposal) {
 func (n *Node) proposeQueued() {
 	ps := n.propQ.take()
 	for len(ps) > 0 {
-		n.waitMu.Lock()
-		busy := len(n.waiters) >= maxInflightEntries
-		n.waitMu.Unlock()
-		if busy {
-			// Wait for an entry to apply (the apply thread then steps
-			// raft, which comes back here): fewer, fuller entries.
+		if n.inflightBusy() {
+			// Wait for the entry in flight to commit (drainReady then
+			// comes back here): fewer, fuller entries.
 			n.propQ.putBack(ps)
 			return
 		}
@@ -597,6 +622,23 @@ func (n *Node) proposeQueued() {
 		n.propose(ps[:k])
 		ps = ps[k:]
 	}
+}
+
+// inflightBusy reports whether this leader already has an entry in its log
+// that is not committed yet (raft's own entries, such as a new term's
+// empty one, count too). A proposal made now would leave nearly empty
+// while its predecessor waits for its quorum; held back, the proposals
+// that arrive meanwhile leave together as soon as it commits, and the
+// apply and answers of the committed entry run beside the next one's
+// writes. Under mu.
+func (n *Node) inflightBusy() bool {
+	if inflightApplied {
+		n.waitMu.Lock()
+		busy := len(n.waiters) >= maxInflightEntries
+		n.waitMu.Unlock()
+		return busy
+	}
+	return n.proposedIdle > 0 || n.lastIndex > n.commit.Load()
 }
 
 func (n *Node) propose(batch []*proposal) {
@@ -624,7 +666,9 @@ func (n *Node) propose(batch []*proposal) {
 	}
 	if err := n.rn.Propose(data); err != nil {
 		n.failWaiter(key, n.notLeader())
+		return
 	}
+	n.proposedIdle++ // its index is known at the next Ready
 }
 
 func (n *Node) failWaiter(key uint64, err error) {
@@ -658,7 +702,7 @@ func (n *Node) finish(w *waiter, res any, err error) {
 		if p.parks && (err != nil || r.Err != nil || r.Outcome.Result != engine.Queued) {
 			n.fsm.unregister(p.c.ReqID)
 		}
-		p.done <- proposalResult{r: r, err: err}
+		p.answer(r, err)
 	}
 }
 
@@ -666,7 +710,18 @@ func (n *Node) finish(w *waiter, res any, err error) {
 // leader's own append runs beside them), local messages to the append and
 // apply threads.
 func (n *Node) drainReady() {
-	for n.rn.HasReady() {
+	for {
+		if !n.rn.HasReady() {
+			if n.propQ.pending() && !n.inflightBusy() {
+				// The entry in flight committed in the Ready just
+				// handed out: what waited for it leaves now.
+				n.proposeQueued()
+				if n.rn.HasReady() {
+					continue
+				}
+			}
+			return
+		}
 		rd := n.rn.Ready()
 		if rd.SoftState != nil {
 			n.softState(rd.SoftState)
@@ -685,6 +740,10 @@ func (n *Node) drainReady() {
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
+				if es := m.GetEntries(); len(es) > 0 {
+					n.lastIndex = es[len(es)-1].GetIndex()
+					n.proposedIdle = 0
+				}
 				n.appQ.push(m)
 			case raft.LocalApplyThread:
 				n.applyQ.push(m)
@@ -804,15 +863,19 @@ func (n *Node) appendLoop() {
 			<-n.stop
 			return
 		}
+		// Acks to the leader first (a follower's MsgAppResp is on the
+		// commit path), then this node's own responses in one step.
+		var local []*raftpb.Message
 		for _, m := range ms {
 			for _, r := range m.GetResponses() {
 				if r.GetTo() == n.id {
-					n.step(r)
+					local = append(local, r)
 				} else {
 					n.tr.send(r)
 				}
 			}
 		}
+		n.step(local...)
 	}
 }
 
