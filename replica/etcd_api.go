@@ -51,7 +51,15 @@ func (n *Node) applyLoop() {
 			for _, e := range m.GetEntries() {
 				n.applyOne(e)
 			}
+			// Raft first: the proposals that queued behind these entries
+			// leave now, and their writes run while the proposers of
+			// these hear their answers.
 			n.step(m.GetResponses()...)
+			for i, a := range n.answers {
+				n.finish(a.w, a.res, nil)
+				n.answers[i] = pendingAnswer{}
+			}
+			n.answers = n.answers[:0]
 		}
 		n.maybeSnapshot(false)
 	}
@@ -81,7 +89,7 @@ func (n *Node) applyOne(e *raftpb.Entry) {
 		delete(n.waiters, key)
 		n.waitMu.Unlock()
 		if w != nil {
-			n.finish(w, res, nil)
+			n.answers = append(n.answers, pendingAnswer{w: w, res: res})
 		}
 	case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
 		var cc raftpb.ConfChangeI

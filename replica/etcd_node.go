@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -56,11 +55,6 @@ type Node struct {
 	// loop goroutine on the commit path.
 	mu sync.Mutex
 	rn *raft.RawNode
-	// Under mu: the last index handed to the append thread, and the
-	// entries proposed since (their index is not known until the next
-	// Ready). See inflightBusy.
-	lastIndex    uint64
-	proposedIdle int
 
 	// Published by the raft loop.
 	lead      atomic.Uint64
@@ -88,9 +82,10 @@ type Node struct {
 	waiters map[uint64]*waiter // by the ReqID of the entry's first command
 	ccWait  map[uint64]chan error
 
-	applyMu   sync.Mutex // an entry's application, against a snapshot taken meanwhile
-	snapIndex uint64     // apply thread
-	restored  chan error // the apply thread's answer to a snapshot to restore
+	answers   []pendingAnswer // apply thread: applied entries' proposers, answered after raft hears of them
+	applyMu   sync.Mutex      // an entry's application, against a snapshot taken meanwhile
+	snapIndex uint64          // apply thread
+	restored  chan error      // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 
 	stop      chan struct{}
@@ -123,6 +118,11 @@ func (p *proposal) answer(r Reply, err error) {
 		err = r.Err
 	}
 	p.cb(r, err)
+}
+
+type pendingAnswer struct {
+	w   *waiter
+	res any
 }
 
 type proposalResult struct {
@@ -176,12 +176,6 @@ func (q *propQueue) putBack(ps []*proposal) {
 	q.mu.Unlock()
 }
 
-func (q *propQueue) pending() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.q) > 0
-}
-
 func (q *propQueue) take() []*proposal {
 	q.mu.Lock()
 	ps := q.q
@@ -199,9 +193,6 @@ func (q *propQueue) take() []*proposal {
 // / 16,465-18,132; 2 in flight 597-768 / 2,237-3,187 / 10,682-13,353;
 // 4 and 16 lower still at 10 and 100 workers.
 const maxInflightEntries = 1
-
-// inflightApplied: EXPERIMENT switch (LATCHD_INFLIGHT=applied).
-var inflightApplied = os.Getenv("LATCHD_INFLIGHT") == "applied"
 
 // raftID maps a node ID to etcd raft's numeric ID.
 func raftID(id string) uint64 {
@@ -605,8 +596,8 @@ func (n *Node) proposeQueued() {
 	ps := n.propQ.take()
 	for len(ps) > 0 {
 		if n.inflightBusy() {
-			// Wait for the entry in flight to commit (drainReady then
-			// comes back here): fewer, fuller entries.
+			// Wait for an entry to apply (the apply thread then steps
+			// raft, which comes back here): fewer, fuller entries.
 			n.propQ.putBack(ps)
 			return
 		}
@@ -624,21 +615,12 @@ func (n *Node) proposeQueued() {
 	}
 }
 
-// inflightBusy reports whether this leader already has an entry in its log
-// that is not committed yet (raft's own entries, such as a new term's
-// empty one, count too). A proposal made now would leave nearly empty
-// while its predecessor waits for its quorum; held back, the proposals
-// that arrive meanwhile leave together as soon as it commits, and the
-// apply and answers of the committed entry run beside the next one's
-// writes. Under mu.
+// inflightBusy reports whether maxInflightEntries entries proposed here
+// are not applied yet. Under mu.
 func (n *Node) inflightBusy() bool {
-	if inflightApplied {
-		n.waitMu.Lock()
-		busy := len(n.waiters) >= maxInflightEntries
-		n.waitMu.Unlock()
-		return busy
-	}
-	return n.proposedIdle > 0 || n.lastIndex > n.commit.Load()
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	return len(n.waiters) >= maxInflightEntries
 }
 
 func (n *Node) propose(batch []*proposal) {
@@ -666,9 +648,7 @@ func (n *Node) propose(batch []*proposal) {
 	}
 	if err := n.rn.Propose(data); err != nil {
 		n.failWaiter(key, n.notLeader())
-		return
 	}
-	n.proposedIdle++ // its index is known at the next Ready
 }
 
 func (n *Node) failWaiter(key uint64, err error) {
@@ -710,18 +690,7 @@ func (n *Node) finish(w *waiter, res any, err error) {
 // leader's own append runs beside them), local messages to the append and
 // apply threads.
 func (n *Node) drainReady() {
-	for {
-		if !n.rn.HasReady() {
-			if n.propQ.pending() && !n.inflightBusy() {
-				// The entry in flight committed in the Ready just
-				// handed out: what waited for it leaves now.
-				n.proposeQueued()
-				if n.rn.HasReady() {
-					continue
-				}
-			}
-			return
-		}
+	for n.rn.HasReady() {
 		rd := n.rn.Ready()
 		if rd.SoftState != nil {
 			n.softState(rd.SoftState)
@@ -740,10 +709,6 @@ func (n *Node) drainReady() {
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
-				if es := m.GetEntries(); len(es) > 0 {
-					n.lastIndex = es[len(es)-1].GetIndex()
-					n.proposedIdle = 0
-				}
 				n.appQ.push(m)
 			case raft.LocalApplyThread:
 				n.applyQ.push(m)
@@ -850,17 +815,18 @@ func (n *Node) appendLoop() {
 		if err == nil {
 			err = flush()
 		}
-		if err == nil && hs != nil {
-			if err = n.st.writeHardState(hs, syncHS); err == nil {
-				err = n.mem.SetHardState(hs)
-				lastHS = raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
+		writeHS := func() error {
+			if err := n.st.writeHardState(hs, syncHS); err != nil {
+				return err
 			}
+			lastHS = raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
+			return n.mem.SetHardState(hs)
+		}
+		if err == nil && hs != nil && syncHS {
+			err = writeHS() // a term or vote: on disk before anything acts on it
 		}
 		if err != nil {
-			// The log's tail is unknown: stop taking part rather than
-			// acknowledge what may not be on disk.
-			n.log.Error("raft log write failed; this node stops acknowledging", zap.Error(err))
-			<-n.stop
+			n.appendFailed(err)
 			return
 		}
 		// Acks to the leader first (a follower's MsgAppResp is on the
@@ -875,8 +841,24 @@ func (n *Node) appendLoop() {
 				}
 			}
 		}
+		if hs != nil && !syncHS {
+			// A commit index alone is not synced (see etcd_store.go), so
+			// its write need not delay the acks.
+			if err := writeHS(); err != nil {
+				n.appendFailed(err)
+				return
+			}
+		}
 		n.step(local...)
 	}
+}
+
+// appendFailed stops the append thread after a failed write: the log's
+// tail is unknown, so this node stops taking part rather than acknowledge
+// what may not be on disk.
+func (n *Node) appendFailed(err error) {
+	n.log.Error("raft log write failed; this node stops acknowledging", zap.Error(err))
+	<-n.stop
 }
 
 // installSnapshot persists a snapshot received from the leader, has the
