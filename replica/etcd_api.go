@@ -22,8 +22,7 @@ import (
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
-// applyLoop applies committed entries in order and answers their
-// proposers; a MsgSnap from the append thread is a snapshot to restore.
+// applyLoop applies what the apply queue holds when woken (see kickApply).
 func (n *Node) applyLoop() {
 	defer n.wg.Done()
 	for {
@@ -32,37 +31,58 @@ func (n *Node) applyLoop() {
 			return
 		case <-n.applyQ.wake:
 		}
-		for _, m := range n.applyQ.take() {
-			if m == nil { // snapshotNow's marker (tests)
-				if ch := n.forceSnap.Swap(nil); ch != nil {
-					n.maybeSnapshot(true)
-					close(*ch)
-				}
-				continue
+		n.applyRun.Lock()
+		n.applyBatch(n.applyQ.take())
+		n.applyRun.Unlock()
+	}
+}
+
+// applyBatch applies committed entries in order and answers their
+// proposers; a MsgSnap from the append thread is a snapshot to restore.
+// Under applyRun.
+func (n *Node) applyBatch(ms []*raftpb.Message) {
+	for _, m := range ms {
+		if m == nil { // snapshotNow's marker (tests)
+			if ch := n.forceSnap.Swap(nil); ch != nil {
+				n.maybeSnapshot(true)
+				close(*ch)
 			}
-			if m.GetType() == raftpb.MessageType_MsgSnap {
-				err := n.restoreSnapshot(m.GetSnapshot())
-				if err == nil {
-					n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
-				}
-				n.restored <- err
-				continue
-			}
-			for _, e := range m.GetEntries() {
-				n.applyOne(e)
-			}
-			// Raft first: the proposals that queued behind these entries
-			// leave now, and their writes run while the proposers of
-			// these hear their answers.
-			n.step(m.GetResponses()...)
-			for i, a := range n.answers {
-				n.finish(a.w, a.res, nil)
-				n.answers[i] = pendingAnswer{}
-			}
-			n.answers = n.answers[:0]
+			continue
 		}
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			err := n.restoreSnapshot(m.GetSnapshot())
+			if err == nil {
+				n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
+			}
+			n.restored <- err
+			continue
+		}
+		for _, e := range m.GetEntries() {
+			n.applyOne(e)
+		}
+		// With proposals queued behind these entries, raft first: they
+		// leave now, and their writes run while the proposers of these
+		// hear their answers. Else the answers first.
+		if n.propQ.pending() {
+			n.step(m.GetResponses()...)
+			n.answerApplied()
+		} else {
+			n.answerApplied()
+			n.step(m.GetResponses()...)
+		}
+	}
+	if len(ms) > 0 {
 		n.maybeSnapshot(false)
 	}
+}
+
+// answerApplied answers the proposers of the entries just applied.
+func (n *Node) answerApplied() {
+	for i, a := range n.answers {
+		n.finish(a.w, a.res, nil)
+		n.answers[i] = pendingAnswer{}
+	}
+	n.answers = n.answers[:0]
 }
 
 func (n *Node) applyOne(e *raftpb.Entry) {

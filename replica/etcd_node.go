@@ -82,7 +82,11 @@ type Node struct {
 	waiters map[uint64]*waiter // by the ReqID of the entry's first command
 	ccWait  map[uint64]chan error
 
-	answers   []pendingAnswer // apply thread: applied entries' proposers, answered after raft hears of them
+	// applyRun is held by whoever applies (the apply thread, or a
+	// goroutine applying inline: see kickApply); it guards answers,
+	// snapIndex and the order of the apply queue's batches.
+	applyRun  sync.Mutex
+	answers   []pendingAnswer // applied entries' proposers, answered after raft hears of them
 	applyMu   sync.Mutex      // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64          // apply thread
 	restored  chan error      // the apply thread's answer to a snapshot to restore
@@ -149,6 +153,26 @@ func (q *msgQueue) push(ms ...*raftpb.Message) {
 	}
 }
 
+// add queues ms without waking the consumer (see kickApply).
+func (q *msgQueue) add(ms ...*raftpb.Message) {
+	q.mu.Lock()
+	q.q = append(q.q, ms...)
+	q.mu.Unlock()
+}
+
+func (q *msgQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *msgQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q) > 0
+}
+
 func (q *msgQueue) take() []*raftpb.Message {
 	q.mu.Lock()
 	ms := q.q
@@ -174,6 +198,12 @@ func (q *propQueue) putBack(ps []*proposal) {
 	q.mu.Lock()
 	q.q = append(ps, q.q...)
 	q.mu.Unlock()
+}
+
+func (q *propQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q) > 0
 }
 
 func (q *propQueue) take() []*proposal {
@@ -297,7 +327,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if n.tr.selfAddr == "" {
 		n.tr.selfAddr = st.ln.Addr().String()
 	}
-	n.tr.recv = func(m *raftpb.Message) { n.step(m) }
+	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
 	n.tr.report = func(id uint64, _ bool) {
 		n.do(func() { n.rn.ReportUnreachable(id) })
 	}
@@ -554,13 +584,19 @@ func (n *Node) raftLoop() {
 			f()
 		}
 		n.proposeQueued()
-		n.drainReady()
+		later := n.drainReady()
 		n.mu.Unlock()
+		n.kickApply(false)
+		n.sendAll(later)
 	}
 }
 
-// step hands messages to raft and hands out what they make ready.
-func (n *Node) step(ms ...*raftpb.Message) {
+// step hands messages to raft and hands out what they make ready (the
+// append and apply threads' responses).
+func (n *Node) step(ms ...*raftpb.Message) { n.stepKick(false, ms...) }
+
+// stepKick is step; inline: see kickApply (a transport reader).
+func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	if len(ms) == 0 {
 		return
 	}
@@ -569,8 +605,10 @@ func (n *Node) step(ms ...*raftpb.Message) {
 		_ = n.rn.Step(m)
 	}
 	n.proposeQueued()
-	n.drainReady()
+	later := n.drainReady()
 	n.mu.Unlock()
+	n.kickApply(inline)
+	n.sendAll(later)
 }
 
 // submit queues a proposal and proposes at once if raft is free; else the
@@ -580,8 +618,10 @@ func (n *Node) submit(p *proposal) {
 	n.propQ.push(p)
 	if n.mu.TryLock() {
 		n.proposeQueued()
-		n.drainReady()
+		later := n.drainReady()
 		n.mu.Unlock()
+		n.kickApply(true)
+		n.sendAll(later)
 		return
 	}
 	select {
@@ -688,8 +728,9 @@ func (n *Node) finish(w *waiter, res any, err error) {
 
 // drainReady hands out every Ready: messages to peers go out at once (the
 // leader's own append runs beside them), local messages to the append and
-// apply threads.
-func (n *Node) drainReady() {
+// apply threads. It returns the messages that can wait until the caller
+// has released mu and applied what committed (see urgent).
+func (n *Node) drainReady() (later []*raftpb.Message) {
 	for n.rn.HasReady() {
 		rd := n.rn.Ready()
 		if rd.SoftState != nil {
@@ -704,22 +745,72 @@ func (n *Node) drainReady() {
 			}
 			n.commit.Store(rd.GetCommit())
 		}
-		// Local work first: the append thread starts its write while
-		// this goroutine sends to the peers.
+		// Peers first: a follower's write is on the commit path more
+		// often than the leader's own (which starts a few microseconds
+		// later, beside theirs), and a goroutine woken here waits for
+		// this one to park unless the other processor takes it.
+		for _, m := range rd.Messages {
+			if to := m.GetTo(); to != raft.LocalAppendThread && to != raft.LocalApplyThread {
+				if urgent(m) {
+					n.tr.send(m)
+				} else {
+					later = append(later, m)
+				}
+			}
+		}
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
 				n.appQ.push(m)
 			case raft.LocalApplyThread:
-				n.applyQ.push(m)
-			}
-		}
-		for _, m := range rd.Messages {
-			if to := m.GetTo(); to != raft.LocalAppendThread && to != raft.LocalApplyThread {
-				n.tr.send(m)
+				n.applyQ.add(m) // kickApply hands it out once mu is released
 			}
 		}
 	}
+	return later
+}
+
+// urgent reports whether m goes out before the Ready's committed entries
+// are applied: everything but heartbeats and MsgApps without entries (on
+// a leader, mostly the new commit index after a quorum answered: two
+// loopback writes of about 30 µs each that would otherwise sit between
+// the quorum's ack and the answer to the proposer). Raft tolerates their
+// reordering with later messages.
+func urgent(m *raftpb.Message) bool {
+	switch m.GetType() {
+	case raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgHeartbeatResp:
+		return false
+	case raftpb.MessageType_MsgApp:
+		return len(m.GetEntries()) > 0
+	}
+	return true
+}
+
+func (n *Node) sendAll(ms []*raftpb.Message) {
+	for _, m := range ms {
+		n.tr.send(m)
+	}
+}
+
+// kickApply runs after mu is released by whoever drained a Ready: the
+// committed entries it queued are applied by the caller itself when
+// inline is true and no one else is applying (no hop to the apply thread:
+// a transport reader that just received the quorum's ack, or a proposer,
+// applies and answers at once); else the apply thread is woken. The raft
+// loop never applies inline (a configuration change's apply calls into
+// it), nor does the append thread (its next write would wait).
+func (n *Node) kickApply(inline bool) {
+	if !n.applyQ.pending() {
+		return
+	}
+	if inline && n.applyRun.TryLock() {
+		n.applyBatch(n.applyQ.take())
+		n.applyRun.Unlock()
+		if !n.applyQ.pending() {
+			return
+		}
+	}
+	n.applyQ.signal()
 }
 
 func (n *Node) softState(ss *raft.SoftState) {
