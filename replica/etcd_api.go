@@ -60,16 +60,11 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 		for _, e := range m.GetEntries() {
 			n.applyOne(e)
 		}
-		// With proposals queued behind these entries, raft first: they
-		// leave now, and their writes run while the proposers of these
-		// hear their answers. Else the answers first.
-		if n.propQ.pending() {
-			n.step(m.GetResponses()...)
-			n.answerApplied()
-		} else {
-			n.answerApplied()
-			n.step(m.GetResponses()...)
-		}
+		// The answers first, then raft (which proposes what queued
+		// meanwhile): measured, the other order was no faster at 10 or
+		// 100 workers and slower at 1.
+		n.answerApplied()
+		n.step(m.GetResponses()...)
 	}
 	if len(ms) > 0 {
 		n.maybeSnapshot(false)

@@ -82,6 +82,13 @@ type Node struct {
 	waiters map[uint64]*waiter // by the ReqID of the entry's first command
 	ccWait  map[uint64]chan error
 
+	// appRun is held by whoever writes the log (the append thread, or a
+	// follower's transport reader: see kickAppend); it guards lastHS and
+	// the order of the append queue's batches.
+	appRun    sync.Mutex
+	lastHS    raftpb.HardState
+	appFailed atomic.Bool // a write failed: nothing more is written or acknowledged
+
 	// applyRun is held by whoever applies (the apply thread, or a
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
@@ -586,6 +593,7 @@ func (n *Node) raftLoop() {
 		n.proposeQueued()
 		later := n.drainReady()
 		n.mu.Unlock()
+		n.kickAppend(false)
 		n.kickApply(false)
 		n.sendAll(later)
 	}
@@ -607,6 +615,10 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	n.proposeQueued()
 	later := n.drainReady()
 	n.mu.Unlock()
+	// A follower's reader writes what the leader sent itself (its next
+	// messages wait in the socket and join the next write); the leader's
+	// own writes stay on the append thread, beside its readers' acks.
+	n.kickAppend(inline && !n.isLeaderState())
 	n.kickApply(inline)
 	n.sendAll(later)
 }
@@ -620,6 +632,7 @@ func (n *Node) submit(p *proposal) {
 		n.proposeQueued()
 		later := n.drainReady()
 		n.mu.Unlock()
+		n.kickAppend(false)
 		n.kickApply(true)
 		n.sendAll(later)
 		return
@@ -761,7 +774,7 @@ func (n *Node) drainReady() (later []*raftpb.Message) {
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
-				n.appQ.push(m)
+				n.appQ.add(m) // kickAppend hands it out once mu is released
 			case raft.LocalApplyThread:
 				n.applyQ.add(m) // kickApply hands it out once mu is released
 			}
@@ -790,6 +803,24 @@ func (n *Node) sendAll(ms []*raftpb.Message) {
 	for _, m := range ms {
 		n.tr.send(m)
 	}
+}
+
+// kickAppend runs after mu is released by whoever drained a Ready: the
+// writes it queued are done by the caller itself when inline is true and
+// the append thread is idle (no wake-up on the follower's commit path),
+// else by the append thread.
+func (n *Node) kickAppend(inline bool) {
+	if !n.appQ.pending() {
+		return
+	}
+	if inline && n.appRun.TryLock() {
+		n.appendBatch(n.appQ.take())
+		n.appRun.Unlock()
+		if !n.appQ.pending() {
+			return
+		}
+	}
+	n.appQ.signal()
 }
 
 // kickApply runs after mu is released by whoever drained a Ready: the
@@ -851,97 +882,106 @@ func (n *Node) leadershipLost() {
 	}
 }
 
-// appendLoop persists what MsgStorageAppend carries: all the messages
-// queued at once go to disk with one fdatasync, then their responses go
-// out (to this node's raft loop and to peers).
+// appendLoop writes what kickAppend left to it: all the MsgStorageAppends
+// queued at once, with one fdatasync (appendBatch).
 func (n *Node) appendLoop() {
 	defer n.wg.Done()
-	var lastHS raftpb.HardState
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-n.appQ.wake:
 		}
-		ms := n.appQ.take()
-		var ents []*raftpb.Entry
-		var hs *raftpb.HardState
-		syncHS := false
-		flush := func() error {
-			if len(ents) == 0 {
-				return nil
-			}
-			err := n.st.appendEntries(ents)
-			if err == nil {
-				err = n.mem.Append(ents)
-			}
-			ents = nil
-			return err
+		n.appRun.Lock()
+		n.appendBatch(n.appQ.take())
+		n.appRun.Unlock()
+	}
+}
+
+// appendBatch persists what the MsgStorageAppends ms carry, with one
+// fdatasync, then delivers their responses: acks to the leader first,
+// then this node's own. Under appRun.
+func (n *Node) appendBatch(ms []*raftpb.Message) {
+	if n.appFailed.Load() || len(ms) == 0 {
+		return
+	}
+	var ents []*raftpb.Entry
+	var hs *raftpb.HardState
+	syncHS := false
+	flush := func() error {
+		if len(ents) == 0 {
+			return nil
 		}
-		var err error
-		for _, m := range ms {
-			if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
+		err := n.st.appendEntries(ents)
+		if err == nil {
+			err = n.mem.Append(ents)
+		}
+		ents = nil
+		return err
+	}
+	var err error
+	for _, m := range ms {
+		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
+			if err = flush(); err != nil {
+				break
+			}
+			if err = n.installSnapshot(snap); err != nil {
+				break
+			}
+		}
+		if es := m.GetEntries(); len(es) > 0 {
+			if len(ents) > 0 && es[0].GetIndex() != ents[len(ents)-1].GetIndex()+1 {
 				if err = flush(); err != nil {
 					break
 				}
-				if err = n.installSnapshot(snap); err != nil {
-					break
-				}
 			}
-			if es := m.GetEntries(); len(es) > 0 {
-				if len(ents) > 0 && es[0].GetIndex() != ents[len(ents)-1].GetIndex()+1 {
-					if err = flush(); err != nil {
-						break
-					}
-				}
-				ents = append(ents, es...)
-			}
-			if m.Term != nil {
-				hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-				if hs.GetTerm() != lastHS.GetTerm() || hs.GetVote() != lastHS.GetVote() {
-					syncHS = true
-				}
+			ents = append(ents, es...)
+		}
+		if m.Term != nil {
+			hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+			if hs.GetTerm() != n.lastHS.GetTerm() || hs.GetVote() != n.lastHS.GetVote() {
+				syncHS = true
 			}
 		}
-		if err == nil {
-			err = flush()
+	}
+	if err == nil {
+		err = flush()
+	}
+	writeHS := func() error {
+		if err := n.st.writeHardState(hs, syncHS); err != nil {
+			return err
 		}
-		writeHS := func() error {
-			if err := n.st.writeHardState(hs, syncHS); err != nil {
-				return err
+		n.lastHS = raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
+		return n.mem.SetHardState(hs)
+	}
+	if err == nil && hs != nil && syncHS {
+		err = writeHS() // a term or vote: on disk before anything acts on it
+	}
+	if err != nil {
+		n.appendFailed(err)
+		return
+	}
+	// Acks to the leader first (a follower's MsgAppResp is on the
+	// commit path), then this node's own responses in one step.
+	var local []*raftpb.Message
+	for _, m := range ms {
+		for _, r := range m.GetResponses() {
+			if r.GetTo() == n.id {
+				local = append(local, r)
+			} else {
+				n.tr.send(r)
 			}
-			lastHS = raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
-			return n.mem.SetHardState(hs)
 		}
-		if err == nil && hs != nil && syncHS {
-			err = writeHS() // a term or vote: on disk before anything acts on it
-		}
-		if err != nil {
+	}
+	if hs != nil && !syncHS {
+		// A commit index alone is not synced (see etcd_store.go), so
+		// its write need not delay the acks.
+		if err := writeHS(); err != nil {
 			n.appendFailed(err)
 			return
 		}
-		// Acks to the leader first (a follower's MsgAppResp is on the
-		// commit path), then this node's own responses in one step.
-		var local []*raftpb.Message
-		for _, m := range ms {
-			for _, r := range m.GetResponses() {
-				if r.GetTo() == n.id {
-					local = append(local, r)
-				} else {
-					n.tr.send(r)
-				}
-			}
-		}
-		if hs != nil && !syncHS {
-			// A commit index alone is not synced (see etcd_store.go), so
-			// its write need not delay the acks.
-			if err := writeHS(); err != nil {
-				n.appendFailed(err)
-				return
-			}
-		}
-		n.step(local...)
 	}
+	n.step(local...)
 }
 
 // appendFailed stops the append thread after a failed write: the log's
@@ -949,7 +989,7 @@ func (n *Node) appendLoop() {
 // what may not be on disk.
 func (n *Node) appendFailed(err error) {
 	n.log.Error("raft log write failed; this node stops acknowledging", zap.Error(err))
-	<-n.stop
+	n.appFailed.Store(true)
 }
 
 // installSnapshot persists a snapshot received from the leader, has the
