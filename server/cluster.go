@@ -18,8 +18,11 @@ import (
 // Cluster mode. With WithCluster, every mutating request becomes a raft
 // proposal instead of an engine call on the event loop: the loop copies
 // the request, parks the connection (so later requests keep their order),
-// and a goroutine proposes it and hands the answer back like a grant. A
-// follower answers at once with "error_not_leader <leader-client-addr>".
+// and proposes it with replica.Node.ProposeFunc, which does not block; the
+// answer comes back on the replica's goroutine that applied the entry and
+// is written like a grant (directly to an idle connection, else through
+// its loop). A follower answers at once with
+// "error_not_leader <leader-client-addr>".
 // Stats are read from the local replica, on any node.
 //
 // What a connection did is cleaned up through the log too: when a
