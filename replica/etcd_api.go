@@ -33,6 +33,7 @@ func (n *Node) applyLoop() {
 		}
 		n.applyRun.Lock()
 		n.applyBatch(n.applyQ.take())
+		n.maybeSnapshot(false)
 		n.applyRun.Unlock()
 	}
 }
@@ -65,9 +66,6 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 		// 100 workers and slower at 1.
 		n.answerApplied()
 		n.step(m.GetResponses()...)
-	}
-	if len(ms) > 0 {
-		n.maybeSnapshot(false)
 	}
 }
 
@@ -217,14 +215,20 @@ func firstReqID(data []byte) (uint64, uint64) {
 	return c.Origin, c.ReqID
 }
 
+// snapshotDue reports whether SnapshotThreshold entries applied since the
+// last snapshot. Under applyRun.
+func (n *Node) snapshotDue() bool {
+	return n.fsm.AppliedIndex() >= n.snapIndex+n.cfg.SnapshotThreshold
+}
+
 // maybeSnapshot snapshots the FSM every SnapshotThreshold entries and
 // compacts the log behind it, keeping TrailingLogs entries for followers
 // that are a little behind.
 func (n *Node) maybeSnapshot(force bool) {
-	applied := n.fsm.AppliedIndex()
-	if !force && applied < n.snapIndex+n.cfg.SnapshotThreshold {
+	if !force && !n.snapshotDue() {
 		return
 	}
+	applied := n.fsm.AppliedIndex()
 	if li, _ := n.mem.LastIndex(); applied > li {
 		return // applied before this node's own append finished: next time
 	}

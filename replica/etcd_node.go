@@ -813,7 +813,7 @@ func (n *Node) kickAppend(inline bool) {
 	if !n.appQ.pending() {
 		return
 	}
-	if inline && n.appRun.TryLock() {
+	if inline && !n.stopping() && n.appRun.TryLock() {
 		n.appendBatch(n.appQ.take())
 		n.appRun.Unlock()
 		if !n.appQ.pending() {
@@ -834,14 +834,26 @@ func (n *Node) kickApply(inline bool) {
 	if !n.applyQ.pending() {
 		return
 	}
-	if inline && n.applyRun.TryLock() {
+	if inline && !n.stopping() && n.applyRun.TryLock() {
 		n.applyBatch(n.applyQ.take())
+		due := n.snapshotDue()
 		n.applyRun.Unlock()
-		if !n.applyQ.pending() {
+		if !due && !n.applyQ.pending() {
 			return
 		}
 	}
-	n.applyQ.signal()
+	n.applyQ.signal() // snapshots are the apply thread's: they write files
+}
+
+// stopping reports whether Shutdown has begun: the threads that write and
+// apply are gone or going, and nothing is done inline any more.
+func (n *Node) stopping() bool {
+	select {
+	case <-n.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 func (n *Node) softState(ss *raft.SoftState) {
