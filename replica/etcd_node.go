@@ -228,7 +228,11 @@ func (q *propQueue) take() []*proposal {
 // made each one carry fewer commands. bench/cluster.sh on the 2-core VM,
 // 1 / 10 / 100 workers, acquire+release/s: 1 in flight 715-738 / 3,414-3,803
 // / 16,465-18,132; 2 in flight 597-768 / 2,237-3,187 / 10,682-13,353;
-// 4 and 16 lower still at 10 and 100 workers.
+// 4 and 16 lower still at 10 and 100 workers. Measured again after the
+// commit path lost its hand-offs (docs/cluster.md, "How a commit
+// flows"), alternating, at 10 / 100 workers: 1 in flight 4,314-4,374 /
+// 22,218-23,586; 2 in flight 3,815-3,998 / 20,828-22,044; 3 in flight
+// 3,852-3,906 / 19,639-19,867.
 const maxInflightEntries = 1
 
 // raftID maps a node ID to etcd raft's numeric ID.
@@ -649,7 +653,7 @@ func (n *Node) proposeQueued() {
 	ps := n.propQ.take()
 	for len(ps) > 0 {
 		if n.inflightBusy() {
-			// Wait for an entry to apply (the apply thread then steps
+			// Wait for an entry to apply (whoever applies it then steps
 			// raft, which comes back here): fewer, fuller entries.
 			n.propQ.putBack(ps)
 			return
