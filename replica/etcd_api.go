@@ -22,8 +22,7 @@ import (
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
-// applyLoop applies committed entries in order and answers their
-// proposers; a MsgSnap from the append thread is a snapshot to restore.
+// applyLoop applies what the apply queue holds when woken (see kickApply).
 func (n *Node) applyLoop() {
 	defer n.wg.Done()
 	for {
@@ -32,29 +31,51 @@ func (n *Node) applyLoop() {
 			return
 		case <-n.applyQ.wake:
 		}
-		for _, m := range n.applyQ.take() {
-			if m == nil { // snapshotNow's marker (tests)
-				if ch := n.forceSnap.Swap(nil); ch != nil {
-					n.maybeSnapshot(true)
-					close(*ch)
-				}
-				continue
-			}
-			if m.GetType() == raftpb.MessageType_MsgSnap {
-				err := n.restoreSnapshot(m.GetSnapshot())
-				if err == nil {
-					n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
-				}
-				n.restored <- err
-				continue
-			}
-			for _, e := range m.GetEntries() {
-				n.applyOne(e)
-			}
-			n.step(m.GetResponses()...)
-		}
+		n.applyRun.Lock()
+		n.applyBatch(n.applyQ.take())
 		n.maybeSnapshot(false)
+		n.applyRun.Unlock()
 	}
+}
+
+// applyBatch applies committed entries in order and answers their
+// proposers; a MsgSnap from the append thread is a snapshot to restore.
+// Under applyRun.
+func (n *Node) applyBatch(ms []*raftpb.Message) {
+	for _, m := range ms {
+		if m == nil { // snapshotNow's marker (tests)
+			if ch := n.forceSnap.Swap(nil); ch != nil {
+				n.maybeSnapshot(true)
+				close(*ch)
+			}
+			continue
+		}
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			err := n.restoreSnapshot(m.GetSnapshot())
+			if err == nil {
+				n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
+			}
+			n.restored <- err
+			continue
+		}
+		for _, e := range m.GetEntries() {
+			n.applyOne(e)
+		}
+		// The answers first, then raft (which proposes what queued
+		// meanwhile): measured, the other order was no faster at 10 or
+		// 100 workers and slower at 1.
+		n.answerApplied()
+		n.step(m.GetResponses()...)
+	}
+}
+
+// answerApplied answers the proposers of the entries just applied.
+func (n *Node) answerApplied() {
+	for i, a := range n.answers {
+		n.finish(a.w, a.res, nil)
+		n.answers[i] = pendingAnswer{}
+	}
+	n.answers = n.answers[:0]
 }
 
 func (n *Node) applyOne(e *raftpb.Entry) {
@@ -81,7 +102,7 @@ func (n *Node) applyOne(e *raftpb.Entry) {
 		delete(n.waiters, key)
 		n.waitMu.Unlock()
 		if w != nil {
-			n.finish(w, res, nil)
+			n.answers = append(n.answers, pendingAnswer{w: w, res: res})
 		}
 	case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
 		var cc raftpb.ConfChangeI
@@ -194,14 +215,20 @@ func firstReqID(data []byte) (uint64, uint64) {
 	return c.Origin, c.ReqID
 }
 
+// snapshotDue reports whether SnapshotThreshold entries applied since the
+// last snapshot. Under applyRun.
+func (n *Node) snapshotDue() bool {
+	return n.fsm.AppliedIndex() >= n.snapIndex+n.cfg.SnapshotThreshold
+}
+
 // maybeSnapshot snapshots the FSM every SnapshotThreshold entries and
 // compacts the log behind it, keeping TrailingLogs entries for followers
 // that are a little behind.
 func (n *Node) maybeSnapshot(force bool) {
-	applied := n.fsm.AppliedIndex()
-	if !force && applied < n.snapIndex+n.cfg.SnapshotThreshold {
+	if !force && !n.snapshotDue() {
 		return
 	}
+	applied := n.fsm.AppliedIndex()
 	if li, _ := n.mem.LastIndex(); applied > li {
 		return // applied before this node's own append finished: next time
 	}
@@ -315,6 +342,24 @@ func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply,
 	case <-n.stop:
 		return Reply{}, ErrClosed
 	}
+}
+
+// ProposeFunc proposes c like Propose, without blocking: done gets the
+// outcome (Propose's Reply and error) exactly once, on one of the node's
+// goroutines (usually the apply thread, possibly while raft's lock is
+// held), so it must not block or call back into the node synchronously.
+// A leader still taking over (its restamp not applied) answers
+// *NotLeaderError at once rather than wait, as does a follower; then done
+// is not called. Propose costs a goroutine per waiting caller; a server's
+// event loop uses this instead and hears the answer with no hop.
+func (n *Node) ProposeFunc(c Command, sink engine.Sink, done func(Reply, error)) error {
+	p, err := n.newProposal(nil, c, sink)
+	if err != nil {
+		return err
+	}
+	p.done, p.cb = nil, done
+	n.submit(p)
+	return nil
 }
 
 // FSM returns the node's state machine.

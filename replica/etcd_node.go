@@ -82,9 +82,21 @@ type Node struct {
 	waiters map[uint64]*waiter // by the ReqID of the entry's first command
 	ccWait  map[uint64]chan error
 
-	applyMu   sync.Mutex // an entry's application, against a snapshot taken meanwhile
-	snapIndex uint64     // apply thread
-	restored  chan error // the apply thread's answer to a snapshot to restore
+	// appRun is held by whoever writes the log (the append thread, or a
+	// follower's transport reader: see kickAppend); it guards lastHS and
+	// the order of the append queue's batches.
+	appRun    sync.Mutex
+	lastHS    raftpb.HardState
+	appFailed atomic.Bool // a write failed: nothing more is written or acknowledged
+
+	// applyRun is held by whoever applies (the apply thread, or a
+	// goroutine applying inline: see kickApply); it guards answers,
+	// snapIndex and the order of the apply queue's batches.
+	applyRun  sync.Mutex
+	answers   []pendingAnswer // applied entries' proposers, answered after raft hears of them
+	applyMu   sync.Mutex      // an entry's application, against a snapshot taken meanwhile
+	snapIndex uint64          // apply thread
+	restored  chan error      // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 
 	stop      chan struct{}
@@ -103,7 +115,25 @@ type proposal struct {
 	c     Command
 	parks bool
 	done  chan proposalResult
-	raw   bool // a single-command entry (Restamp, Expire), not a batch
+	cb    func(Reply, error) // instead of done: ProposeFunc's
+	raw   bool               // a single-command entry (Restamp, Expire), not a batch
+}
+
+// answer hands p its result: to its callback, or to Propose waiting on done.
+func (p *proposal) answer(r Reply, err error) {
+	if p.cb == nil {
+		p.done <- proposalResult{r: r, err: err}
+		return
+	}
+	if err == nil {
+		err = r.Err
+	}
+	p.cb(r, err)
+}
+
+type pendingAnswer struct {
+	w   *waiter
+	res any
 }
 
 type proposalResult struct {
@@ -128,6 +158,26 @@ func (q *msgQueue) push(ms ...*raftpb.Message) {
 	case q.wake <- struct{}{}:
 	default:
 	}
+}
+
+// add queues ms without waking the consumer (see kickApply).
+func (q *msgQueue) add(ms ...*raftpb.Message) {
+	q.mu.Lock()
+	q.q = append(q.q, ms...)
+	q.mu.Unlock()
+}
+
+func (q *msgQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *msgQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q) > 0
 }
 
 func (q *msgQueue) take() []*raftpb.Message {
@@ -157,6 +207,12 @@ func (q *propQueue) putBack(ps []*proposal) {
 	q.mu.Unlock()
 }
 
+func (q *propQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q) > 0
+}
+
 func (q *propQueue) take() []*proposal {
 	q.mu.Lock()
 	ps := q.q
@@ -172,7 +228,11 @@ func (q *propQueue) take() []*proposal {
 // made each one carry fewer commands. bench/cluster.sh on the 2-core VM,
 // 1 / 10 / 100 workers, acquire+release/s: 1 in flight 715-738 / 3,414-3,803
 // / 16,465-18,132; 2 in flight 597-768 / 2,237-3,187 / 10,682-13,353;
-// 4 and 16 lower still at 10 and 100 workers.
+// 4 and 16 lower still at 10 and 100 workers. Measured again after the
+// commit path lost its hand-offs (docs/cluster.md, "How a commit
+// flows"), alternating, at 10 / 100 workers: 1 in flight 4,314-4,374 /
+// 22,218-23,586; 2 in flight 3,815-3,998 / 20,828-22,044; 3 in flight
+// 3,852-3,906 / 19,639-19,867.
 const maxInflightEntries = 1
 
 // raftID maps a node ID to etcd raft's numeric ID.
@@ -278,7 +338,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if n.tr.selfAddr == "" {
 		n.tr.selfAddr = st.ln.Addr().String()
 	}
-	n.tr.recv = func(m *raftpb.Message) { n.step(m) }
+	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
 	n.tr.report = func(id uint64, _ bool) {
 		n.do(func() { n.rn.ReportUnreachable(id) })
 	}
@@ -535,13 +595,20 @@ func (n *Node) raftLoop() {
 			f()
 		}
 		n.proposeQueued()
-		n.drainReady()
+		later := n.drainReady()
 		n.mu.Unlock()
+		n.kickAppend(false)
+		n.kickApply(false)
+		n.sendAll(later)
 	}
 }
 
-// step hands messages to raft and hands out what they make ready.
-func (n *Node) step(ms ...*raftpb.Message) {
+// step hands messages to raft and hands out what they make ready (the
+// append and apply threads' responses).
+func (n *Node) step(ms ...*raftpb.Message) { n.stepKick(false, ms...) }
+
+// stepKick is step; inline: see kickApply (a transport reader).
+func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	if len(ms) == 0 {
 		return
 	}
@@ -550,8 +617,14 @@ func (n *Node) step(ms ...*raftpb.Message) {
 		_ = n.rn.Step(m)
 	}
 	n.proposeQueued()
-	n.drainReady()
+	later := n.drainReady()
 	n.mu.Unlock()
+	// A follower's reader writes what the leader sent itself (its next
+	// messages wait in the socket and join the next write); the leader's
+	// own writes stay on the append thread, beside its readers' acks.
+	n.kickAppend(inline && !n.isLeaderState())
+	n.kickApply(inline)
+	n.sendAll(later)
 }
 
 // submit queues a proposal and proposes at once if raft is free; else the
@@ -561,8 +634,11 @@ func (n *Node) submit(p *proposal) {
 	n.propQ.push(p)
 	if n.mu.TryLock() {
 		n.proposeQueued()
-		n.drainReady()
+		later := n.drainReady()
 		n.mu.Unlock()
+		n.kickAppend(false)
+		n.kickApply(true)
+		n.sendAll(later)
 		return
 	}
 	select {
@@ -576,11 +652,8 @@ func (n *Node) submit(p *proposal) {
 func (n *Node) proposeQueued() {
 	ps := n.propQ.take()
 	for len(ps) > 0 {
-		n.waitMu.Lock()
-		busy := len(n.waiters) >= maxInflightEntries
-		n.waitMu.Unlock()
-		if busy {
-			// Wait for an entry to apply (the apply thread then steps
+		if n.inflightBusy() {
+			// Wait for an entry to apply (whoever applies it then steps
 			// raft, which comes back here): fewer, fuller entries.
 			n.propQ.putBack(ps)
 			return
@@ -597,6 +670,14 @@ func (n *Node) proposeQueued() {
 		n.propose(ps[:k])
 		ps = ps[k:]
 	}
+}
+
+// inflightBusy reports whether maxInflightEntries entries proposed here
+// are not applied yet. Under mu.
+func (n *Node) inflightBusy() bool {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	return len(n.waiters) >= maxInflightEntries
 }
 
 func (n *Node) propose(batch []*proposal) {
@@ -658,14 +739,15 @@ func (n *Node) finish(w *waiter, res any, err error) {
 		if p.parks && (err != nil || r.Err != nil || r.Outcome.Result != engine.Queued) {
 			n.fsm.unregister(p.c.ReqID)
 		}
-		p.done <- proposalResult{r: r, err: err}
+		p.answer(r, err)
 	}
 }
 
 // drainReady hands out every Ready: messages to peers go out at once (the
 // leader's own append runs beside them), local messages to the append and
-// apply threads.
-func (n *Node) drainReady() {
+// apply threads. It returns the messages that can wait until the caller
+// has released mu and applied what committed (see urgent).
+func (n *Node) drainReady() (later []*raftpb.Message) {
 	for n.rn.HasReady() {
 		rd := n.rn.Ready()
 		if rd.SoftState != nil {
@@ -680,21 +762,101 @@ func (n *Node) drainReady() {
 			}
 			n.commit.Store(rd.GetCommit())
 		}
-		// Local work first: the append thread starts its write while
-		// this goroutine sends to the peers.
+		// Peers first: a follower's write is on the commit path more
+		// often than the leader's own (which starts a few microseconds
+		// later, beside theirs), and a goroutine woken here waits for
+		// this one to park unless the other processor takes it.
+		for _, m := range rd.Messages {
+			if to := m.GetTo(); to != raft.LocalAppendThread && to != raft.LocalApplyThread {
+				if urgent(m) {
+					n.tr.send(m)
+				} else {
+					later = append(later, m)
+				}
+			}
+		}
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
-				n.appQ.push(m)
+				n.appQ.add(m) // kickAppend hands it out once mu is released
 			case raft.LocalApplyThread:
-				n.applyQ.push(m)
+				n.applyQ.add(m) // kickApply hands it out once mu is released
 			}
 		}
-		for _, m := range rd.Messages {
-			if to := m.GetTo(); to != raft.LocalAppendThread && to != raft.LocalApplyThread {
-				n.tr.send(m)
-			}
+	}
+	return later
+}
+
+// urgent reports whether m goes out before the Ready's committed entries
+// are applied: everything but heartbeats and MsgApps without entries (on
+// a leader, mostly the new commit index after a quorum answered: two
+// loopback writes of about 30 µs each that would otherwise sit between
+// the quorum's ack and the answer to the proposer). Raft tolerates their
+// reordering with later messages.
+func urgent(m *raftpb.Message) bool {
+	switch m.GetType() {
+	case raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgHeartbeatResp:
+		return false
+	case raftpb.MessageType_MsgApp:
+		return len(m.GetEntries()) > 0
+	}
+	return true
+}
+
+func (n *Node) sendAll(ms []*raftpb.Message) {
+	for _, m := range ms {
+		n.tr.send(m)
+	}
+}
+
+// kickAppend runs after mu is released by whoever drained a Ready: the
+// writes it queued are done by the caller itself when inline is true and
+// the append thread is idle (no wake-up on the follower's commit path),
+// else by the append thread.
+func (n *Node) kickAppend(inline bool) {
+	if !n.appQ.pending() {
+		return
+	}
+	if inline && !n.stopping() && n.appRun.TryLock() {
+		n.appendBatch(n.appQ.take())
+		n.appRun.Unlock()
+		if !n.appQ.pending() {
+			return
 		}
+	}
+	n.appQ.signal()
+}
+
+// kickApply runs after mu is released by whoever drained a Ready: the
+// committed entries it queued are applied by the caller itself when
+// inline is true and no one else is applying (no hop to the apply thread:
+// a transport reader that just received the quorum's ack, or a proposer,
+// applies and answers at once); else the apply thread is woken. The raft
+// loop never applies inline (a configuration change's apply calls into
+// it), nor does the append thread (its next write would wait).
+func (n *Node) kickApply(inline bool) {
+	if !n.applyQ.pending() {
+		return
+	}
+	if inline && !n.stopping() && n.applyRun.TryLock() {
+		n.applyBatch(n.applyQ.take())
+		due := n.snapshotDue()
+		n.applyRun.Unlock()
+		if !due && !n.applyQ.pending() {
+			return
+		}
+	}
+	n.applyQ.signal() // snapshots are the apply thread's: they write files
+}
+
+// stopping reports whether Shutdown has begun: the threads that write and
+// apply are gone or going, and nothing is done inline any more.
+func (n *Node) stopping() bool {
+	select {
+	case <-n.stop:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -736,84 +898,114 @@ func (n *Node) leadershipLost() {
 	}
 }
 
-// appendLoop persists what MsgStorageAppend carries: all the messages
-// queued at once go to disk with one fdatasync, then their responses go
-// out (to this node's raft loop and to peers).
+// appendLoop writes what kickAppend left to it: all the MsgStorageAppends
+// queued at once, with one fdatasync (appendBatch).
 func (n *Node) appendLoop() {
 	defer n.wg.Done()
-	var lastHS raftpb.HardState
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-n.appQ.wake:
 		}
-		ms := n.appQ.take()
-		var ents []*raftpb.Entry
-		var hs *raftpb.HardState
-		syncHS := false
-		flush := func() error {
-			if len(ents) == 0 {
-				return nil
-			}
-			err := n.st.appendEntries(ents)
-			if err == nil {
-				err = n.mem.Append(ents)
-			}
-			ents = nil
-			return err
+		n.appRun.Lock()
+		n.appendBatch(n.appQ.take())
+		n.appRun.Unlock()
+	}
+}
+
+// appendBatch persists what the MsgStorageAppends ms carry, with one
+// fdatasync, then delivers their responses: acks to the leader first,
+// then this node's own. Under appRun.
+func (n *Node) appendBatch(ms []*raftpb.Message) {
+	if n.appFailed.Load() || len(ms) == 0 {
+		return
+	}
+	var ents []*raftpb.Entry
+	var hs *raftpb.HardState
+	syncHS := false
+	flush := func() error {
+		if len(ents) == 0 {
+			return nil
 		}
-		var err error
-		for _, m := range ms {
-			if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
+		err := n.st.appendEntries(ents)
+		if err == nil {
+			err = n.mem.Append(ents)
+		}
+		ents = nil
+		return err
+	}
+	var err error
+	for _, m := range ms {
+		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
+			if err = flush(); err != nil {
+				break
+			}
+			if err = n.installSnapshot(snap); err != nil {
+				break
+			}
+		}
+		if es := m.GetEntries(); len(es) > 0 {
+			if len(ents) > 0 && es[0].GetIndex() != ents[len(ents)-1].GetIndex()+1 {
 				if err = flush(); err != nil {
 					break
 				}
-				if err = n.installSnapshot(snap); err != nil {
-					break
-				}
 			}
-			if es := m.GetEntries(); len(es) > 0 {
-				if len(ents) > 0 && es[0].GetIndex() != ents[len(ents)-1].GetIndex()+1 {
-					if err = flush(); err != nil {
-						break
-					}
-				}
-				ents = append(ents, es...)
-			}
-			if m.Term != nil {
-				hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-				if hs.GetTerm() != lastHS.GetTerm() || hs.GetVote() != lastHS.GetVote() {
-					syncHS = true
-				}
-			}
+			ents = append(ents, es...)
 		}
-		if err == nil {
-			err = flush()
-		}
-		if err == nil && hs != nil {
-			if err = n.st.writeHardState(hs, syncHS); err == nil {
-				err = n.mem.SetHardState(hs)
-				lastHS = raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
-			}
-		}
-		if err != nil {
-			// The log's tail is unknown: stop taking part rather than
-			// acknowledge what may not be on disk.
-			n.log.Error("raft log write failed; this node stops acknowledging", zap.Error(err))
-			<-n.stop
-			return
-		}
-		for _, m := range ms {
-			for _, r := range m.GetResponses() {
-				if r.GetTo() == n.id {
-					n.step(r)
-				} else {
-					n.tr.send(r)
-				}
+		if m.Term != nil {
+			hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+			if hs.GetTerm() != n.lastHS.GetTerm() || hs.GetVote() != n.lastHS.GetVote() {
+				syncHS = true
 			}
 		}
 	}
+	if err == nil {
+		err = flush()
+	}
+	writeHS := func() error {
+		if err := n.st.writeHardState(hs, syncHS); err != nil {
+			return err
+		}
+		n.lastHS = raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
+		return n.mem.SetHardState(hs)
+	}
+	if err == nil && hs != nil && syncHS {
+		err = writeHS() // a term or vote: on disk before anything acts on it
+	}
+	if err != nil {
+		n.appendFailed(err)
+		return
+	}
+	// Acks to the leader first (a follower's MsgAppResp is on the
+	// commit path), then this node's own responses in one step.
+	var local []*raftpb.Message
+	for _, m := range ms {
+		for _, r := range m.GetResponses() {
+			if r.GetTo() == n.id {
+				local = append(local, r)
+			} else {
+				n.tr.send(r)
+			}
+		}
+	}
+	if hs != nil && !syncHS {
+		// A commit index alone is not synced (see etcd_store.go), so
+		// its write need not delay the acks.
+		if err := writeHS(); err != nil {
+			n.appendFailed(err)
+			return
+		}
+	}
+	n.step(local...)
+}
+
+// appendFailed stops the append thread after a failed write: the log's
+// tail is unknown, so this node stops taking part rather than acknowledge
+// what may not be on disk.
+func (n *Node) appendFailed(err error) {
+	n.log.Error("raft log write failed; this node stops acknowledging", zap.Error(err))
+	n.appFailed.Store(true)
 }
 
 // installSnapshot persists a snapshot received from the leader, has the

@@ -446,6 +446,19 @@ func (n *Node) fenceFloor() uint64 {
 	return max(uint64(max(n.now(), 0)), n.cfg.FenceFloor)
 }
 
+// ProposeFunc: see the etcd Node's. Here a goroutine waits on Propose.
+func (n *Node) ProposeFunc(c Command, sink engine.Sink, done func(Reply, error)) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		done(n.Propose(ctx, c, sink))
+	}()
+	return nil
+}
+
 // Propose stamps c (Now from the leader's clock, a fresh Salt for Acquire
 // and Enqueue, this node's Origin and a new ReqID), appends it to the log
 // (in one entry with other proposals that wait at the same time: see

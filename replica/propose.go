@@ -11,13 +11,14 @@ import (
 // a command that is not a client's (a Restamp is the node's own
 // business), answers not_leader on a follower, waits (within ctx) for a
 // new leader's restamp, stamps the leader's time, salt and request id,
-// and registers sink when the command may park.
+// and registers sink when the command may park. A nil ctx never waits:
+// a leader still taking over answers not_leader (ProposeFunc).
 func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*proposal, error) {
 	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
 		return nil, ErrBadCommand
 	}
 	if !n.isReady.Load() {
-		if !n.isLeaderState() {
+		if !n.isLeaderState() || ctx == nil {
 			return nil, n.notLeader()
 		}
 		select {
@@ -28,8 +29,8 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 			return nil, ErrClosed
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	if ctx != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	c.Now = n.now()
 	if c.Op == OpAcquire || c.Op == OpEnqueue {

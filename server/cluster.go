@@ -18,8 +18,11 @@ import (
 // Cluster mode. With WithCluster, every mutating request becomes a raft
 // proposal instead of an engine call on the event loop: the loop copies
 // the request, parks the connection (so later requests keep their order),
-// and a goroutine proposes it and hands the answer back like a grant. A
-// follower answers at once with "error_not_leader <leader-client-addr>".
+// and proposes it with replica.Node.ProposeFunc, which does not block; the
+// answer comes back on the replica's goroutine that applied the entry and
+// is written like a grant (directly to an idle connection, else through
+// its loop). A follower answers at once with
+// "error_not_leader <leader-client-addr>".
 // Stats are read from the local replica, on any node.
 //
 // What a connection did is cleaned up through the log too: when a
@@ -95,58 +98,62 @@ func (s *Server) propose(ss *session, req *codec.Request, out []byte) []byte {
 		}
 		p.token = tok
 	}
+	c := replica.Command{Key: p.key, Owner: ss.id}
+	var sink engine.Sink
+	switch req.Cmd {
+	case codec.CmdLock, codec.CmdSemLock:
+		c.Op, c.Limit, c.TTL, c.Timeout, sink = replica.OpAcquire, p.limit, p.ttl, p.timeout, ss
+	case codec.CmdEnqueue, codec.CmdSemEnqueue:
+		c.Op, c.Limit, c.TTL = replica.OpEnqueue, p.limit, p.ttl
+	case codec.CmdWait, codec.CmdSemWait:
+		c.Op, c.Timeout, sink = replica.OpWait, p.timeout, ss
+	case codec.CmdRelease, codec.CmdSemRelease:
+		c.Op, c.Owner, c.Token = replica.OpRelease, 0, p.token
+	case codec.CmdRenew, codec.CmdSemRenew:
+		c.Op, c.Token, c.TTL = replica.OpRenew, p.token, p.ttl
+	default:
+		return codec.AppendStatus(out, codec.StatusError)
+	}
+	parked, proposed := ss.parked, ss.proposed
 	ss.parked = true
 	ss.proposed = true
 	ss.inflight.Add(1)
 	s.pending.Add(1)
-	go s.run(ss, &p)
+	// The answer comes on the replica's apply thread (or at once, inside
+	// ProposeFunc, when raft refuses the entry): no goroutine per request.
+	err := s.node.ProposeFunc(c, sink, func(r replica.Reply, err error) { s.answer(ss, &p, r, err) })
+	if err != nil {
+		// Not taken (a follower, or a leader still taking over): nothing
+		// of it is in the log, and the loop answers now.
+		ss.parked, ss.proposed = parked, proposed
+		ss.inflight.Add(-1)
+		s.pending.Done()
+		return appendNotLeaderErr(out, err)
+	}
 	return out
 }
 
-// run proposes p and queues its answer for the connection's loop.
-func (s *Server) run(ss *session, p *proposal) {
+// answer hands the outcome of ss's proposal p back to the connection:
+// written to the socket by the caller when the connection is parked idle
+// (the direct hand-off), else queued for its loop. It runs on the
+// replica's goroutine that has the outcome and never blocks.
+func (s *Server) answer(ss *session, p *proposal, r replica.Reply, err error) {
 	defer s.pending.Done()
 	defer s.proposed(ss) // before Done: it may add a Disconnect
-	ctx, cancel := context.WithTimeout(context.Background(), proposeWait)
-	defer cancel()
-	var (
-		line []byte
-		err  error
-	)
-	switch p.cmd {
-	case codec.CmdLock, codec.CmdSemLock:
-		var o engine.Outcome
-		o, err = s.node.Acquire(ctx, engine.AcquireReq{Key: p.key, Owner: ss.id, Limit: p.limit,
-			TTL: p.ttl, Timeout: p.timeout}, ss)
-		if err == nil {
-			if o.Result == engine.Queued {
+	var line []byte
+	if err == nil {
+		switch p.cmd {
+		case codec.CmdLock, codec.CmdSemLock, codec.CmdWait, codec.CmdSemWait:
+			if r.Outcome.Result == engine.Queued {
 				return // ss hears the grant or the timeout as a Sink
 			}
-			line = appendOutcome(nil, codec.StatusOK, o)
-		}
-	case codec.CmdEnqueue, codec.CmdSemEnqueue:
-		var o engine.Outcome
-		o, err = s.node.Enqueue(ctx, engine.AcquireReq{Key: p.key, Owner: ss.id, Limit: p.limit, TTL: p.ttl})
-		if err == nil {
-			line = appendOutcome(nil, codec.StatusAcquired, o)
-		}
-	case codec.CmdWait, codec.CmdSemWait:
-		var o engine.Outcome
-		o, err = s.node.Wait(ctx, p.key, ss.id, p.timeout, ss)
-		if err == nil {
-			if o.Result == engine.Queued {
-				return
-			}
-			line = appendOutcome(nil, codec.StatusOK, o)
-		}
-	case codec.CmdRelease, codec.CmdSemRelease:
-		if err = s.node.Release(ctx, p.key, p.token); err == nil {
+			line = appendOutcome(nil, codec.StatusOK, r.Outcome)
+		case codec.CmdEnqueue, codec.CmdSemEnqueue:
+			line = appendOutcome(nil, codec.StatusAcquired, r.Outcome)
+		case codec.CmdRelease, codec.CmdSemRelease:
 			line = codec.AppendStatus(nil, codec.StatusOK)
-		}
-	case codec.CmdRenew, codec.CmdSemRenew:
-		var ttl time.Duration
-		if ttl, err = s.node.Renew(ctx, p.key, p.token, p.ttl, ss.id); err == nil {
-			line = codec.AppendRemaining(nil, int64(ttl/time.Second))
+		case codec.CmdRenew, codec.CmdSemRenew:
+			line = codec.AppendRemaining(nil, int64(r.TTL/time.Second))
 		}
 	}
 	if err != nil {
@@ -170,11 +177,23 @@ func (s *Server) run(ss *session, p *proposal) {
 			line = codec.AppendStatus(nil, statusFor(err))
 		}
 	}
+	if ss.directLine(line) {
+		return
+	}
 	ss.mu.Lock()
 	ss.inbox = append(ss.inbox, line...)
 	ss.delivered = true
 	ss.mu.Unlock()
 	ss.wake()
+}
+
+// appendNotLeaderErr answers a proposal the node refused at once.
+func appendNotLeaderErr(out []byte, err error) []byte {
+	var nl *replica.NotLeaderError
+	if errors.As(err, &nl) {
+		return appendNotLeader(out, nl.ClientAddr)
+	}
+	return codec.AppendStatus(out, codec.StatusError)
 }
 
 // engineError reports whether err is the engine's answer to a request

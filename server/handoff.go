@@ -109,6 +109,24 @@ func (ss *session) direct(o engine.Outcome) bool {
 	}
 	// The session is ours until we store handLoop.
 	line := appendOutcome(ss.out[:0], codec.StatusOK, o)
+	ss.out = line[:0]
+	ss.writeClaimed(line)
+	return true
+}
+
+// directLine is direct for an answer already formatted (a proposal's, in
+// cluster mode).
+func (ss *session) directLine(line []byte) bool {
+	if !ss.hand.CompareAndSwap(handIdle, handClaimed) {
+		return false
+	}
+	ss.writeClaimed(line)
+	return true
+}
+
+// writeClaimed writes line to the socket of a session this goroutine has
+// claimed, unparks it, and gives it back to its loop.
+func (ss *session) writeClaimed(line []byte) {
 	n, err := writeFd(ss.fd, line)
 	if n < 0 || err != nil {
 		n = 0
@@ -129,7 +147,6 @@ func (ss *session) direct(o engine.Outcome) bool {
 			ss.parkedAt = 0
 		}
 	}
-	ss.out = line[:0]
 	if !ss.hand.CompareAndSwap(handClaimed, handLoop) {
 		ss.hand.Store(handLoop) // handWanted: the loop skipped a turn
 		wake = true
@@ -140,5 +157,4 @@ func (ss *session) direct(o engine.Outcome) bool {
 		ss.woken.Store(true)
 		_ = ss.conn.Wake(nil)
 	}
-	return true
 }

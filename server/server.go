@@ -285,7 +285,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return []byte("error\n"), gnet.Close
 	}
 	ss.loop = s.loops.of(c)
-	if s.node == nil && s.cfg.DirectHandOff {
+	if s.cfg.DirectHandOff {
 		ss.fd = c.Fd()
 	}
 	c.SetContext(ss)

@@ -34,7 +34,8 @@ type session struct {
 	// cluster is set at creation: the server runs in cluster mode.
 	cluster bool
 	// fd is the socket a direct hand-off writes to (handoff.go); -1 for
-	// none (TLS, cluster mode). met is the server's metrics, or nil.
+	// none (TLS). In cluster mode the hand-off also carries the answers
+	// to proposals. met is the server's metrics, or nil.
 	fd  int
 	met *metrics.TCP
 
