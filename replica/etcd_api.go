@@ -421,10 +421,15 @@ func (n *Node) Shutdown() error {
 		n.waitMu.Lock()
 		ws := n.waiters
 		n.waiters = make(map[uint64]*waiter)
+		n.waitShut = true
 		n.waitMu.Unlock()
 		for _, w := range ws {
 			n.finish(w, nil, ErrClosed)
 		}
+		// What was still queued (behind the entry in flight, or submitted
+		// meanwhile) never reached raft: ProposeFunc's callers hear of it
+		// too, as Propose's do through stop.
+		n.failQueuedIfStopping()
 		if n.st.Close != nil {
 			n.closeErr = n.st.Close()
 		}
