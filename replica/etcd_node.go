@@ -96,7 +96,7 @@ type Node struct {
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
 	applyRun  sync.Mutex
-	answers   []pendingAnswer // applied entries' proposers, answered after raft hears of them
+	answers   []pendingAnswer // applied entries' proposers, answered before raft hears of the apply (applyBatch)
 	applyMu   sync.Mutex      // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64          // apply thread
 	restored  chan error      // the apply thread's answer to a snapshot to restore
