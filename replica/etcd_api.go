@@ -350,7 +350,8 @@ func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply,
 // held), so it must not block or call back into the node synchronously.
 // A leader still taking over (its restamp not applied) answers
 // *NotLeaderError at once rather than wait, as does a follower; then done
-// is not called. Propose costs a goroutine per waiting caller; a server's
+// is not called. Once Shutdown has begun, a proposal not yet in the log
+// or not yet applied hears ErrClosed. Propose costs a goroutine per waiting caller; a server's
 // event loop uses this instead and hears the answer with no hop.
 func (n *Node) ProposeFunc(c Command, sink engine.Sink, done func(Reply, error)) error {
 	p, err := n.newProposal(nil, c, sink)
@@ -421,10 +422,15 @@ func (n *Node) Shutdown() error {
 		n.waitMu.Lock()
 		ws := n.waiters
 		n.waiters = make(map[uint64]*waiter)
+		n.waitShut = true
 		n.waitMu.Unlock()
 		for _, w := range ws {
 			n.finish(w, nil, ErrClosed)
 		}
+		// What was still queued (behind the entry in flight, or submitted
+		// meanwhile) never reached raft: ProposeFunc's callers hear of it
+		// too, as Propose's do through stop.
+		n.failQueuedIfStopping()
 		if n.st.Close != nil {
 			n.closeErr = n.st.Close()
 		}

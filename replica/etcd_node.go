@@ -80,7 +80,10 @@ type Node struct {
 
 	waitMu  sync.Mutex
 	waiters map[uint64]*waiter // by the ReqID of the entry's first command
-	ccWait  map[uint64]chan error
+	// waitShut: Shutdown has answered the waiters; a proposal that gets
+	// here later is answered ErrClosed at once (under waitMu).
+	waitShut bool
+	ccWait   map[uint64]chan error
 
 	// appRun is held by whoever writes the log (the append thread, or a
 	// follower's transport reader: see kickAppend); it guards lastHS and
@@ -93,7 +96,7 @@ type Node struct {
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
 	applyRun  sync.Mutex
-	answers   []pendingAnswer // applied entries' proposers, answered after raft hears of them
+	answers   []pendingAnswer // applied entries' proposers, answered before raft hears of the apply (applyBatch)
 	applyMu   sync.Mutex      // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64          // apply thread
 	restored  chan error      // the apply thread's answer to a snapshot to restore
@@ -639,11 +642,26 @@ func (n *Node) submit(p *proposal) {
 		n.kickAppend(false)
 		n.kickApply(true)
 		n.sendAll(later)
+		n.failQueuedIfStopping()
 		return
 	}
 	select {
 	case n.propQ.wake <- struct{}{}:
 	default:
+	}
+	n.failQueuedIfStopping()
+}
+
+// failQueuedIfStopping answers ErrClosed to every proposal still queued
+// once Shutdown has begun: the raft loop that would take them is gone or
+// going. A proposal whose submit overlaps Shutdown's is answered by
+// whichever of the two takes it from the queue.
+func (n *Node) failQueuedIfStopping() {
+	if !n.stopping() {
+		return
+	}
+	for _, p := range n.propQ.take() {
+		n.finish(&waiter{batch: []*proposal{p}}, nil, ErrClosed)
 	}
 }
 
@@ -697,6 +715,13 @@ func (n *Node) propose(batch []*proposal) {
 	}
 	key := batch[0].c.ReqID
 	n.waitMu.Lock()
+	if n.waitShut {
+		// Shutdown has answered the waiters already: no one would
+		// answer this one.
+		n.waitMu.Unlock()
+		n.finish(&waiter{batch: batch}, nil, ErrClosed)
+		return
+	}
 	n.waiters[key] = &waiter{batch: batch}
 	n.waitMu.Unlock()
 	if n.rn.BasicStatus().RaftState != raft.StateLeader {

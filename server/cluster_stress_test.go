@@ -1,0 +1,132 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchd/latchd/internal/testutil"
+)
+
+// rawConn is a client usable from any goroutine: errors come back.
+type rawConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func rawDial(addr string) (*rawConn, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{c: c, br: bufio.NewReader(c)}, nil
+}
+
+func (r *rawConn) do(cmd, key, arg string) (string, error) {
+	_ = r.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.c.Write([]byte(cmd + "\n" + key + "\n" + arg + "\n")); err != nil {
+		return "", err
+	}
+	s, err := r.br.ReadString('\n')
+	return strings.TrimSuffix(s, "\n"), err
+}
+
+// TestClusterHandOffStress: on a cluster leader, holders and waiters of
+// one hot key (answers and grants written by the replica's goroutines
+// straight to idle sockets), and connections that close while queued,
+// keep mutual exclusion and get exactly their answers.
+func TestClusterHandOffStress(t *testing.T) {
+	c := testutil.StartCluster(t, 3, nil)
+	li := c.Leader(testutil.LeaderTimeout)
+	addr := c.Members()[li].Addr
+
+	var holders atomic.Int32
+	var grants atomic.Int64
+	errs := make(chan error, 64)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := rawDial(addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer r.c.Close()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				line, err := r.do("l", "hot", "10 30")
+				if err != nil {
+					errs <- fmt.Errorf("worker %d lock: %v (%q)", w, err, line)
+					return
+				}
+				f := strings.Fields(line)
+				if len(f) != 3 || f[0] != "ok" {
+					errs <- fmt.Errorf("worker %d lock: %q", w, line)
+					return
+				}
+				if h := holders.Add(1); h != 1 {
+					errs <- fmt.Errorf("worker %d: %d holders at once", w, h)
+				}
+				grants.Add(1)
+				holders.Add(-1)
+				if line, err := r.do("r", "hot", f[1]); err != nil || line != "ok" {
+					errs <- fmt.Errorf("worker %d release: %q, %v", w, line, err)
+					return
+				}
+			}
+		}()
+	}
+	// Connections that queue for the key and close without waiting.
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := rawDial(addr)
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, _ = r.c.Write([]byte("l\nhot\n10 30\n"))
+				time.Sleep(time.Millisecond)
+				_ = r.c.Close()
+			}
+		}()
+	}
+	timer := time.NewTimer(1500 * time.Millisecond)
+	select {
+	case err := <-errs:
+		close(stop)
+		wg.Wait()
+		t.Fatal(err)
+	case <-timer.C:
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	if grants.Load() == 0 {
+		t.Fatal("no grant in 1.5 s")
+	}
+	t.Logf("%d grants", grants.Load())
+}
