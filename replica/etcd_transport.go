@@ -10,10 +10,12 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -28,10 +30,6 @@ const (
 	maxFrame     = 256 << 20
 	redialPause  = 50 * time.Millisecond
 	writeTimeout = 5 * time.Second
-	// directWriteTimeout bounds a write made by the goroutine that has the
-	// message (raft's, or the append thread): past it the connection is
-	// dropped rather than stall raft behind a slow peer.
-	directWriteTimeout = 50 * time.Millisecond
 )
 
 type peerStream struct {
@@ -46,6 +44,12 @@ type peerStream struct {
 	wmu sync.Mutex // the connection; held by whoever writes to it
 	c   net.Conn
 	w   *bufio.Writer
+	// rest is the tail of a frame that send began on c and the socket
+	// did not take at once; the writer sends it before anything else.
+	rest []byte
+	// live is c, for close and removePeer to cut a write stuck on a
+	// peer that stopped reading without waiting for wmu.
+	live atomic.Pointer[net.Conn]
 }
 
 type transport struct {
@@ -169,7 +173,7 @@ func (t *transport) setPeer(id uint64, addr string) {
 		if p.addr == addr {
 			return
 		}
-		close(p.stop)
+		p.cut()
 	}
 	p := &peerStream{id: id, addr: addr, stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	t.peers[id] = p
@@ -182,17 +186,19 @@ func (t *transport) removePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.peers[id]; p != nil {
-		close(p.stop)
+		p.cut()
 		delete(t.peers, id)
 	}
 }
 
-// send sends m to its peer. When the connection is up, idle and nothing
-// is queued, the caller writes the frame itself (bounded by
-// directWriteTimeout): a message on the commit path does not wait for the
-// writer goroutine to be scheduled. Otherwise the frame is queued for the
-// writer; a full queue drops it (raft sends again) and reports the peer
-// unreachable. It never blocks for long.
+// send sends m to its peer. When the connection is up and nothing is
+// queued or half-sent, the caller writes the frame itself, without
+// waiting: a message on the commit path does not wait for the writer
+// goroutine to be scheduled, and a peer that stopped reading (a follower
+// stuck in a slow fsync) never stalls the caller, raft's goroutines
+// among them. What the socket does not take at once is left to the
+// writer. Otherwise the frame is queued for the writer; a full queue
+// drops it (raft sends again) and reports the peer unreachable.
 func (t *transport) send(m *raftpb.Message) {
 	if f := t.cut.Load(); f != nil && (*f)(m.GetTo()) {
 		return
@@ -203,26 +209,34 @@ func (t *transport) send(m *raftpb.Message) {
 	if p == nil {
 		return
 	}
-	b, err := proto.Marshal(m)
+	// The frame: a length, the message, and room for the queue's flag.
+	buf := make([]byte, 4, 5+proto.Size(m))
+	buf, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(buf, m)
 	if err != nil {
 		return
 	}
+	b := buf[4:]
 	snap := m.GetType() == raftpb.MessageType_MsgSnap
 	if !snap && p.wmu.TryLock() {
 		p.qmu.Lock()
 		idle := len(p.q) == 0
 		p.qmu.Unlock()
-		if idle && p.c != nil {
-			err := t.writeFrame(p, b, time.Now().Add(directWriteTimeout))
-			if err == nil {
-				err = p.w.Flush()
-			}
+		if idle && p.c != nil && len(p.rest) == 0 {
+			binary.LittleEndian.PutUint32(buf, uint32(len(b)))
+			n, err := writeNow(p.c, buf)
 			if err != nil {
 				t.dropConn(p)
+			} else if n < len(buf) {
+				p.rest = buf[n:]
 			}
 			p.wmu.Unlock()
 			if err != nil {
 				t.report(p.id, false)
+			} else if n < len(buf) {
+				select {
+				case p.wake <- struct{}{}:
+				default:
+				}
 			}
 			return
 		}
@@ -235,7 +249,7 @@ func (t *transport) send(m *raftpb.Message) {
 	p.qmu.Lock()
 	full := len(p.q) >= peerQueue
 	if !full {
-		p.q = append(p.q, append(b, flag))
+		p.q = append(p.q, append(b, flag)) // in buf's spare byte: no copy
 	}
 	p.qmu.Unlock()
 	if full {
@@ -263,12 +277,61 @@ func (t *transport) writeFrame(p *peerStream, b []byte, deadline time.Time) erro
 	return err
 }
 
-// dropConn closes p's connection (p.wmu held); the writer dials again.
+// writeNow writes to c what its socket takes without waiting and says
+// how much that was; a full socket is not an error.
+func writeNow(c net.Conn, b []byte) (int, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0, nil // no descriptor to try: the writer sends it all
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, err := unix.Write(int(fd), b[n:])
+			if m > 0 {
+				n += m
+			}
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+			case err != nil:
+				werr = err
+			case m > 0:
+				continue
+			}
+			break
+		}
+		return true // never wait for the socket to drain
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
+
+// dropConn closes p's connection (p.wmu held); the writer dials again. A
+// half-sent frame goes with it: raft sends again.
 func (t *transport) dropConn(p *peerStream) {
 	if p.c != nil {
 		_ = p.c.Close()
 	}
-	p.c, p.w = nil, nil
+	p.c, p.w, p.rest = nil, nil, nil
+	p.live.Store(nil)
+}
+
+// cut stops p's writer and closes its connection now, even in the middle
+// of a write (t.mu held).
+func (p *peerStream) cut() {
+	close(p.stop)
+	if c := p.live.Load(); c != nil {
+		_ = (*c).Close()
+	}
 }
 
 // dial connects p and sends the hello (p.wmu held).
@@ -278,6 +341,7 @@ func (t *transport) dial(p *peerStream) error {
 		return err
 	}
 	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
+	p.live.Store(&c)
 	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
 	if err := t.writeFrame(p, hello, time.Now().Add(writeTimeout)); err != nil {
 		t.dropConn(p)
@@ -306,10 +370,16 @@ func (t *transport) writeLoop(p *peerStream) {
 			q := p.q
 			p.q = nil
 			p.qmu.Unlock()
-			if len(q) == 0 {
+			if len(q) == 0 && len(p.rest) == 0 {
 				break
 			}
 			if p.c == nil {
+				select {
+				case <-p.stop: // cut: what is queued goes nowhere
+					p.wmu.Unlock()
+					return
+				default:
+				}
 				if err := t.dial(p); err != nil {
 					t.report(p.id, false)
 					for _, b := range q {
@@ -328,6 +398,11 @@ func (t *transport) writeLoop(p *peerStream) {
 				}
 			}
 			var err error
+			if len(p.rest) > 0 {
+				_ = p.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+				_, err = p.w.Write(p.rest)
+				p.rest = nil
+			}
 			for _, b := range q {
 				snap := b[len(b)-1] == 1
 				if err == nil {
@@ -357,7 +432,7 @@ func (t *transport) close() {
 	t.mu.Lock()
 	t.closed = true
 	for id, p := range t.peers {
-		close(p.stop)
+		p.cut()
 		delete(t.peers, id)
 	}
 	for c := range t.conns {

@@ -1,0 +1,194 @@
+//go:build !hashicorpraft
+
+package replica
+
+import (
+	"bufio"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+)
+
+// A peer that stops reading (a follower stuck in a slow fsync) must not
+// stall the sender: raft's goroutines call send. Before, once the socket
+// was full, a send waited out a 50 ms deadline and dropped the
+// connection; now it returns at once and the rest waits for the writer.
+func TestSendNeverWaitsForAStalledPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int32
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			mu.Lock()
+			held = append(held, c) // accepted, never read
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	}()
+
+	st := dialOnlyStorage(t)
+	tr := newTransport2(st, zap.NewNop())
+	var unreachable atomic.Int32
+	tr.report = func(uint64, bool) { unreachable.Add(1) }
+	tr.snapDone = func(uint64, bool) {}
+	tr.setPeer(2, ln.Addr().String())
+	defer tr.close()
+
+	data := make([]byte, 64<<10)
+	msg := func() *raftpb.Message {
+		return &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+			Entries: []*raftpb.Entry{{Data: data}}}
+	}
+	// The first send dials; wait for the connection before the rest.
+	tr.send(msg())
+	deadline := time.Now().Add(5 * time.Second)
+	for conns.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if conns.Load() == 0 {
+		t.Fatal("the transport never connected")
+	}
+	// Far more than the socket buffers hold: the peer reads nothing.
+	var slowest time.Duration
+	for range 1500 {
+		start := time.Now()
+		tr.send(msg())
+		slowest = max(slowest, time.Since(start))
+	}
+	t.Logf("slowest send %v, connections %d, unreachable reports %d", slowest, conns.Load(), unreachable.Load())
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections to a peer that only stopped reading; want 1 (a send gave up on it)", n)
+	}
+	tr.mu.Lock()
+	p := tr.peers[2]
+	tr.mu.Unlock()
+	// The socket filled: the writer is stuck in a write (it holds wmu) or
+	// something waits for it.
+	if p.wmu.TryLock() {
+		p.qmu.Lock()
+		waiting := len(p.q) + len(p.rest)
+		p.qmu.Unlock()
+		p.wmu.Unlock()
+		if waiting == 0 {
+			t.Fatal("nothing waits for the writer: the socket never filled, the test proves nothing")
+		}
+	}
+}
+
+// What send writes on its own and what the writer sends after it arrive as
+// whole frames, in order, when the socket takes a frame only in part.
+func TestSendSplitFrameArrivesWhole(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []uint64, 1)
+	release := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		<-release // let the sender fill the socket first
+		r := bufio.NewReader(c)
+		var idx []uint64
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil { // the hello
+			got <- nil
+			return
+		}
+		if _, err := r.Discard(int(binary.LittleEndian.Uint32(hdr[:]))); err != nil {
+			got <- nil
+			return
+		}
+		for len(idx) == 0 || idx[len(idx)-1] != 299 {
+			if _, err := io.ReadFull(r, hdr[:]); err != nil {
+				break
+			}
+			b := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
+			if _, err := io.ReadFull(r, b); err != nil {
+				break
+			}
+			m := &raftpb.Message{}
+			if err := proto.Unmarshal(b, m); err != nil {
+				break
+			}
+			idx = append(idx, m.GetIndex())
+		}
+		got <- idx
+	}()
+
+	st := dialOnlyStorage(t)
+	tr := newTransport2(st, zap.NewNop())
+	tr.report = func(uint64, bool) {}
+	tr.snapDone = func(uint64, bool) {}
+	tr.setPeer(2, ln.Addr().String())
+	defer tr.close()
+	data := make([]byte, 48<<10)
+	send := func(i uint64) {
+		tr.send(&raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+			Index: proto.Uint64(i), Entries: []*raftpb.Entry{{Data: data}}})
+	}
+	send(0)
+	for i := uint64(1); i < 300; i++ {
+		send(i)
+		if i == 150 {
+			close(release)
+		}
+	}
+	select {
+	case idx := <-got:
+		// Frames may be dropped (a full queue), never torn or reordered.
+		if len(idx) == 0 {
+			t.Fatal("no frame arrived")
+		}
+		for i := 1; i < len(idx); i++ {
+			if idx[i] <= idx[i-1] {
+				t.Fatalf("frames out of order: %v", idx)
+			}
+		}
+		if idx[len(idx)-1] != 299 {
+			t.Fatalf("last frame %d, want 299 (the writer must send what was queued)", idx[len(idx)-1])
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the frames never arrived whole")
+	}
+}
+
+// dialOnlyStorage is a Storage with only what a transport that sends
+// needs: a dialer, and a listener for close to close.
+func dialOnlyStorage(t *testing.T) *Storage {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Storage{ln: ln, dial: func(addr string, timeout time.Duration) (net.Conn, error) {
+		return net.DialTimeout("tcp", addr, timeout)
+	}}
+}
