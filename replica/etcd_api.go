@@ -358,7 +358,7 @@ func (n *Node) ProposeFunc(c Command, sink engine.Sink, done func(Reply, error))
 	if err != nil {
 		return err
 	}
-	p.done, p.cb = nil, done
+	p.cb = done
 	n.submit(p)
 	return nil
 }

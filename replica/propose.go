@@ -12,7 +12,8 @@ import (
 // business), answers not_leader on a follower, waits (within ctx) for a
 // new leader's restamp, stamps the leader's time, salt and request id,
 // and registers sink when the command may park. A nil ctx never waits:
-// a leader still taking over answers not_leader (ProposeFunc).
+// a leader still taking over answers not_leader, and the proposal has no
+// done channel (ProposeFunc answers through a callback).
 func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*proposal, error) {
 	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
 		return nil, ErrBadCommand
@@ -38,7 +39,10 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 	}
 	c.Origin = n.origin
 	c.ReqID = n.seq.Add(1)
-	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait), done: make(chan proposalResult, 1)}
+	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait)}
+	if ctx != nil {
+		p.done = make(chan proposalResult, 1) // Propose waits on it; ProposeFunc sets a callback
+	}
 	if p.parks {
 		n.fsm.register(c.ReqID, sink)
 	}
