@@ -302,26 +302,6 @@ func (n *Node) applyRaw(c *Command) (Reply, error) {
 	}
 }
 
-func (n *Node) setReady(ok bool) {
-	n.readyMu.Lock()
-	defer n.readyMu.Unlock()
-	if ok == n.isReady.Load() {
-		return
-	}
-	n.isReady.Store(ok)
-	if ok {
-		close(n.ready)
-	} else {
-		n.ready = make(chan struct{})
-	}
-}
-
-func (n *Node) readyCh() chan struct{} {
-	n.readyMu.Lock()
-	defer n.readyMu.Unlock()
-	return n.ready
-}
-
 func (n *Node) isLeaderState() bool {
 	return raft.StateType(n.role.Load()) == raft.StateLeader
 }

@@ -365,27 +365,6 @@ func (n *Node) Shutdown() error {
 	return n.closeErr
 }
 
-// setReady publishes whether this node may take commands.
-func (n *Node) setReady(ok bool) {
-	n.readyMu.Lock()
-	defer n.readyMu.Unlock()
-	if ok == n.isReady.Load() {
-		return
-	}
-	n.isReady.Store(ok)
-	if ok {
-		close(n.ready)
-	} else {
-		n.ready = make(chan struct{})
-	}
-}
-
-func (n *Node) readyCh() chan struct{} {
-	n.readyMu.Lock()
-	defer n.readyMu.Unlock()
-	return n.ready
-}
-
 // run is the node's one goroutine: on winning an election it proposes a
 // Restamp before taking commands, and while leader it proposes an Expire
 // whenever the engine has a deadline due. Followers never run expiry: an

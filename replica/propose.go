@@ -48,3 +48,26 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 	}
 	return p, nil
 }
+
+// setReady publishes whether this node may take commands (both raft
+// builds): a leader once restamped, not after losing leadership.
+func (n *Node) setReady(ok bool) {
+	n.readyMu.Lock()
+	defer n.readyMu.Unlock()
+	if ok == n.isReady.Load() {
+		return
+	}
+	n.isReady.Store(ok)
+	if ok {
+		close(n.ready)
+	} else {
+		n.ready = make(chan struct{})
+	}
+}
+
+// readyCh is closed once the node is ready for commands.
+func (n *Node) readyCh() chan struct{} {
+	n.readyMu.Lock()
+	defer n.readyMu.Unlock()
+	return n.ready
+}
