@@ -68,10 +68,13 @@ type Node struct {
 	ready   chan struct{}
 	isReady atomic.Bool
 
-	propQ  propQueue
-	fnc    chan func()
-	appQ   msgQueue // to the append thread
-	applyQ msgQueue // to the apply thread
+	propQ propQueue
+	hold  batchHold // under mu
+	// Counted on the leader as it proposes (Status).
+	propEntries, propCmds, holds, holdTimeouts atomic.Uint64
+	fnc                                        chan func()
+	appQ                                       msgQueue // to the append thread
+	applyQ                                     msgQueue // to the apply thread
 
 	// Membership, as applied: raft ID -> member.
 	bookMu    sync.Mutex
@@ -208,6 +211,12 @@ func (q *propQueue) putBack(ps []*proposal) {
 	q.mu.Lock()
 	q.q = append(ps, q.q...)
 	q.mu.Unlock()
+}
+
+func (q *propQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q)
 }
 
 func (q *propQueue) pending() bool {
@@ -669,6 +678,10 @@ func (n *Node) failQueuedIfStopping() {
 // wait together share one entry (group commit), up to maxBatch each.
 func (n *Node) proposeQueued() {
 	ps := n.propQ.take()
+	if len(ps) > 0 && n.hold.on && !n.holdOver(len(ps)) {
+		n.propQ.putBack(ps)
+		return
+	}
 	for len(ps) > 0 {
 		if n.inflightBusy() {
 			// Wait for an entry to apply (whoever applies it then steps
@@ -730,6 +743,11 @@ func (n *Node) propose(batch []*proposal) {
 	}
 	if err := n.rn.Propose(data); err != nil {
 		n.failWaiter(key, n.notLeader())
+		return
+	}
+	n.propEntries.Add(1)
+	if !batch[0].raw {
+		n.propCmds.Add(uint64(len(batch)))
 	}
 }
 
@@ -914,6 +932,7 @@ func (n *Node) softState(ss *raft.SoftState) {
 // outcome is unknown.
 func (n *Node) leadershipLost() {
 	n.setReady(false)
+	n.hold.on = false
 	n.waitMu.Lock()
 	ws := n.waiters
 	n.waiters = make(map[uint64]*waiter)
