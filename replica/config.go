@@ -98,7 +98,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:  8192,
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
-		BatchWait:          time.Millisecond,
+		BatchWait:          2 * time.Millisecond,
 		ExpireEvery:        10 * time.Millisecond,
 		ApplyTimeout:       5 * time.Second,
 		RaftLogLevel:       "warn",

@@ -677,11 +677,14 @@ func (n *Node) failQueuedIfStopping() {
 // proposeQueued puts the queued proposals into the log: the commands that
 // wait together share one entry (group commit), up to maxBatch each.
 func (n *Node) proposeQueued() {
-	ps := n.propQ.take()
-	if len(ps) > 0 && n.hold.on && !n.holdOver(len(ps)) {
-		n.propQ.putBack(ps)
-		return
+	if n.hold.on {
+		// Counted in place: a wait sees every arrival, and taking
+		// and putting back the queue each time copies it.
+		if q := n.propQ.len(); q == 0 || !n.holdOver(q) {
+			return
+		}
 	}
+	ps := n.propQ.take()
 	for len(ps) > 0 {
 		if n.inflightBusy() {
 			// Wait for an entry to apply (whoever applies it then steps
