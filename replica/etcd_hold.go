@@ -55,6 +55,11 @@ func (n *Node) startHold(answered int) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if !n.isLeaderState() {
+		// Lost the lead since the entry applied: leadershipLost has
+		// run and would not end this wait.
+		return
+	}
 	h := &n.hold
 	if h.timer == nil {
 		// The first wait: ret starts at 1 (every proposer comes back).

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3"
+
 	"github.com/latchd/latchd/engine"
 )
 
@@ -174,6 +176,7 @@ func TestBatchWaitEndsAtDeadline(t *testing.T) {
 func TestBatchWaitLearnsReturnShare(t *testing.T) {
 	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
 	n.propQ.wake = make(chan struct{}, 1)
+	n.role.Store(uint32(raft.StateLeader))
 	queue := func(k int) {
 		for range k {
 			n.propQ.push(&proposal{})
@@ -228,6 +231,7 @@ func TestBatchWaitLearnsReturnShare(t *testing.T) {
 
 	// Off: nothing waits.
 	m := &Node{stop: make(chan struct{})}
+	m.role.Store(uint32(raft.StateLeader))
 	m.startHold(5)
 	if m.hold.on {
 		t.Fatal("BatchWait 0 started a wait")
@@ -243,6 +247,7 @@ func TestBatchWaitLearnsReturnShare(t *testing.T) {
 func TestBatchWaitEmptyQueueEndsAtDeadline(t *testing.T) {
 	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
 	n.propQ.wake = make(chan struct{}, 1)
+	n.role.Store(uint32(raft.StateLeader))
 	n.startHold(1) // one proposer answered, nothing queued
 	t.Cleanup(func() { n.hold.timer.Stop() })
 	if !n.hold.on {
