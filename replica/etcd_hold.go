@@ -26,8 +26,11 @@ import "time"
 // that did come back, so clients that think between commands (a lock
 // held while a job runs) soon stop being waited for; a share too low to
 // expect anyone back still rises a little at every entry, so a workload
-// that changes is tried again. Nothing waits when nothing is queued:
-// the next command to arrive is proposed at once if it meets the count.
+// that changes is tried again. A wait may begin with nothing queued: it
+// holds what arrives until the count or the deadline, and ends at its
+// deadline even if nothing arrived (the timer's wake), so that it is
+// judged by what came back within it, not by the next command, however
+// late.
 type batchHold struct {
 	on       bool
 	want     int       // propose once this many commands are queued
@@ -55,6 +58,11 @@ func (n *Node) startHold(answered int) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if !n.isLeaderState() {
+		// Lost the lead since the entry applied: leadershipLost has
+		// run and would not end this wait.
+		return
+	}
 	h := &n.hold
 	if h.timer == nil {
 		// The first wait: ret starts at 1 (every proposer comes back).

@@ -3,11 +3,14 @@
 package replica
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3"
 
 	"github.com/latchd/latchd/engine"
 )
@@ -173,6 +176,7 @@ func TestBatchWaitEndsAtDeadline(t *testing.T) {
 func TestBatchWaitLearnsReturnShare(t *testing.T) {
 	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
 	n.propQ.wake = make(chan struct{}, 1)
+	n.role.Store(uint32(raft.StateLeader))
 	queue := func(k int) {
 		for range k {
 			n.propQ.push(&proposal{})
@@ -227,8 +231,91 @@ func TestBatchWaitLearnsReturnShare(t *testing.T) {
 
 	// Off: nothing waits.
 	m := &Node{stop: make(chan struct{})}
+	m.role.Store(uint32(raft.StateLeader))
 	m.startHold(5)
 	if m.hold.on {
 		t.Fatal("BatchWait 0 started a wait")
+	}
+}
+
+// TestBatchWaitEmptyQueueEndsAtDeadline: a wait whose deadline passes
+// with nothing queued ends there (the timer's wake of the raft loop runs
+// proposeQueued) and counts as timed out. Before, proposeQueued returned
+// on an empty queue without looking at the wait, so it stayed on until
+// the next command arrived, however late, and was judged then: met (the
+// share expected back raised) if that one command reached its count.
+func TestBatchWaitEmptyQueueEndsAtDeadline(t *testing.T) {
+	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
+	n.propQ.wake = make(chan struct{}, 1)
+	n.role.Store(uint32(raft.StateLeader))
+	n.startHold(1) // one proposer answered, nothing queued
+	t.Cleanup(func() { n.hold.timer.Stop() })
+	if !n.hold.on {
+		t.Fatal("no wait started")
+	}
+	n.proposeQueued() // before the deadline: the wait goes on
+	if !n.hold.on || n.holdTimeouts.Load() != 0 {
+		t.Fatalf("before its deadline: on=%v, %d timed out; want on, 0", n.hold.on, n.holdTimeouts.Load())
+	}
+	n.hold.until = time.Now().Add(-time.Millisecond)
+	n.proposeQueued() // what the timer's wake runs, past the deadline
+	if n.hold.on || n.holdTimeouts.Load() != 1 || n.hold.ret >= 1 {
+		t.Fatalf("past its deadline, queue empty: on=%v, %d timed out, ret %v; want over, 1 timed out, ret < 1",
+			n.hold.on, n.holdTimeouts.Load(), n.hold.ret)
+	}
+}
+
+// TestBatchWaitLearnsThinkingClient: a client that thinks for longer
+// than the wait between its commands is never back within it. Each wait
+// (nothing else queued) times out at its deadline, and the share
+// expected back falls until most entries start no wait. Before, every
+// wait counted as met when the client came back long after its
+// deadline: a wait after every entry, none timed out, the share stuck
+// at 1.
+func TestBatchWaitLearnsThinkingClient(t *testing.T) {
+	const wait, think, rounds = 10 * time.Millisecond, 50 * time.Millisecond, 10
+	c := newCluster(t, 3, func(cfg *Config) { cfg.BatchWait = wait })
+	l := c.leader(t)
+	before := l.Status()
+	for i := range rounds {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := l.Propose(ctx, Command{Op: OpAcquire, Key: []byte(fmt.Sprint("think-", i)), Owner: 1, Limit: 1, TTL: time.Minute}, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(think)
+	}
+	st := l.Status()
+	waits, timeouts := st.BatchWaits-before.BatchWaits, st.BatchWaitTimeouts-before.BatchWaitTimeouts
+	t.Logf("%d commands: %d waits, %d timed out", rounds, waits, timeouts)
+	if timeouts == 0 || waits >= rounds {
+		t.Fatalf("%d waits, %d timed out for %d commands %v apart; want waits timed out and fewer waits than commands",
+			waits, timeouts, rounds, think)
+	}
+}
+
+// TestProposedEntriesCountClientEntries: proposed_entries counts the
+// entries that carry clients' commands, so proposed_commands /
+// proposed_entries is the batch size; the leader's own Expire (and
+// Restamp) entries are not in it. Before, an Expire entry counted as an
+// entry of no command.
+func TestProposedEntriesCountClientEntries(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(t)
+	before := l.Status()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := l.Propose(ctx, Command{Op: OpAcquire, Key: []byte("short"), Owner: 1, Limit: 1, TTL: 20 * time.Millisecond}, nil); err != nil {
+		t.Fatal(err)
+	}
+	applied := l.Status().AppliedIndex
+	// Nothing else proposes: the next entry applied is the Expire of
+	// the lease.
+	poll(t, 5*time.Second, "the lease's expiry applied", func() bool { return l.Status().AppliedIndex > applied })
+	st := l.Status()
+	entries, cmds := st.ProposedEntries-before.ProposedEntries, st.ProposedCommands-before.ProposedCommands
+	if entries != 1 || cmds != 1 {
+		t.Fatalf("proposed %d entries, %d commands; want 1 and 1 (the Expire entry carries no client's command)", entries, cmds)
 	}
 }

@@ -680,8 +680,10 @@ func (n *Node) failQueuedIfStopping() {
 func (n *Node) proposeQueued() {
 	if n.hold.on {
 		// Counted in place: a wait sees every arrival, and taking
-		// and putting back the queue each time copies it.
-		if q := n.propQ.len(); q == 0 || !n.holdOver(q) {
+		// and putting back the queue each time copies it. An empty
+		// queue is judged too: a wait past its deadline ends there
+		// (the timer's wake), not when the next command arrives.
+		if !n.holdOver(n.propQ.len()) {
 			return
 		}
 	}
@@ -749,8 +751,8 @@ func (n *Node) propose(batch []*proposal) {
 		n.failWaiter(key, n.notLeader())
 		return
 	}
-	n.propEntries.Add(1)
-	if !batch[0].raw {
+	if !batch[0].raw { // the node's own Restamp and Expire are not counted
+		n.propEntries.Add(1)
 		n.propCmds.Add(uint64(len(batch)))
 	}
 }

@@ -39,7 +39,7 @@ func NewClusterCollector(read func() ClusterSample) prometheus.Collector {
 		applied:      d("applied_index", "Index of the last log entry applied to the engine."),
 		last:         d("last_log_index", "Index of the last entry in the local log."),
 		changes:      d("leader_changes_total", "Leader changes this node observed."),
-		entries:      d("proposed_entries_total", "Log entries this node proposed as leader."),
+		entries:      d("proposed_entries_total", "Log entries of client commands this node proposed as leader (not its restamp and expiry entries)."),
 		commands:     d("proposed_commands_total", "Client commands in the entries this node proposed as leader."),
 		waits:        d("batch_waits_total", "Batch waits: the leader holding queued commands for the clients it just answered."),
 		waitTimeouts: d("batch_wait_timeouts_total", "Batch waits that ended at their deadline."),
