@@ -217,8 +217,9 @@ func TestStatus(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"applied_index", "commit_index", "last_log_index", "leader_changes", "leader_client_addr",
-		"leader_http_addr", "leader_id", "leader_raft_addr", "node_id", "ready", "role", "term", "voters"}
+	want := []string{"applied_index", "batch_wait_timeouts", "batch_waits", "commit_index", "last_log_index",
+		"leader_changes", "leader_client_addr", "leader_http_addr", "leader_id", "leader_raft_addr", "node_id",
+		"proposed_commands", "proposed_entries", "ready", "role", "term", "voters"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("JSON keys %v; want %v", keys, want)
 	}

@@ -61,6 +61,11 @@ type Config struct {
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 	SnapshotRetain    int
+	// BatchWait bounds how long a leader, having answered an entry's
+	// proposers, holds the commands queued meanwhile for those
+	// proposers' next ones, so that they share one entry (etcd raft
+	// build; docs/cluster.md "Batch wait"). 0 proposes at once.
+	BatchWait time.Duration
 	// ExpireEvery is how often the leader checks for due deadlines.
 	ExpireEvery time.Duration
 	// ApplyTimeout bounds how long a proposal waits to enter the log when
@@ -93,6 +98,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:  8192,
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
+		BatchWait:          2 * time.Millisecond,
 		ExpireEvery:        10 * time.Millisecond,
 		ApplyTimeout:       5 * time.Second,
 		RaftLogLevel:       "warn",
@@ -125,6 +131,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replica: snapshot interval %v and threshold %d out of range", c.SnapshotInterval, c.SnapshotThreshold)
 	case c.SnapshotRetain < 1:
 		return fmt.Errorf("replica: snapshot retain must be >= 1, got %d", c.SnapshotRetain)
+	case c.BatchWait < 0 || c.BatchWait > 100*time.Millisecond:
+		return fmt.Errorf("replica: batch wait %v out of range 0..100ms", c.BatchWait)
 	case c.ExpireEvery <= 0 || c.ApplyTimeout <= 0:
 		return fmt.Errorf("replica: expire interval %v and apply timeout %v must be > 0", c.ExpireEvery, c.ApplyTimeout)
 	}

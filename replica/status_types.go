@@ -30,6 +30,17 @@ type Status struct {
 	// started (itself included): each election won, by anyone, that
 	// reached it. A steady cluster's count does not move.
 	LeaderChanges uint64 `json:"leader_changes"`
+	// ProposedEntries and ProposedCommands count the log entries of
+	// clients' commands this node proposed while it led (not its own
+	// Restamp and Expire entries) and the commands they carried (their
+	// ratio is the group commit's batch size); BatchWaits counts
+	// the leader's batch waits (Config.BatchWait) and BatchWaitTimeouts
+	// those that ended at their deadline rather than full. Since start;
+	// zero on the hashicorp/raft build.
+	ProposedEntries   uint64 `json:"proposed_entries"`
+	ProposedCommands  uint64 `json:"proposed_commands"`
+	BatchWaits        uint64 `json:"batch_waits"`
+	BatchWaitTimeouts uint64 `json:"batch_wait_timeouts"`
 	// Voters is the latest configuration this node knows (it may not be
 	// committed yet): every server, voters and non-voters, in the
 	// configuration's order.

@@ -148,6 +148,7 @@ func (o *options) replicaConfig(ecfg engine.Config) (replica.Config, error) {
 	c.RaftDir = o.raftDir
 	c.Bootstrap = o.bootstrap
 	c.RaftLogLevel = o.raftLogLevel
+	c.BatchWait = o.raftBatchWait
 	c.AuthToken = o.raftAuthToken
 	ps, err := o.peers()
 	if err != nil {

@@ -50,6 +50,7 @@ type options struct {
 	advertiseHTTPAddr                        string
 	raftAuthTokenFile, adminToken            string
 	adminTokenFile, raftLogLevel             string
+	raftBatchWait                            time.Duration
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
 
@@ -129,7 +130,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.raftAuthTokenFile, "raft-auth-token-file", "", "cluster mode: file holding the secret nodes prove to each other")
 	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token for the cluster admin API (/v1/admin/*; off when empty)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token")
-	fs.StringVar(&o.raftLogLevel, "raft-log-level", "warn", "hashicorp/raft log level: off, error, warn, info, debug")
+	fs.StringVar(&o.raftLogLevel, "raft-log-level", "warn", "raft's log level: off, error, warn, info, debug")
+	fs.DurationVar(&o.raftBatchWait, "raft-batch-wait", 2*time.Millisecond, "cluster mode: how long the leader holds queued commands for the clients it just answered, to commit them together (0 = off; at most 100ms)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	o.addDflockdFlags(fs)
 	if err := fs.Parse(args); err != nil {

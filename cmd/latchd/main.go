@@ -189,7 +189,9 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 		reg.MustRegister(metrics.NewClusterCollector(func() metrics.ClusterSample {
 			st := node.Status()
 			return metrics.ClusterSample{Role: st.Role, Term: st.Term, CommitIndex: st.CommitIndex,
-				AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LeaderChanges: st.LeaderChanges}
+				AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LeaderChanges: st.LeaderChanges,
+				ProposedEntries: st.ProposedEntries, ProposedCommands: st.ProposedCommands,
+				BatchWaits: st.BatchWaits, BatchWaitTimeouts: st.BatchWaitTimeouts}
 		}))
 	}
 	srv, err := server.New(scfg, eng, log.Named("tcp"), sopts...)

@@ -1,0 +1,321 @@
+//go:build !hashicorpraft
+
+package replica
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/latchd/latchd/engine"
+)
+
+// loopClients runs k clients on the leader l that each propose their next
+// command from the callback of the last (as a client that answers at once
+// does), rounds commands each, and waits for all of them. Their first
+// commands are queued together (mu held), so they share the first entry
+// and stay in step.
+func loopClients(t *testing.T, l *Node, k, rounds int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	l.mu.Lock()
+	for i := range k {
+		wg.Add(1)
+		key := []byte(fmt.Sprint("loop-", i))
+		left := rounds
+		var next func()
+		next = func() {
+			c := Command{Op: OpAcquire, Key: key, Owner: engine.OwnerID(i + 1), Limit: 1, TTL: time.Minute}
+			err := l.ProposeFunc(c, nil, func(r Reply, err error) {
+				if err != nil && failed.Load() == nil {
+					failed.Store(fmt.Sprintf("client %d: %v", i, err))
+				}
+				if left--; left == 0 || err != nil {
+					wg.Done()
+					return
+				}
+				next()
+			})
+			if err != nil {
+				failed.Store(fmt.Sprintf("client %d: ProposeFunc refused: %v", i, err))
+				wg.Done()
+			}
+		}
+		next()
+	}
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d clients x %d commands not answered in 30s", k, rounds)
+	}
+	if f := failed.Load(); f != nil {
+		t.Fatal(f)
+	}
+}
+
+// TestBatchWaitGathersAnsweredProposers: with the batch wait on, clients
+// that come straight back share every entry (the commands queued while
+// an entry was out wait for those just answered), and no wait runs to
+// its deadline; with it off, the entries alternate between the first
+// client back, proposed alone, and the rest.
+func TestBatchWaitGathersAnsweredProposers(t *testing.T) {
+	const k, rounds = 8, 40
+	for _, wait := range []time.Duration{100 * time.Millisecond, 0} {
+		t.Run(fmt.Sprint("wait=", wait), func(t *testing.T) {
+			c := newCluster(t, 3, func(cfg *Config) { cfg.BatchWait = wait })
+			l := c.leader(t)
+			before := l.Status()
+			start := time.Now()
+			loopClients(t, l, k, rounds)
+			st := l.Status()
+			entries := st.ProposedEntries - before.ProposedEntries
+			cmds := st.ProposedCommands - before.ProposedCommands
+			if cmds != k*rounds {
+				t.Fatalf("proposed %d commands; want %d", cmds, k*rounds)
+			}
+			per := float64(cmds) / float64(entries)
+			t.Logf("%d commands in %d entries (%.2f each), %d waits, %d timed out, %v",
+				cmds, entries, per, st.BatchWaits, st.BatchWaitTimeouts, time.Since(start))
+			if wait == 0 {
+				if st.BatchWaits != 0 || per > k/2+1 {
+					t.Fatalf("wait off: %d waits, %.2f commands per entry; want 0 waits and entries split between the clients", st.BatchWaits, per)
+				}
+				return
+			}
+			if per != k {
+				t.Fatalf("%.2f commands per entry; want close to %d (every client in each)", per, k)
+			}
+			if st.BatchWaitTimeouts != 0 {
+				t.Fatalf("%d waits timed out; clients that come straight back never leave one to its deadline", st.BatchWaitTimeouts)
+			}
+		})
+	}
+}
+
+// TestBatchWaitEndsAtDeadline: a command queued behind an entry whose
+// other proposer never comes back waits the batch wait out, no longer
+// (it is proposed at the deadline, by the timer, with nothing else
+// arriving), and the wait counts as timed out.
+func TestBatchWaitEndsAtDeadline(t *testing.T) {
+	const wait = 100 * time.Millisecond
+	c := newCluster(t, 3, func(cfg *Config) { cfg.BatchWait = wait })
+	l := c.leader(t)
+	if _, err := proposeFunc(t, l, Command{Op: OpAcquire, Key: []byte("warm"), Owner: 9, Limit: 1, TTL: time.Minute}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := l.Status()
+
+	type ans struct {
+		at  time.Time
+		err error
+	}
+	firstDone := make(chan time.Time, 1)
+	second := make(chan ans, 1)
+	// x and y share one entry (both queued while mu is held); x's
+	// callback proposes x2, y never comes back.
+	l.mu.Lock()
+	err1 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("x"), Owner: 1, Limit: 1, TTL: time.Minute}, nil, func(r Reply, err error) {
+		if err != nil {
+			second <- ans{err: err}
+			return
+		}
+		err = l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("x2"), Owner: 1, Limit: 1, TTL: time.Minute}, nil, func(r Reply, err error) {
+			second <- ans{at: time.Now(), err: err}
+		})
+		if err != nil {
+			second <- ans{err: err}
+		}
+	})
+	err2 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("y"), Owner: 2, Limit: 1, TTL: time.Minute}, nil, func(Reply, error) {
+		firstDone <- time.Now()
+	})
+	l.mu.Unlock()
+	if err1 != nil || err2 != nil {
+		t.Fatalf("ProposeFunc: %v, %v", err1, err2)
+	}
+	var t0 time.Time
+	select {
+	case t0 = <-firstDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("x and y not answered")
+	}
+	var a ans
+	select {
+	case a = <-second:
+	case <-time.After(10 * time.Second):
+		t.Fatal("x2 never answered: the wait has no end")
+	}
+	if a.err != nil {
+		t.Fatalf("x2: %v", a.err)
+	}
+	if d := a.at.Sub(t0); d < wait {
+		t.Fatalf("x2 answered %v after x and y; the wait (%v) should have held it for y", d, wait)
+	}
+	st := l.Status()
+	if got := st.BatchWaitTimeouts - before.BatchWaitTimeouts; got != 1 {
+		t.Fatalf("%d waits timed out; want 1", got)
+	}
+	if got := st.ProposedEntries - before.ProposedEntries; got != 2 {
+		t.Fatalf("%d entries proposed; want 2 (x and y, then x2)", got)
+	}
+}
+
+// TestBatchWaitLearnsReturnShare: waits that time out lower the share of
+// answered proposers expected back, toward the share that came back,
+// until no wait starts for clients that never return; waits that fill
+// raise it again, and so does every entry proposed without a wait.
+func TestBatchWaitLearnsReturnShare(t *testing.T) {
+	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
+	n.propQ.wake = make(chan struct{}, 1)
+	n.role.Store(uint32(raft.StateLeader))
+	queue := func(k int) {
+		for range k {
+			n.propQ.push(&proposal{})
+		}
+	}
+
+	// 4 queued, 4 answered: wait for 8.
+	queue(4)
+	n.startHold(4)
+	if !n.hold.on || n.hold.want != 8 || n.holds.Load() != 1 {
+		t.Fatalf("hold = %+v, waits %d; want on, want 8, 1 wait", n.hold, n.holds.Load())
+	}
+	if n.holdOver(7) {
+		t.Fatal("wait over at 7 of 8 before its deadline")
+	}
+	if !n.holdOver(8) || n.hold.on || n.hold.ret != 1 {
+		t.Fatalf("wait at 8 of 8: on=%v ret=%v; want over, ret 1", n.hold.on, n.hold.ret)
+	}
+
+	// Clients that never come back: each wait times out with none back.
+	n.propQ.take()
+	for i := 0; ; i++ {
+		if i > 20 {
+			t.Fatalf("still waiting after %d timeouts (ret %v)", i, n.hold.ret)
+		}
+		n.startHold(1)
+		if !n.hold.on {
+			break // ret too low to expect the one proposer back
+		}
+		n.hold.until = time.Now().Add(-time.Millisecond)
+		if !n.holdOver(0) {
+			t.Fatal("wait not over past its deadline")
+		}
+	}
+	if n.holdTimeouts.Load() == 0 || n.hold.ret >= 0.5 {
+		t.Fatalf("after timeouts: %d timed out, ret %v; want ret < 0.5", n.holdTimeouts.Load(), n.hold.ret)
+	}
+	low := n.hold.ret
+	n.startHold(1) // no wait: the probe raises ret
+	if n.hold.on || n.hold.ret <= low {
+		t.Fatalf("entry without a wait: on=%v ret %v (was %v); want no wait and ret raised", n.hold.on, n.hold.ret, low)
+	}
+
+	// Half come back before the deadline: ret moves toward 0.5.
+	n.hold.ret = 1
+	n.startHold(10)
+	n.hold.until = time.Now().Add(-time.Millisecond)
+	n.holdOver(5)
+	if want := 1 + (0.5-1)*holdFall; n.hold.ret != want {
+		t.Fatalf("ret after 5 of 10 back = %v; want %v", n.hold.ret, want)
+	}
+
+	// Off: nothing waits.
+	m := &Node{stop: make(chan struct{})}
+	m.role.Store(uint32(raft.StateLeader))
+	m.startHold(5)
+	if m.hold.on {
+		t.Fatal("BatchWait 0 started a wait")
+	}
+}
+
+// TestBatchWaitEmptyQueueEndsAtDeadline: a wait whose deadline passes
+// with nothing queued ends there (the timer's wake of the raft loop runs
+// proposeQueued) and counts as timed out. Before, proposeQueued returned
+// on an empty queue without looking at the wait, so it stayed on until
+// the next command arrived, however late, and was judged then: met (the
+// share expected back raised) if that one command reached its count.
+func TestBatchWaitEmptyQueueEndsAtDeadline(t *testing.T) {
+	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
+	n.propQ.wake = make(chan struct{}, 1)
+	n.role.Store(uint32(raft.StateLeader))
+	n.startHold(1) // one proposer answered, nothing queued
+	t.Cleanup(func() { n.hold.timer.Stop() })
+	if !n.hold.on {
+		t.Fatal("no wait started")
+	}
+	n.proposeQueued() // before the deadline: the wait goes on
+	if !n.hold.on || n.holdTimeouts.Load() != 0 {
+		t.Fatalf("before its deadline: on=%v, %d timed out; want on, 0", n.hold.on, n.holdTimeouts.Load())
+	}
+	n.hold.until = time.Now().Add(-time.Millisecond)
+	n.proposeQueued() // what the timer's wake runs, past the deadline
+	if n.hold.on || n.holdTimeouts.Load() != 1 || n.hold.ret >= 1 {
+		t.Fatalf("past its deadline, queue empty: on=%v, %d timed out, ret %v; want over, 1 timed out, ret < 1",
+			n.hold.on, n.holdTimeouts.Load(), n.hold.ret)
+	}
+}
+
+// TestBatchWaitLearnsThinkingClient: a client that thinks for longer
+// than the wait between its commands is never back within it. Each wait
+// (nothing else queued) times out at its deadline, and the share
+// expected back falls until most entries start no wait. Before, every
+// wait counted as met when the client came back long after its
+// deadline: a wait after every entry, none timed out, the share stuck
+// at 1.
+func TestBatchWaitLearnsThinkingClient(t *testing.T) {
+	const wait, think, rounds = 10 * time.Millisecond, 50 * time.Millisecond, 10
+	c := newCluster(t, 3, func(cfg *Config) { cfg.BatchWait = wait })
+	l := c.leader(t)
+	before := l.Status()
+	for i := range rounds {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := l.Propose(ctx, Command{Op: OpAcquire, Key: []byte(fmt.Sprint("think-", i)), Owner: 1, Limit: 1, TTL: time.Minute}, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(think)
+	}
+	st := l.Status()
+	waits, timeouts := st.BatchWaits-before.BatchWaits, st.BatchWaitTimeouts-before.BatchWaitTimeouts
+	t.Logf("%d commands: %d waits, %d timed out", rounds, waits, timeouts)
+	if timeouts == 0 || waits >= rounds {
+		t.Fatalf("%d waits, %d timed out for %d commands %v apart; want waits timed out and fewer waits than commands",
+			waits, timeouts, rounds, think)
+	}
+}
+
+// TestProposedEntriesCountClientEntries: proposed_entries counts the
+// entries that carry clients' commands, so proposed_commands /
+// proposed_entries is the batch size; the leader's own Expire (and
+// Restamp) entries are not in it. Before, an Expire entry counted as an
+// entry of no command.
+func TestProposedEntriesCountClientEntries(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(t)
+	before := l.Status()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := l.Propose(ctx, Command{Op: OpAcquire, Key: []byte("short"), Owner: 1, Limit: 1, TTL: 20 * time.Millisecond}, nil); err != nil {
+		t.Fatal(err)
+	}
+	applied := l.Status().AppliedIndex
+	// Nothing else proposes: the next entry applied is the Expire of
+	// the lease.
+	poll(t, 5*time.Second, "the lease's expiry applied", func() bool { return l.Status().AppliedIndex > applied })
+	st := l.Status()
+	entries, cmds := st.ProposedEntries-before.ProposedEntries, st.ProposedCommands-before.ProposedCommands
+	if entries != 1 || cmds != 1 {
+		t.Fatalf("proposed %d entries, %d commands; want 1 and 1 (the Expire entry carries no client's command)", entries, cmds)
+	}
+}
