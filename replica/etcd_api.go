@@ -65,24 +65,11 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 		// meanwhile): measured, the other order was no faster at 10 or
 		// 100 workers and slower at 1. The batch wait starts before the
 		// answers leave (etcd_hold.go).
-		n.startHold(n.answeredCount())
+		n.ownerBuf = n.answeredOwners(n.ownerBuf[:0])
+		n.startHold(n.ownerBuf)
 		n.answerApplied()
 		n.step(m.GetResponses()...)
 	}
-}
-
-// answeredCount is how many clients' commands answerApplied is about to
-// answer (not the node's own Restamp and Expire).
-func (n *Node) answeredCount() int {
-	k := 0
-	for _, a := range n.answers {
-		for _, p := range a.w.batch {
-			if !p.raw {
-				k++
-			}
-		}
-	}
-	return k
 }
 
 // answerApplied answers the proposers of the entries just applied.

@@ -2,7 +2,11 @@
 
 package replica
 
-import "time"
+import (
+	"time"
+
+	"github.com/latchd/latchd/engine"
+)
 
 // batchHold is the leader's short wait, after it answers an entry's
 // proposers, for those proposers' next commands: they then leave in one
@@ -16,44 +20,86 @@ import "time"
 // of tens of microseconds, against a commit's fdatasync of hundreds) puts
 // them all in the next entry: one commit per command instead of two, and
 // the fixed cost of a commit (three fsyncs, the messages, the wake-ups)
-// shared by twice the commands. bench/cluster.sh on the 2-core VM,
-// docs/cluster.md "Batch wait", has the before and after.
+// shared by twice the commands. docs/cluster.md "Batch wait" has the
+// measurements.
 //
-// The wait ends as soon as the queue holds what was queued plus the
-// share of the answered proposers expected back, or at the deadline
-// (Config.BatchWait). The share is learnt: a wait that reaches its
-// count raises it, a wait that times out lowers it toward the share
-// that did come back, so clients that think between commands (a lock
-// held while a job runs) soon stop being waited for; a share too low to
-// expect anyone back still rises a little at every entry, so a workload
-// that changes is tried again. A wait may begin with nothing queued: it
-// holds what arrives until the count or the deadline, and ends at its
-// deadline even if nothing arrived (the timer's wake), so that it is
-// judged by what came back within it, not by the next command, however
-// late.
+// A wait knows whom it waits for. It learns, for each kind of command
+// (acquire, release, ...), how likely a client answered for one is to
+// send its next command within a wait (a client that releases and goes
+// idle, or that acquires and then works for a while, is not; one that
+// releases and at once acquires again is), and waits for the owners
+// (connections, sessions) it answered whose commands make a return
+// likely: it ends as soon as all of them are back, or at its deadline.
+// Commands from anyone else queue behind it without counting, so a busy
+// stream of other clients cannot make a wait look successful. An owner
+// that came back within a wait raises its command kind's chance, one
+// that did not lowers it; the deadline follows how long waits take to
+// fill (holdSpan times its moving average, at most Config.BatchWait). A
+// kind's chance that falls below even still rises a little at every
+// answer, so a workload that changes is tried again. A wait ends at its
+// deadline even with nothing queued (the timer wakes the raft loop).
 type batchHold struct {
-	on       bool
-	want     int       // propose once this many commands are queued
-	base     int       // queued when the wait began
-	answered int       // proposers answered when the wait began
-	until    time.Time // the wait's deadline
-	ret      float64   // expected share of answered proposers back within the wait
-	timer    *time.Timer
+	on     bool
+	expect int                         // owners expected back
+	back   int                         // of those, back so far
+	seen   int                         // queued commands already looked at (the queue only grows while a wait is on)
+	owners map[engine.OwnerID]holdMark // the owners answered
+	start  time.Time                   // when the wait began
+	until  time.Time                   // its deadline
+	ret    [holdKinds]float64          // per command kind: the chance its client is back within a wait
+	fill   time.Duration               // moving average of how long waits take to fill (0: none yet)
+	timer  *time.Timer
+}
+
+// holdMark is an answered owner: the kind of command it was answered
+// for, whether it is expected back, whether it is back.
+type holdMark struct {
+	kind           Op
+	expected, back bool
 }
 
 const (
-	holdRise  = 0.125 // a wait that met its count moves ret this much of the way to 1
-	holdFall  = 0.25  // a wait that timed out moves ret this much of the way to the share seen
-	holdProbe = 0.02  // an entry without a wait (ret too low) raises ret by this
+	holdKinds  = int(OpCancelWait) + 1
+	holdRise   = 0.125 // an owner back within a wait moves its kind's chance this much of the way to 1
+	holdFall   = 0.25  // an owner not back moves it this much of the way to 0
+	holdProbe  = 0.01  // an owner answered and not expected back raises its kind's chance by this
+	holdLikely = 0.5   // a wait waits for the owners whose kind's chance is at least this
+	// A wait's deadline is holdSpan times the average time waits take
+	// to fill, at least holdMinWait and at most Config.BatchWait: the
+	// clients that come straight back do so within about the same time
+	// every entry, and one that has not come back in a few times that is
+	// not coming (a timeout costs the queued commands the whole wait).
+	holdSpan    = 4
+	holdMinWait = 250 * time.Microsecond
+	holdAvg     = 8 // the fill time's moving average weighs the newest wait 1/holdAvg
 )
 
-// startHold begins a wait after answering answered proposers. It runs on
-// the goroutine that applied the entry, before the answers go out (a
-// proposer answered first could come back before the wait exists and be
+// answered is one client's command answerApplied is about to answer.
+type answered struct {
+	owner engine.OwnerID
+	kind  Op
+}
+
+// answeredOwners lists the clients' commands answerApplied is about to
+// answer (not the node's own Restamp and Expire).
+func (n *Node) answeredOwners(dst []answered) []answered {
+	for _, a := range n.answers {
+		for _, p := range a.w.batch {
+			if o := p.c.Client; o != 0 && !p.raw {
+				dst = append(dst, answered{o, p.c.Op})
+			}
+		}
+	}
+	return dst
+}
+
+// startHold begins a wait for the owners about to be answered. It runs
+// on the goroutine that applied the entry, before the answers go out (an
+// owner answered first could come back before the wait exists and be
 // proposed alone).
-func (n *Node) startHold(answered int) {
+func (n *Node) startHold(ans []answered) {
 	wait := n.cfg.BatchWait
-	if wait <= 0 || answered <= 0 {
+	if wait <= 0 || len(ans) == 0 {
 		return
 	}
 	n.mu.Lock()
@@ -65,8 +111,11 @@ func (n *Node) startHold(answered int) {
 	}
 	h := &n.hold
 	if h.timer == nil {
-		// The first wait: ret starts at 1 (every proposer comes back).
-		h.ret = 1
+		// The first wait: every kind's client is expected back.
+		for k := range h.ret {
+			h.ret[k] = 1
+		}
+		h.owners = make(map[engine.OwnerID]holdMark)
 		h.timer = time.AfterFunc(time.Hour, func() {
 			select {
 			case n.propQ.wake <- struct{}{}: // the raft loop proposes what waits
@@ -75,32 +124,78 @@ func (n *Node) startHold(answered int) {
 		})
 		h.timer.Stop()
 	}
-	expect := int(float64(answered)*h.ret + 0.5)
-	if expect < 1 {
-		h.ret = min(1, h.ret+holdProbe)
+	clear(h.owners)
+	expect := 0
+	for _, a := range ans {
+		k := int(a.kind) % holdKinds
+		exp := h.ret[k] >= holdLikely
+		if m, dup := h.owners[a.owner]; dup {
+			exp = exp || m.expected // answered twice: its last command decides
+		}
+		if !exp {
+			h.ret[k] = min(1, h.ret[k]+holdProbe)
+		}
+		h.owners[a.owner] = holdMark{kind: a.kind, expected: exp}
+	}
+	for _, m := range h.owners {
+		if m.expected {
+			expect++
+		}
+	}
+	if expect == 0 {
 		return
 	}
-	q := n.propQ.len()
-	h.on, h.base, h.answered = true, q, answered
-	h.want = min(q+expect, maxBatch)
-	h.until = time.Now().Add(wait)
+	if h.fill > 0 {
+		wait = min(wait, max(holdMinWait, holdSpan*h.fill))
+	}
+	h.on, h.expect, h.back = true, expect, 0
+	h.seen = n.propQ.len()
+	h.start = time.Now()
+	h.until = h.start.Add(wait)
 	h.timer.Reset(wait)
 	n.holds.Add(1)
 }
 
-// holdOver reports whether the wait is over with queued commands queued
-// (it then ends it and learns from it). Under mu, with a wait on.
-func (n *Node) holdOver(queued int) bool {
+// holdOver reports whether the wait is over (it then ends it and learns
+// from it): every owner expected back is, or the deadline passed. Under
+// mu, with a wait on.
+func (n *Node) holdOver() bool {
 	h := &n.hold
+	h.seen = n.propQ.scan(h.seen, func(p *proposal) {
+		if o := p.c.Client; !p.raw {
+			if m, ok := h.owners[o]; ok && !m.back {
+				m.back = true
+				h.owners[o] = m
+				if m.expected {
+					h.back++
+				}
+			}
+		}
+	})
+	now := time.Now()
 	switch {
-	case queued >= h.want:
-		h.ret += (1 - h.ret) * holdRise
-	case time.Now().Before(h.until) && !n.stopping():
+	case h.back >= h.expect:
+		took := now.Sub(h.start)
+		if h.fill == 0 {
+			h.fill = took
+		} else {
+			h.fill += (took - h.fill) / holdAvg
+		}
+	case now.Before(h.until) && !n.stopping():
 		return false
 	default:
 		n.holdTimeouts.Add(1)
-		back := float64(max(queued-h.base, 0)) / float64(h.answered)
-		h.ret += (min(back, 1) - h.ret) * holdFall
+	}
+	// Learn from every owner answered: back within the wait or not.
+	for _, m := range h.owners {
+		k := int(m.kind) % holdKinds
+		if m.back {
+			h.ret[k] += (1 - h.ret[k]) * holdRise
+		} else if m.expected || h.back < h.expect {
+			// Not back: counted against its kind when the wait was for
+			// it, or ran to its deadline (everyone had the whole wait).
+			h.ret[k] -= h.ret[k] * holdFall
+		}
 	}
 	h.on = false
 	h.timer.Stop()

@@ -19,7 +19,7 @@ func holdOne(t *testing.T, l *Node) chan error {
 	t.Helper()
 	x2 := make(chan error, 2)
 	l.mu.Lock()
-	err1 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("x"), Owner: 1, Limit: 1, TTL: time.Minute}, nil, func(r Reply, err error) {
+	err1 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("x"), Owner: 1, Client: 1, Limit: 1, TTL: time.Minute}, nil, func(r Reply, err error) {
 		if err != nil {
 			x2 <- err
 			return
@@ -29,7 +29,7 @@ func holdOne(t *testing.T, l *Node) chan error {
 			x2 <- err
 		}
 	})
-	err2 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("y"), Owner: 2, Limit: 1, TTL: time.Minute}, nil, func(Reply, error) {})
+	err2 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("y"), Owner: 2, Client: 2, Limit: 1, TTL: time.Minute}, nil, func(Reply, error) {})
 	l.mu.Unlock()
 	if err1 != nil || err2 != nil {
 		t.Fatalf("ProposeFunc: %v, %v", err1, err2)
@@ -127,7 +127,7 @@ func TestBatchWaitNotOnFollower(t *testing.T) {
 	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
 	n.propQ.wake = make(chan struct{}, 1)
 	n.role.Store(uint32(raft.StateFollower))
-	n.startHold(3)
+	n.startHold([]answered{{1, OpAcquire}, {2, OpAcquire}, {3, OpRelease}})
 	if n.hold.timer != nil {
 		t.Cleanup(func() { n.hold.timer.Stop() })
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/latchd/latchd/engine"
 )
 
 // TestBatchWaitStressHandOffs: clients that come straight back and
@@ -60,7 +62,7 @@ func TestBatchWaitStressHandOffs(t *testing.T) {
 			pending[id] = time.Now()
 			mu.Unlock()
 			key := []byte(fmt.Sprint("s-", i))
-			err := l.ProposeFunc(Command{Op: OpAcquire, Key: key, Owner: 1, Limit: 1 << 20, TTL: time.Minute}, nil,
+			err := l.ProposeFunc(Command{Op: OpAcquire, Key: key, Owner: 1, Client: engine.OwnerID(i + 1), Limit: 1 << 20, TTL: time.Minute}, nil,
 				func(Reply, error) {
 					mu.Lock()
 					at, ok := pending[id]

@@ -31,7 +31,7 @@ func loopClients(t *testing.T, l *Node, k, rounds int) {
 		left := rounds
 		var next func()
 		next = func() {
-			c := Command{Op: OpAcquire, Key: key, Owner: engine.OwnerID(i + 1), Limit: 1, TTL: time.Minute}
+			c := Command{Op: OpAcquire, Key: key, Owner: engine.OwnerID(i + 1), Client: engine.OwnerID(i + 1), Limit: 1, TTL: time.Minute}
 			err := l.ProposeFunc(c, nil, func(r Reply, err error) {
 				if err != nil && failed.Load() == nil {
 					failed.Store(fmt.Sprintf("client %d: %v", i, err))
@@ -91,11 +91,13 @@ func TestBatchWaitGathersAnsweredProposers(t *testing.T) {
 				}
 				return
 			}
-			if per != k {
-				t.Fatalf("%.2f commands per entry; want close to %d (every client in each)", per, k)
-			}
-			if st.BatchWaitTimeouts != 0 {
-				t.Fatalf("%d waits timed out; clients that come straight back never leave one to its deadline", st.BatchWaitTimeouts)
+			// Every client in each entry, but for a wait cut short now
+			// and then: its deadline follows the fill time, a few
+			// microseconds here, so a pause of the race detector or the
+			// collector can outlast it.
+			if per < 0.9*k || st.BatchWaitTimeouts > rounds/10 {
+				t.Fatalf("%.2f commands per entry, %d waits timed out; want close to %d (every client in each) and few timeouts",
+					per, st.BatchWaitTimeouts, k)
 			}
 		})
 	}
@@ -109,9 +111,15 @@ func TestBatchWaitEndsAtDeadline(t *testing.T) {
 	const wait = 100 * time.Millisecond
 	c := newCluster(t, 3, func(cfg *Config) { cfg.BatchWait = wait })
 	l := c.leader(t)
-	if _, err := proposeFunc(t, l, Command{Op: OpAcquire, Key: []byte("warm"), Owner: 9, Limit: 1, TTL: time.Minute}, nil); err != nil {
+	if _, err := proposeFunc(t, l, Command{Op: OpAcquire, Key: []byte("warm"), Owner: 9, Client: 9, Limit: 1, TTL: time.Minute}, nil); err != nil {
 		t.Fatal(err)
 	}
+	// The warm-up's own wait (its owner never comes back) runs out first.
+	poll(t, 5*time.Second, "the warm-up's wait over", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return !l.hold.on
+	})
 	before := l.Status()
 
 	type ans struct {
@@ -123,19 +131,19 @@ func TestBatchWaitEndsAtDeadline(t *testing.T) {
 	// x and y share one entry (both queued while mu is held); x's
 	// callback proposes x2, y never comes back.
 	l.mu.Lock()
-	err1 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("x"), Owner: 1, Limit: 1, TTL: time.Minute}, nil, func(r Reply, err error) {
+	err1 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("x"), Owner: 1, Client: 1, Limit: 1, TTL: time.Minute}, nil, func(r Reply, err error) {
 		if err != nil {
 			second <- ans{err: err}
 			return
 		}
-		err = l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("x2"), Owner: 1, Limit: 1, TTL: time.Minute}, nil, func(r Reply, err error) {
+		err = l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("x2"), Owner: 1, Client: 1, Limit: 1, TTL: time.Minute}, nil, func(r Reply, err error) {
 			second <- ans{at: time.Now(), err: err}
 		})
 		if err != nil {
 			second <- ans{err: err}
 		}
 	})
-	err2 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("y"), Owner: 2, Limit: 1, TTL: time.Minute}, nil, func(Reply, error) {
+	err2 := l.ProposeFunc(Command{Op: OpAcquire, Key: []byte("y"), Owner: 2, Client: 2, Limit: 1, TTL: time.Minute}, nil, func(Reply, error) {
 		firstDone <- time.Now()
 	})
 	l.mu.Unlock()
@@ -169,70 +177,88 @@ func TestBatchWaitEndsAtDeadline(t *testing.T) {
 	}
 }
 
-// TestBatchWaitLearnsReturnShare: waits that time out lower the share of
-// answered proposers expected back, toward the share that came back,
-// until no wait starts for clients that never return; waits that fill
-// raise it again, and so does every entry proposed without a wait.
-func TestBatchWaitLearnsReturnShare(t *testing.T) {
+// TestBatchWaitLearnsWhoComesBack: a wait waits for the owners it
+// answered whose kind of command is likely to bring them back, ends as
+// soon as they all are (strangers' commands do not count), and learns
+// per kind: owners answered for a release that never come back within
+// a wait stop being waited for, while those answered for an acquire
+// that do keep being waited for; a kind not waited for is tried again
+// little by little.
+func TestBatchWaitLearnsWhoComesBack(t *testing.T) {
 	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
 	n.propQ.wake = make(chan struct{}, 1)
 	n.role.Store(uint32(raft.StateLeader))
-	queue := func(k int) {
-		for range k {
-			n.propQ.push(&proposal{})
-		}
+	arrive := func(client engine.OwnerID) { n.propQ.push(&proposal{c: Command{Op: OpAcquire, Client: client}}) }
+	start := func(ans ...answered) { n.startHold(ans) } // takes mu
+	over := func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.holdOver()
 	}
-
-	// 4 queued, 4 answered: wait for 8.
-	queue(4)
-	n.startHold(4)
-	if !n.hold.on || n.hold.want != 8 || n.holds.Load() != 1 {
-		t.Fatalf("hold = %+v, waits %d; want on, want 8, 1 wait", n.hold, n.holds.Load())
-	}
-	if n.holdOver(7) {
-		t.Fatal("wait over at 7 of 8 before its deadline")
-	}
-	if !n.holdOver(8) || n.hold.on || n.hold.ret != 1 {
-		t.Fatalf("wait at 8 of 8: on=%v ret=%v; want over, ret 1", n.hold.on, n.hold.ret)
-	}
-
-	// Clients that never come back: each wait times out with none back.
-	n.propQ.take()
-	for i := 0; ; i++ {
-		if i > 20 {
-			t.Fatalf("still waiting after %d timeouts (ret %v)", i, n.hold.ret)
-		}
-		n.startHold(1)
-		if !n.hold.on {
-			break // ret too low to expect the one proposer back
-		}
+	pastDeadline := func() {
+		n.mu.Lock()
 		n.hold.until = time.Now().Add(-time.Millisecond)
-		if !n.holdOver(0) {
+		n.mu.Unlock()
+	}
+	t.Cleanup(func() {
+		if n.hold.timer != nil {
+			n.hold.timer.Stop()
+		}
+	})
+
+	// Three owners answered, all expected (every kind starts likely):
+	// the wait ends when the last of them is back, not before, and a
+	// stranger does not count.
+	start(answered{1, OpAcquire}, answered{2, OpAcquire}, answered{3, OpRelease})
+	if !n.hold.on || n.hold.expect != 3 || n.holds.Load() != 1 {
+		t.Fatalf("wait on=%v expecting %d, %d waits; want on, 3, 1", n.hold.on, n.hold.expect, n.holds.Load())
+	}
+	for _, c := range []engine.OwnerID{1, 4, 2} {
+		arrive(c)
+		if over() {
+			t.Fatalf("wait over once client %d arrived; 3 is not back yet", c)
+		}
+	}
+	arrive(3)
+	if !over() || n.hold.on || n.holdTimeouts.Load() != 0 {
+		t.Fatalf("all three back: on=%v, %d timed out; want over, none", n.hold.on, n.holdTimeouts.Load())
+	}
+	n.propQ.take()
+
+	// Owners answered for a release never come back within the wait:
+	// after a few timeouts only the acquirer is waited for.
+	for i := 0; ; i++ {
+		if i > 10 {
+			t.Fatalf("still waiting for the releaser after %d waits (release %.2f)", i, n.hold.ret[OpRelease])
+		}
+		start(answered{1, OpAcquire}, answered{3, OpRelease})
+		arrive(1)
+		if over() {
+			break // the acquirer was all it waited for
+		}
+		pastDeadline()
+		if !over() {
 			t.Fatal("wait not over past its deadline")
 		}
+		n.propQ.take()
 	}
-	if n.holdTimeouts.Load() == 0 || n.hold.ret >= 0.5 {
-		t.Fatalf("after timeouts: %d timed out, ret %v; want ret < 0.5", n.holdTimeouts.Load(), n.hold.ret)
+	n.propQ.take()
+	if n.holdTimeouts.Load() == 0 || n.hold.ret[OpRelease] >= holdLikely || n.hold.ret[OpAcquire] != 1 {
+		t.Fatalf("%d timed out, release %.2f, acquire %.2f; want timeouts, release < %v, acquire 1",
+			n.holdTimeouts.Load(), n.hold.ret[OpRelease], n.hold.ret[OpAcquire], holdLikely)
 	}
-	low := n.hold.ret
-	n.startHold(1) // no wait: the probe raises ret
-	if n.hold.on || n.hold.ret <= low {
-		t.Fatalf("entry without a wait: on=%v ret %v (was %v); want no wait and ret raised", n.hold.on, n.hold.ret, low)
-	}
-
-	// Half come back before the deadline: ret moves toward 0.5.
-	n.hold.ret = 1
-	n.startHold(10)
-	n.hold.until = time.Now().Add(-time.Millisecond)
-	n.holdOver(5)
-	if want := 1 + (0.5-1)*holdFall; n.hold.ret != want {
-		t.Fatalf("ret after 5 of 10 back = %v; want %v", n.hold.ret, want)
+	// Answered for a release and not waited for, its kind rises a
+	// little at each answer.
+	low := n.hold.ret[OpRelease]
+	start(answered{3, OpRelease})
+	if n.hold.on || n.hold.ret[OpRelease] <= low {
+		t.Fatalf("a release alone: on=%v, release %.3f (was %.3f); want no wait and the chance raised", n.hold.on, n.hold.ret[OpRelease], low)
 	}
 
-	// Off: nothing waits.
+	// Off, or not the leader: nothing waits.
 	m := &Node{stop: make(chan struct{})}
 	m.role.Store(uint32(raft.StateLeader))
-	m.startHold(5)
+	m.startHold([]answered{{5, OpAcquire}})
 	if m.hold.on {
 		t.Fatal("BatchWait 0 started a wait")
 	}
@@ -248,7 +274,7 @@ func TestBatchWaitEmptyQueueEndsAtDeadline(t *testing.T) {
 	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
 	n.propQ.wake = make(chan struct{}, 1)
 	n.role.Store(uint32(raft.StateLeader))
-	n.startHold(1) // one proposer answered, nothing queued
+	n.startHold([]answered{{1, OpAcquire}}) // one owner answered, nothing queued
 	t.Cleanup(func() { n.hold.timer.Stop() })
 	if !n.hold.on {
 		t.Fatal("no wait started")
@@ -259,9 +285,9 @@ func TestBatchWaitEmptyQueueEndsAtDeadline(t *testing.T) {
 	}
 	n.hold.until = time.Now().Add(-time.Millisecond)
 	n.proposeQueued() // what the timer's wake runs, past the deadline
-	if n.hold.on || n.holdTimeouts.Load() != 1 || n.hold.ret >= 1 {
-		t.Fatalf("past its deadline, queue empty: on=%v, %d timed out, ret %v; want over, 1 timed out, ret < 1",
-			n.hold.on, n.holdTimeouts.Load(), n.hold.ret)
+	if n.hold.on || n.holdTimeouts.Load() != 1 || n.hold.ret[OpAcquire] >= 1 {
+		t.Fatalf("past its deadline, queue empty: on=%v, %d timed out, acquire's chance %v; want over, 1 timed out, < 1",
+			n.hold.on, n.holdTimeouts.Load(), n.hold.ret[OpAcquire])
 	}
 }
 
@@ -279,7 +305,7 @@ func TestBatchWaitLearnsThinkingClient(t *testing.T) {
 	before := l.Status()
 	for i := range rounds {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := l.Propose(ctx, Command{Op: OpAcquire, Key: []byte(fmt.Sprint("think-", i)), Owner: 1, Limit: 1, TTL: time.Minute}, nil)
+		_, err := l.Propose(ctx, Command{Op: OpAcquire, Key: []byte(fmt.Sprint("think-", i)), Owner: 1, Client: 1, Limit: 1, TTL: time.Minute}, nil)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -100,6 +100,7 @@ type Node struct {
 	// snapIndex and the order of the apply queue's batches.
 	applyRun  sync.Mutex
 	answers   []pendingAnswer // applied entries' proposers, answered before raft hears of the apply (applyBatch)
+	ownerBuf  []answered      // their owners, for the batch wait
 	applyMu   sync.Mutex      // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64          // apply thread
 	restored  chan error      // the apply thread's answer to a snapshot to restore
@@ -216,6 +217,17 @@ func (q *propQueue) putBack(ps []*proposal) {
 func (q *propQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return len(q.q)
+}
+
+// scan calls f on the queued proposals from index from on and returns
+// the queue's length.
+func (q *propQueue) scan(from int, f func(*proposal)) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, p := range q.q[min(from, len(q.q)):] {
+		f(p)
+	}
 	return len(q.q)
 }
 
@@ -683,7 +695,7 @@ func (n *Node) proposeQueued() {
 		// and putting back the queue each time copies it. An empty
 		// queue is judged too: a wait past its deadline ends there
 		// (the timer's wake), not when the next command arrives.
-		if !n.holdOver(n.propQ.len()) {
+		if !n.holdOver() {
 			return
 		}
 	}

@@ -98,7 +98,7 @@ func (s *Server) propose(ss *session, req *codec.Request, out []byte) []byte {
 		}
 		p.token = tok
 	}
-	c := replica.Command{Key: p.key, Owner: ss.id}
+	c := replica.Command{Key: p.key, Owner: ss.id, Client: ss.id}
 	var sink engine.Sink
 	switch req.Cmd {
 	case codec.CmdLock, codec.CmdSemLock:

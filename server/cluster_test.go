@@ -192,3 +192,31 @@ func TestClusterStopWithdrawsWaits(t *testing.T) {
 		t.Fatalf("renew on the new leader = %q", got)
 	}
 }
+
+// TestClusterBatchWaitKnowsReleasers: a client that locks and unlocks in
+// turn is waited for after each answer, and its unlock (a release, which
+// carries no owner) is recognised as its return, so the leader's batch
+// waits fill rather than run to their deadline. Without the connection
+// named on every command (replica.Command.Client), each wait after a
+// lock timed out and the leader soon stopped waiting.
+func TestClusterBatchWaitKnowsReleasers(t *testing.T) {
+	c := testutil.StartCluster(t, 3, nil)
+	li := c.Leader(testutil.LeaderTimeout)
+	ms := c.Members()
+	leader := dial(t, ms[li].Addr)
+	node := ms[li].Node
+	before := node.Status()
+	const rounds = 30
+	for range rounds {
+		tok := grant(t, leader.do("l", "bw", "0 30"), "ok")
+		if got := leader.do("r", "bw", tok); got != "ok" {
+			t.Fatalf("release: %q", got)
+		}
+	}
+	st := node.Status()
+	waits, timeouts := st.BatchWaits-before.BatchWaits, st.BatchWaitTimeouts-before.BatchWaitTimeouts
+	t.Logf("%d lock+unlock: %d waits, %d timed out", rounds, waits, timeouts)
+	if waits < rounds || timeouts*4 > waits {
+		t.Fatalf("%d waits, %d timed out for %d lock+unlock; want a wait after most answers and few timeouts", waits, timeouts, rounds)
+	}
+}
