@@ -36,10 +36,13 @@ import (
 // that did not lowers it; the deadline follows how long waits take to
 // fill (holdSpan times its moving average, at most Config.BatchWait). A
 // kind's chance that falls below even still rises a little at every
-// answer, so a workload that changes is tried again. A wait ends at its
-// deadline even with nothing queued (the timer wakes the raft loop).
+// answer, so a workload that changes is tried again. A wait that holds
+// commands ends at its deadline (a timer wakes the raft loop); one that
+// holds nothing ends when the next command arrives, or at the raft
+// loop's next tick, and counts nobody who came after its deadline.
 type batchHold struct {
 	on     bool
+	armed  bool                        // the timer is set for this wait's deadline
 	expect int                         // owners expected back
 	back   int                         // of those, back so far
 	seen   int                         // queued commands already looked at (the queue only grows while a wait is on)
@@ -152,7 +155,14 @@ func (n *Node) startHold(ans []answered) {
 	h.seen = n.propQ.len()
 	h.start = time.Now()
 	h.until = h.start.Add(wait)
-	h.timer.Reset(wait)
+	// The timer only when the wait holds someone: arming one wakes the
+	// runtime's poller when it sleeps (a thread switch per wait on an
+	// idle leader), and a wait that holds nobody can end when the next
+	// command arrives (judged by who came back before its deadline).
+	h.armed = h.seen > 0
+	if h.armed {
+		h.timer.Reset(wait)
+	}
 	n.holds.Add(1)
 }
 
@@ -161,6 +171,13 @@ func (n *Node) startHold(ans []answered) {
 // mu, with a wait on.
 func (n *Node) holdOver() bool {
 	h := &n.hold
+	now := time.Now()
+	late := !now.Before(h.until)
+	if late {
+		// Whatever is queued now came after the deadline as far as the
+		// wait can tell (every arrival is looked at when it arrives).
+		h.seen = n.propQ.len()
+	}
 	h.seen = n.propQ.scan(h.seen, func(p *proposal) {
 		if o := p.c.Client; !p.raw {
 			if m, ok := h.owners[o]; ok && !m.back {
@@ -172,7 +189,6 @@ func (n *Node) holdOver() bool {
 			}
 		}
 	})
-	now := time.Now()
 	switch {
 	case h.back >= h.expect:
 		took := now.Sub(h.start)
@@ -181,7 +197,11 @@ func (n *Node) holdOver() bool {
 		} else {
 			h.fill += (took - h.fill) / holdAvg
 		}
-	case now.Before(h.until) && !n.stopping():
+	case !late && !n.stopping():
+		if !h.armed && h.seen > 0 {
+			h.timer.Reset(h.until.Sub(now)) // it holds someone now
+			h.armed = true
+		}
 		return false
 	default:
 		n.holdTimeouts.Add(1)
@@ -198,6 +218,9 @@ func (n *Node) holdOver() bool {
 		}
 	}
 	h.on = false
-	h.timer.Stop()
+	if h.armed {
+		h.timer.Stop()
+		h.armed = false
+	}
 	return true
 }

@@ -264,30 +264,43 @@ func TestBatchWaitLearnsWhoComesBack(t *testing.T) {
 	}
 }
 
-// TestBatchWaitEmptyQueueEndsAtDeadline: a wait whose deadline passes
-// with nothing queued ends there (the timer's wake of the raft loop runs
-// proposeQueued) and counts as timed out. Before, proposeQueued returned
-// on an empty queue without looking at the wait, so it stayed on until
-// the next command arrived, however late, and was judged then: met (the
-// share expected back raised) if that one command reached its count.
+// TestBatchWaitEmptyQueueEndsAtDeadline: a wait that holds nothing
+// sets no timer (arming one wakes the runtime's poller on an idle
+// leader); once a command is held, the timer is set for the deadline. A
+// wait past its deadline ends at the next look (a command arriving, the
+// raft loop) and counts as timed out, and an answered owner whose
+// command arrives only after the deadline is not counted as back: the
+// chance of its kind falls. (Judging such a late command as a return
+// kept a client that thinks between commands waited for forever.)
 func TestBatchWaitEmptyQueueEndsAtDeadline(t *testing.T) {
 	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
 	n.propQ.wake = make(chan struct{}, 1)
 	n.role.Store(uint32(raft.StateLeader))
-	n.startHold([]answered{{1, OpAcquire}}) // one owner answered, nothing queued
+	n.startHold([]answered{{1, OpAcquire}, {2, OpAcquire}}) // two owners answered, nothing queued
 	t.Cleanup(func() { n.hold.timer.Stop() })
-	if !n.hold.on {
-		t.Fatal("no wait started")
+	if !n.hold.on || n.hold.armed {
+		t.Fatalf("wait on=%v, timer armed=%v; want on, no timer (it holds nothing)", n.hold.on, n.hold.armed)
 	}
 	n.proposeQueued() // before the deadline: the wait goes on
 	if !n.hold.on || n.holdTimeouts.Load() != 0 {
 		t.Fatalf("before its deadline: on=%v, %d timed out; want on, 0", n.hold.on, n.holdTimeouts.Load())
 	}
+	n.propQ.push(&proposal{c: Command{Op: OpAcquire, Client: 2}}) // 2 is back: 1 is still awaited, 2 is held
+	n.proposeQueued()
+	if !n.hold.on || !n.hold.armed || n.hold.back != 1 {
+		t.Fatalf("one of two back: on=%v armed=%v back=%d; want on, the timer set (2 is held), 1 back", n.hold.on, n.hold.armed, n.hold.back)
+	}
 	n.hold.until = time.Now().Add(-time.Millisecond)
-	n.proposeQueued() // what the timer's wake runs, past the deadline
-	if n.hold.on || n.holdTimeouts.Load() != 1 || n.hold.ret[OpAcquire] >= 1 {
-		t.Fatalf("past its deadline, queue empty: on=%v, %d timed out, acquire's chance %v; want over, 1 timed out, < 1",
-			n.hold.on, n.holdTimeouts.Load(), n.hold.ret[OpAcquire])
+	n.propQ.push(&proposal{c: Command{Op: OpAcquire, Client: 1}}) // 1 arrives after the deadline
+	n.mu.Lock()
+	over := n.holdOver() // what proposeQueued asks before proposing
+	n.mu.Unlock()
+	if !over {
+		t.Fatal("wait not over past its deadline")
+	}
+	if n.hold.on || n.hold.armed || n.holdTimeouts.Load() != 1 || n.hold.ret[OpAcquire] >= 1 {
+		t.Fatalf("past its deadline: on=%v armed=%v, %d timed out, acquire's chance %v; want over, 1 timed out, < 1 (1 came late)",
+			n.hold.on, n.hold.armed, n.holdTimeouts.Load(), n.hold.ret[OpAcquire])
 	}
 }
 
