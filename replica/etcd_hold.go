@@ -133,7 +133,7 @@ func (n *Node) startHold(ans []answered) {
 		k := int(a.kind) % holdKinds
 		exp := h.ret[k] >= holdLikely
 		if m, dup := h.owners[a.owner]; dup {
-			exp = exp || m.expected // answered twice: its last command decides
+			exp = exp || m.expected // answered twice: expected if either command makes a return likely
 		}
 		if !exp {
 			h.ret[k] = min(1, h.ret[k]+holdProbe)
