@@ -940,6 +940,9 @@ func (n *Node) softState(ss *raft.SoftState) {
 	} else {
 		n.leadTerm.Store(0)
 	}
+	// A leader's syncs run beside its clients' work and must not hold a
+	// processor; a follower's are its commit path (WAL.SetHeld).
+	n.st.wal.SetHeld(!isLeader)
 	if wasLeader && !isLeader {
 		n.leadershipLost()
 	}
