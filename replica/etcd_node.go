@@ -382,6 +382,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	}
 	n.bookMu.Unlock()
 	n.tr.start()
+	liveNodes.Add(1)
 	n.wg.Add(4)
 	go n.raftLoop()
 	go n.appendLoop()

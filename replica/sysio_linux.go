@@ -32,8 +32,10 @@ func fdatasync(f *os.File) error {
 }
 
 // canHold reports whether a blocking call may keep its processor: never
-// when it is the only one (nothing else would run meanwhile).
-func canHold() bool { return runtime.GOMAXPROCS(0) > 1 }
+// when it is the only one (nothing else would run meanwhile), nor when
+// this process runs several nodes (their goroutines would wait on
+// another node's sync).
+func canHold() bool { return liveNodes.Load() <= 1 && runtime.GOMAXPROCS(0) > 1 }
 
 // fdatasyncHeld is fdatasync keeping the processor (and the monitor
 // asleep) for the call; see WAL.SetHeld for who may.

@@ -313,12 +313,17 @@ func (w *WAL) GetLog(index uint64, l *raft.Log) error {
 // commit for; docs/cluster.md, "Held system calls"). Meanwhile no other
 // goroutine runs on that processor and a stop-the-world pause waits for
 // the sync, so only a node whose syncs are its own business holds: a
-// follower, not a leader. Never held when GOMAXPROCS is 1.
+// follower, not a leader. Never held when GOMAXPROCS is 1 or when the
+// process runs more than one node (tests): a held sync would stall the
+// other nodes' goroutines too (liveNodes).
 func (w *WAL) SetHeld(on bool) {
 	if w != nil {
 		w.held.Store(on)
 	}
 }
+
+// liveNodes counts the nodes running in this process (New to Shutdown).
+var liveNodes atomic.Int32
 
 // Held reports what SetHeld set.
 func (w *WAL) Held() bool { return w != nil && w.held.Load() }
