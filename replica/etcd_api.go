@@ -417,6 +417,7 @@ func (n *Node) Shutdown() error {
 		if n.st.Close != nil {
 			n.closeErr = n.st.Close()
 		}
+		liveNodes.Add(-1)
 	})
 	return n.closeErr
 }

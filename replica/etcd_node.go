@@ -382,6 +382,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	}
 	n.bookMu.Unlock()
 	n.tr.start()
+	liveNodes.Add(1)
 	n.wg.Add(4)
 	go n.raftLoop()
 	go n.appendLoop()
@@ -940,6 +941,9 @@ func (n *Node) softState(ss *raft.SoftState) {
 	} else {
 		n.leadTerm.Store(0)
 	}
+	// A leader's syncs run beside its clients' work and must not hold a
+	// processor; a follower's are its commit path (WAL.SetHeld).
+	n.st.wal.SetHeld(!isLeader)
 	if wasLeader && !isLeader {
 		n.leadershipLost()
 	}

@@ -219,13 +219,17 @@ func (st *Storage) writeHardState(hs *raftpb.HardState, sync bool) error {
 	binary.LittleEndian.PutUint64(b[8:], hs.GetVote())
 	binary.LittleEndian.PutUint64(b[16:], hs.GetCommit())
 	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], walCRC))
-	if _, err := st.hs.WriteAt(b[:], 0); err != nil {
-		return err
-	}
 	if sync {
+		if _, err := st.hs.WriteAt(b[:], 0); err != nil {
+			return err
+		}
 		return fdatasync(st.hs)
 	}
-	return nil
+	if st.wal.Held() { // a follower's commit index, after each entry
+		return pwriteHeld(st.hs, b[:], 0)
+	}
+	_, err := st.hs.WriteAt(b[:], 0)
+	return err
 }
 
 // saveSnapshot writes snap durably and keeps the newest retain files.

@@ -116,7 +116,7 @@ func (t *transport) readLoop(c net.Conn) {
 		delete(t.conns, c)
 		t.mu.Unlock()
 	}()
-	r := bufio.NewReaderSize(c, 64<<10)
+	r := bufio.NewReaderSize(newSockReader(c), 64<<10)
 	var hdr [4]byte
 	// The hello: the dialer's raft ID and address, so that a node that
 	// does not know its peers yet (one just added, empty) can answer.
@@ -292,7 +292,7 @@ func writeNow(c net.Conn, b []byte) (int, error) {
 	var werr error
 	err = rc.Write(func(fd uintptr) bool {
 		for n < len(b) {
-			m, err := unix.Write(int(fd), b[n:])
+			m, err := sockWrite(fd, b[n:])
 			if m > 0 {
 				n += m
 			}
