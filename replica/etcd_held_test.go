@@ -9,9 +9,10 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
-// TestFollowersHoldSyncs: followers' WALs hold their syncs and the
-// leader's does not (WAL.SetHeld), and a leadership transfer swaps them;
-// the log is written in both modes.
+// TestFollowersHoldSyncs: followers' WALs are marked to hold their syncs
+// and the leader's is not (WAL.SetHeld), and a leadership transfer swaps
+// them. (Three nodes in one process never take the raw path, canHold;
+// TestFollowersHoldSyncsRaw does.)
 func TestFollowersHoldSyncs(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	ctx := ctxT(t, 20*time.Second)

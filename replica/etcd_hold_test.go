@@ -73,32 +73,39 @@ func TestBatchWaitGathersAnsweredProposers(t *testing.T) {
 		t.Run(fmt.Sprint("wait=", wait), func(t *testing.T) {
 			c := newCluster(t, 3, func(cfg *Config) { cfg.BatchWait = wait })
 			l := c.leader(t)
-			before := l.Status()
-			start := time.Now()
-			loopClients(t, l, k, rounds)
-			st := l.Status()
-			entries := st.ProposedEntries - before.ProposedEntries
-			cmds := st.ProposedCommands - before.ProposedCommands
-			if cmds != k*rounds {
-				t.Fatalf("proposed %d commands; want %d", cmds, k*rounds)
-			}
-			per := float64(cmds) / float64(entries)
-			t.Logf("%d commands in %d entries (%.2f each), %d waits, %d timed out, %v",
-				cmds, entries, per, st.BatchWaits, st.BatchWaitTimeouts, time.Since(start))
-			if wait == 0 {
-				if st.BatchWaits != 0 || per > k/2+1 {
-					t.Fatalf("wait off: %d waits, %.2f commands per entry; want 0 waits and entries split between the clients", st.BatchWaits, per)
-				}
-				return
-			}
 			// Every client in each entry, but for a wait cut short now
 			// and then: its deadline follows the fill time, a few
 			// microseconds here, so a pause of the race detector or the
-			// collector can outlast it.
-			if per < 0.9*k || st.BatchWaitTimeouts > rounds/10 {
-				t.Fatalf("%.2f commands per entry, %d waits timed out; want close to %d (every client in each) and few timeouts",
-					per, st.BatchWaitTimeouts, k)
+			// collector on a loaded machine can outlast it. So the
+			// measurement gets three tries, and one must show it.
+			var last string
+			for try := 0; try < 3; try++ {
+				before := l.Status()
+				start := time.Now()
+				loopClients(t, l, k, rounds)
+				st := l.Status()
+				entries := st.ProposedEntries - before.ProposedEntries
+				cmds := st.ProposedCommands - before.ProposedCommands
+				waits := st.BatchWaits - before.BatchWaits
+				timeouts := st.BatchWaitTimeouts - before.BatchWaitTimeouts
+				if cmds != k*rounds {
+					t.Fatalf("proposed %d commands; want %d", cmds, k*rounds)
+				}
+				per := float64(cmds) / float64(entries)
+				last = fmt.Sprintf("%d commands in %d entries (%.2f each), %d waits, %d timed out, %v",
+					cmds, entries, per, waits, timeouts, time.Since(start))
+				t.Log(last)
+				if wait == 0 {
+					if waits != 0 || per > k/2+1 {
+						t.Fatalf("wait off: %s; want 0 waits and entries split between the clients", last)
+					}
+					return
+				}
+				if per >= 0.9*k && timeouts <= rounds/10 {
+					return
+				}
 			}
+			t.Fatalf("three tries, the last: %s; want close to %d commands per entry (every client in each) and few timeouts", last, k)
 		})
 	}
 }

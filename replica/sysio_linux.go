@@ -57,10 +57,14 @@ func fdatasyncHeld(f *os.File) error {
 	}
 }
 
+// rawPwrite: pwrite64's offset is one register on 64-bit systems only
+// (32-bit ARM and MIPS pass it in a pair after a padding slot).
+const rawPwrite = unsafe.Sizeof(uintptr(0)) == 8
+
 // pwriteHeld writes all of b at off keeping the processor: the write
 // goes to the page cache, and the caller syncs it.
 func pwriteHeld(f *os.File, b []byte, off int64) error {
-	if !canHold() {
+	if !rawPwrite || !canHold() {
 		_, err := f.WriteAt(b, off)
 		return err
 	}

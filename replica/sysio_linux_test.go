@@ -24,3 +24,12 @@ func TestCanHold(t *testing.T) {
 		}
 	}
 }
+
+// TestSockReaderIsRaw: a TCP connection is read with raw read(2) calls.
+// (Here, not in sysio_test.go: sockReader exists on Linux only.)
+func TestSockReaderIsRaw(t *testing.T) {
+	_, b := tcpPair(t)
+	if r := newSockReader(b); func() bool { _, ok := r.(*sockReader); return !ok }() {
+		t.Fatalf("a TCP connection read through %T", r)
+	}
+}
