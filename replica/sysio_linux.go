@@ -87,19 +87,6 @@ func pwriteHeld(f *os.File, b []byte, off int64) error {
 	return nil
 }
 
-// sockWrite is one write(2) to the non-blocking socket fd: it never
-// blocks, so it needs no system-call state.
-func sockWrite(fd uintptr, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
 // sockReader reads a TCP connection with read(2) calls that need no
 // system-call state (the socket is non-blocking; an empty one parks the
 // goroutine in the runtime's poller, as net.Conn.Read does). Deadlines
