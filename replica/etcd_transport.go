@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/latchd/latchd/internal/rawio"
 )
 
 // The etcd-raft transport: one outgoing TCP stream per peer, over the
@@ -292,7 +294,7 @@ func writeNow(c net.Conn, b []byte) (int, error) {
 	var werr error
 	err = rc.Write(func(fd uintptr) bool {
 		for n < len(b) {
-			m, err := sockWrite(fd, b[n:])
+			m, err := rawio.Write(int(fd), b[n:])
 			if m > 0 {
 				n += m
 			}

@@ -87,25 +87,16 @@ func pwriteHeld(f *os.File, b []byte, off int64) error {
 	return nil
 }
 
-// sockWrite is one write(2) to the non-blocking socket fd: it never
-// blocks, so it needs no system-call state.
-func sockWrite(fd uintptr, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
 // sockReader reads a TCP connection with read(2) calls that need no
 // system-call state (the socket is non-blocking; an empty one parks the
 // goroutine in the runtime's poller, as net.Conn.Read does). Deadlines
-// and Close work as for the connection.
+// and Close work as for the connection. One goroutine reads it.
 type sockReader struct {
-	rc syscall.RawConn
+	rc   syscall.RawConn
+	fn   func(fd uintptr) bool // r.readFd, bound once: no closure per Read
+	b    []byte                // the current Read's buffer
+	n    int
+	rerr error
 }
 
 // newSockReader reads c directly where it has a descriptor, else through
@@ -119,37 +110,44 @@ func newSockReader(c net.Conn) io.Reader {
 	if err != nil {
 		return c
 	}
-	return &sockReader{rc: rc}
+	r := &sockReader{rc: rc}
+	r.fn = r.readFd
+	return r
 }
 
 func (r *sockReader) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	var n int
-	var rerr error
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			m, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-			switch e {
-			case 0:
-				n = int(m)
-				if n == 0 {
-					rerr = io.EOF
-				}
-				return true
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // wait for the poller
-			default:
-				rerr = e
-				return true
-			}
-		}
-	})
+	r.b, r.n, r.rerr = b, 0, nil
+	err := r.rc.Read(r.fn)
+	n, rerr := r.n, r.rerr
+	r.b, r.rerr = nil, nil
 	if err != nil {
 		return n, err
 	}
 	return n, rerr
+}
+
+// readFd is one read(2) into r.b: false (wait for the poller) when the
+// socket is empty.
+func (r *sockReader) readFd(fd uintptr) bool {
+	for {
+		m, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.b[0])), uintptr(len(r.b)))
+		switch e {
+		case 0:
+			r.n = int(m)
+			if r.n == 0 {
+				r.rerr = io.EOF
+			}
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			r.rerr = e
+			return true
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"io"
 	"runtime"
 	"testing"
 )
@@ -31,5 +32,26 @@ func TestSockReaderIsRaw(t *testing.T) {
 	_, b := tcpPair(t)
 	if r := newSockReader(b); func() bool { _, ok := r.(*sockReader); return !ok }() {
 		t.Fatalf("a TCP connection read through %T", r)
+	}
+}
+
+// TestSockReaderAllocs: a read of data already in the socket allocates
+// nothing (the transport reads every raft message through it).
+func TestSockReaderAllocs(t *testing.T) {
+	a, b := tcpPair(t)
+	if _, err := a.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	r := newSockReader(b)
+	buf := make([]byte, 512)
+	if _, err := io.ReadFull(r, buf); err != nil { // the data is there
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("%.1f allocations per read", n)
 	}
 }

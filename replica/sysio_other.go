@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"syscall"
 )
 
 // fdatasync is f.Sync where the system has no fdatasync.
@@ -18,7 +17,5 @@ func pwriteHeld(f *os.File, b []byte, off int64) error {
 	_, err := f.WriteAt(b, off)
 	return err
 }
-
-func sockWrite(fd uintptr, b []byte) (int, error) { return syscall.Write(int(fd), b) }
 
 func newSockReader(c net.Conn) io.Reader { return c }

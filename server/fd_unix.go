@@ -1,10 +1,8 @@
-//go:build unix && !linux
+//go:build unix
 
 package server
 
-import "syscall"
+import "github.com/latchd/latchd/internal/rawio"
 
-// writeFd writes p to a non-blocking socket with one system call (through
-// the system's C library where that is the supported way: fd_linux.go
-// makes the raw call).
-func writeFd(fd int, p []byte) (int, error) { return syscall.Write(fd, p) }
+// writeFd writes p to a non-blocking socket with one system call.
+func writeFd(fd int, p []byte) (int, error) { return rawio.Write(fd, p) }
