@@ -311,8 +311,9 @@ func (w *WAL) GetLog(index uint64, l *raft.Log) error {
 // processor off nor wakes its monitor, which a follower that idles
 // between entries otherwise pays about ten sleeps and wake-ups per
 // commit for; docs/cluster.md, "Held system calls"). Meanwhile no other
-// goroutine runs on that processor and a stop-the-world pause waits for
-// the sync, so only a node whose syncs are its own business holds: a
+// goroutine runs on that processor, and the collector waits for the sync
+// wherever it must stop this goroutine (a stop-the-world pause, a scan of
+// its stack), so only a node whose syncs are its own business holds: a
 // follower, not a leader. Never held when GOMAXPROCS is 1 or when the
 // process runs more than one node (tests): a held sync would stall the
 // other nodes' goroutines too (liveNodes).
