@@ -299,8 +299,6 @@ func writeNow(c net.Conn, b []byte) (int, error) {
 				n += m
 			}
 			switch {
-			case err == unix.EINTR:
-				continue
 			case err == unix.EAGAIN:
 			case err != nil:
 				werr = err
