@@ -72,13 +72,42 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 	}
 }
 
-// answerApplied answers the proposers of the entries just applied.
-func (n *Node) answerApplied() {
-	for i, a := range n.answers {
-		n.finish(a.w, a.res, nil)
-		n.answers[i] = pendingAnswer{}
+// SetAnswerRunner has r run the answers to applied entries' proposers
+// instead of the goroutine that applied them; nil puts them back on that
+// goroutine. The server runs them on its event loop (server/answers.go).
+func (n *Node) SetAnswerRunner(r AnswerRunner) {
+	if r == nil {
+		n.answerRun.Store(nil)
+		return
 	}
+	n.answerRun.Store(&r)
+}
+
+// answerApplied answers the proposers of the entries just applied, or
+// hands them to the AnswerRunner.
+func (n *Node) answerApplied() {
+	if len(n.answers) == 0 {
+		return
+	}
+	if r := n.answerRun.Load(); r != nil {
+		batch := slices.Clone(n.answers)
+		clear(n.answers)
+		n.answers = n.answers[:0]
+		fn := func() { n.finishAll(batch) }
+		if !(*r)(fn) {
+			fn()
+		}
+		return
+	}
+	n.finishAll(n.answers)
+	clear(n.answers)
 	n.answers = n.answers[:0]
+}
+
+func (n *Node) finishAll(as []pendingAnswer) {
+	for _, a := range as {
+		n.finish(a.w, a.res, nil)
+	}
 }
 
 func (n *Node) applyOne(e *raftpb.Entry) {

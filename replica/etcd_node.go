@@ -99,11 +99,12 @@ type Node struct {
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
 	applyRun  sync.Mutex
-	answers   []pendingAnswer // applied entries' proposers, answered before raft hears of the apply (applyBatch)
-	ownerBuf  []answered      // their owners, for the batch wait
-	applyMu   sync.Mutex      // an entry's application, against a snapshot taken meanwhile
-	snapIndex uint64          // apply thread
-	restored  chan error      // the apply thread's answer to a snapshot to restore
+	answers   []pendingAnswer              // applied entries' proposers, answered before raft hears of the apply (applyBatch)
+	answerRun atomic.Pointer[AnswerRunner] // who runs the answers (SetAnswerRunner); nil: applyRun's holder
+	ownerBuf  []answered                   // their owners, for the batch wait
+	applyMu   sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
+	snapIndex uint64                       // apply thread
+	restored  chan error                   // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 
 	stop      chan struct{}

@@ -307,6 +307,10 @@ func (n *Node) Raft() *raft.Raft { return n.raft }
 // ID returns the node's ID.
 func (n *Node) ID() string { return n.cfg.NodeID }
 
+// SetAnswerRunner is a no-op in this build: its batches answer their
+// proposers on raft's FSM goroutine.
+func (n *Node) SetAnswerRunner(AnswerRunner) {}
+
 // IsLeader reports whether this node is the leader and ready for commands.
 func (n *Node) IsLeader() bool { return n.isReady.Load() && n.raft.State() == raft.Leader }
 
