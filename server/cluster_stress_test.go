@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server"
 )
 
 // rawConn is a client usable from any goroutine: errors come back.
@@ -40,8 +41,17 @@ func (r *rawConn) do(cmd, key, arg string) (string, error) {
 // one hot key (answers and grants written by the replica's goroutines
 // straight to idle sockets), and connections that close while queued,
 // keep mutual exclusion and get exactly their answers.
+//
+// With one event loop the leader writes its answers as a task on the
+// loop (answers.go); with two, from the goroutine that applied them.
 func TestClusterHandOffStress(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
+	for _, loops := range []int{1, 2} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) { clusterHandOffStress(t, loops) })
+	}
+}
+
+func clusterHandOffStress(t *testing.T, loops int) {
+	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = loops })
 	li := c.Leader(testutil.LeaderTimeout)
 	addr := c.Members()[li].Addr
 
@@ -127,6 +137,9 @@ func TestClusterHandOffStress(t *testing.T) {
 	}
 	if grants.Load() == 0 {
 		t.Fatal("no grant in 1.5 s")
+	}
+	if on := server.AnswersOnLoop(c.Members()[li].TCP); on != (loops == 1) {
+		t.Fatalf("answers on the loop: %v with %d loops", on, loops)
 	}
 	t.Logf("%d grants", grants.Load())
 }
