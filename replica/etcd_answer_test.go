@@ -12,9 +12,10 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
-// An AnswerRunner gets every applied entry's answers, in log order, and
-// runs them where it likes; one that refuses has them run by the
-// goroutine that applied the entry, as does nil.
+// An AnswerRunner gets every applied entry's ProposeFunc answers, in log
+// order, and runs them where it likes; one that refuses has them run by
+// the goroutine that applied the entry, as does nil; Propose's answers
+// never go to it.
 func TestAnswerRunner(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	l := c.leader(t)
@@ -77,6 +78,26 @@ func TestAnswerRunner(t *testing.T) {
 			t.Fatalf("answers out of log order: %v", order[:min(len(order), 20)])
 		}
 	}
+
+	// Propose's answers (the REST API's) never go to the runner: with a
+	// runner that keeps every batch and runs none, Propose still returns.
+	var kept []func()
+	var keptMu sync.Mutex
+	l.SetAnswerRunner(func(fn func()) bool {
+		keptMu.Lock()
+		kept = append(kept, fn)
+		keptMu.Unlock()
+		return true
+	})
+	owner++
+	if _, err := l.Propose(ctxT(t, 10*time.Second), Command{Op: OpAcquire, Key: []byte("propose"), Owner: owner, Client: owner, Limit: 1, TTL: time.Minute}, nil); err != nil {
+		t.Fatalf("Propose with a runner that runs nothing: %v", err)
+	}
+	keptMu.Lock()
+	if len(kept) != 0 {
+		t.Fatalf("Propose's answer went to the runner (%d batches)", len(kept))
+	}
+	keptMu.Unlock()
 
 	var refused atomic.Int32
 	l.SetAnswerRunner(func(func()) bool { refused.Add(1); return false })

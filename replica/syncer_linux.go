@@ -18,14 +18,15 @@ import (
 // (hundreds of microseconds here); the runtime's monitor takes such a
 // processor back whenever the other one is busy, and every such retake
 // keeps the monitor polling every 20 µs instead of every 10 ms
-// (docs/cluster.md, "Leader syncs in the poller"). Waiting in the poller
-// leaves the processor idle, like a socket read.
+// (docs/cluster.md, "The leader's two speeds at 100 workers"). Waiting
+// in the poller leaves the processor idle, like a socket read.
 //
 // The durability is fdatasync's: the kernel runs vfs_fsync(file, 1) for
 // the request, and its error (EIO, ENOSPC) is the request's result.
-// Where the kernel or a sandbox refuses AIO (io_setup fails, or the file
-// system has no fsync for it), the syncer falls back to fdatasync(2) for
-// good.
+// Where the kernel or a sandbox refuses AIO (io_setup fails, or
+// io_submit says there is no AIO fsync here), the syncer falls back to
+// fdatasync(2) for good; a request io_submit does not take, or whose
+// wait fails, is flushed with fdatasync(2) too.
 
 // aioCB is the kernel's struct iocb (include/uapi/linux/aio_abi.h). Its
 // key and rwFlags (PADDED(aio_key, aio_rw_flags), swapped on big-endian
@@ -65,6 +66,7 @@ const (
 type syncer struct {
 	mu   sync.Mutex
 	ctx  uintptr  // aio_context_t; 0: fdatasync(2)
+	seq  uint64   // the request's aio_data, checked on its completion
 	ev   *os.File // the eventfd, non-blocking: its reads park in the poller
 	cb   aioCB    // the kernel reads it during io_submit only
 	cbp  [1]*aioCB
@@ -81,19 +83,19 @@ func newSyncer() *syncer {
 		return s // 64-bit systems only, like the held write
 	}
 	var ctx uintptr
-	if _, _, e := unix.RawSyscall(unix.SYS_IO_SETUP, aioContextCap, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, aioContextCap, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
 		return s
 	}
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
-		_, _, _ = unix.RawSyscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+		_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
 		return s
 	}
 	ev := os.NewFile(uintptr(fd), "wal-sync-eventfd")
 	if ev.SetReadDeadline(time.Time{}) != nil {
 		// Not in the poller: its reads would spin on EAGAIN.
 		_ = ev.Close()
-		_, _, _ = unix.RawSyscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+		_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
 		return s
 	}
 	s.ctx, s.ev = ctx, ev
@@ -114,37 +116,43 @@ func (s *syncer) sync(f *os.File) error {
 	if s.ctx == 0 {
 		return fdatasync(f)
 	}
-	s.cb = aioCB{opcode: aioCmdFdsync, fildes: uint32(f.Fd()), flags: aioFlagResfd, resfd: uint32(s.ev.Fd())}
+	s.seq++
+	s.cb = aioCB{data: s.seq, opcode: aioCmdFdsync, fildes: uint32(f.Fd()), flags: aioFlagResfd, resfd: uint32(s.ev.Fd())}
 	s.cbp[0] = &s.cb
+	var e unix.Errno
 	for {
-		_, _, e := unix.RawSyscall(unix.SYS_IO_SUBMIT, s.ctx, 1, uintptr(unsafe.Pointer(&s.cbp[0])))
-		switch e {
-		case 0:
-		case unix.EINTR, unix.EAGAIN:
-			continue
-		case unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP:
-			// No AIO fsync here (before Linux 4.18, or this file
-			// system): flush the plain way from now on.
-			s.closeLocked()
-			return fdatasync(f)
-		default:
-			return &os.PathError{Op: "io_submit fdatasync", Path: f.Name(), Err: e}
+		if e = aioSubmit(s.ctx, &s.cbp); e != unix.EINTR {
+			break
 		}
-		break
+	}
+	if e != 0 {
+		// Nothing was started: flush the plain way, which also gives a
+		// closed file's error. These refusals mean no AIO fsync here
+		// at all (before Linux 4.18, a file system without it, a
+		// seccomp profile), so from now on too; EAGAIN or ENOMEM is
+		// this request's bad luck only.
+		switch e {
+		case unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP, unix.EPERM:
+			s.closeLocked()
+		}
+		return fdatasync(f)
 	}
 	for {
 		n, _, e := unix.RawSyscall6(unix.SYS_IO_GETEVENTS, s.ctx, 1, 1,
 			uintptr(unsafe.Pointer(&s.evs[0])), uintptr(unsafe.Pointer(&s.zero)), 0)
 		if e == 0 && n == 1 {
-			break
+			if s.evs[0].data == s.seq {
+				break
+			}
+			continue // not this request's (cannot happen: a sync never leaves one behind)
 		}
 		if e != 0 && e != unix.EINTR {
-			return &os.PathError{Op: "io_getevents", Path: f.Name(), Err: e}
+			return s.abandon(f)
 		}
 		// Not done: wait for the eventfd's count in the poller. A count
 		// left by an earlier request only costs a turn of this loop.
 		if _, err := s.ev.Read(s.cnt[:]); err != nil {
-			return &os.PathError{Op: "fdatasync wait", Path: f.Name(), Err: err}
+			return s.abandon(f)
 		}
 	}
 	runtime.KeepAlive(f) // its descriptor stays open until the flush ends
@@ -152,6 +160,20 @@ func (s *syncer) sync(f *os.File) error {
 		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: unix.Errno(-r)}
 	}
 	return nil
+}
+
+// abandon gives up on AIO after the wait for a submitted request failed:
+// closing the context waits for the request, and a plain fdatasync then
+// says how the file stands. Under mu.
+func (s *syncer) abandon(f *os.File) error {
+	s.closeLocked()
+	return fdatasync(f)
+}
+
+// aioSubmit is io_submit of one request (a variable for tests).
+var aioSubmit = func(ctx uintptr, cbp *[1]*aioCB) unix.Errno {
+	_, _, e := unix.RawSyscall(unix.SYS_IO_SUBMIT, ctx, 1, uintptr(unsafe.Pointer(&cbp[0])))
+	return e
 }
 
 // close releases the context and the eventfd; later syncs use
@@ -168,7 +190,7 @@ func (s *syncer) closeLocked() {
 	}
 	// io_destroy waits for a request still in flight (none: sync holds
 	// mu until its completion is reaped).
-	_, _, _ = unix.RawSyscall(unix.SYS_IO_DESTROY, s.ctx, 0, 0)
+	_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, s.ctx, 0, 0)
 	_ = s.ev.Close()
 	s.ctx, s.ev = 0, nil
 }

@@ -53,8 +53,9 @@ func TestSyncerFlushes(t *testing.T) {
 	}
 }
 
-// A flush's own error comes back, and AIO stays on.
-func TestSyncerReportsErrors(t *testing.T) {
+// A closed file: io_submit refuses it (EBADF), the plain fdatasync says
+// so too, and AIO stays on.
+func TestSyncerClosedFile(t *testing.T) {
 	s := aioSyncer(t)
 	f := tempFile(t)
 	_ = f.Close()
@@ -67,6 +68,40 @@ func TestSyncerReportsErrors(t *testing.T) {
 	}
 	if err := s.sync(tempFile(t)); err != nil {
 		t.Fatalf("next sync: %v", err)
+	}
+}
+
+// A request io_submit does not take is flushed with fdatasync; EAGAIN
+// (or ENOMEM) leaves AIO on, EPERM (a seccomp profile) turns it off.
+func TestSyncerSubmitRefused(t *testing.T) {
+	for _, c := range []struct {
+		e      unix.Errno
+		stayOn bool
+	}{{unix.EAGAIN, true}, {unix.ENOMEM, true}, {unix.EPERM, false}, {unix.ENOSYS, false}} {
+		t.Run(c.e.Error(), func(t *testing.T) {
+			s := aioSyncer(t)
+			f := tempFile(t)
+			real := aioSubmit
+			calls := 0
+			aioSubmit = func(uintptr, *[1]*aioCB) unix.Errno { calls++; return c.e }
+			defer func() { aioSubmit = real }()
+			if _, err := f.WriteAt([]byte("x"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.sync(f); err != nil {
+				t.Fatalf("sync: %v, want the plain fdatasync's nil", err)
+			}
+			if calls != 1 {
+				t.Fatalf("io_submit tried %d times, want once (no spinning)", calls)
+			}
+			if s.async() != c.stayOn {
+				t.Fatalf("AIO on after %v: %v, want %v", c.e, s.async(), c.stayOn)
+			}
+			aioSubmit = real
+			if err := s.sync(f); err != nil {
+				t.Fatalf("next sync: %v", err)
+			}
+		})
 	}
 }
 
@@ -197,9 +232,12 @@ func BenchmarkSync(b *testing.B) {
 		sync func(*os.File) error
 	}{
 		{"fdatasync", fdatasync},
-		{"aio", aioSyncer(b).sync},
+		{"aio", nil},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			if c.sync == nil {
+				c.sync = aioSyncer(b).sync // skips where there is no AIO
+			}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				if _, err := f.WriteAt(buf, int64(i%256)*4096); err != nil {

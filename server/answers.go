@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
 )
@@ -16,7 +17,7 @@ import (
 // monitor polling every 20 µs and the loop changing threads. Run as one
 // task on the loop instead, the loop writes the burst itself and reads
 // the commands that came back meanwhile in one poll. Measured at 100
-// workers: docs/cluster.md, "The leader's answers on its event loop".
+// workers: docs/cluster.md, "The leader's two speeds at 100 workers".
 //
 // Only with one event loop: with several, one loop would write every
 // loop's answers; that layout has not been measured.
@@ -26,6 +27,8 @@ import (
 type answerQueue struct {
 	el   gnet.EventLoop
 	task gnet.Runnable
+	on   atomic.Bool   // the node took it (the hashicorp build does not)
+	ran  atomic.Uint64 // tasks run, for tests
 
 	mu     sync.Mutex
 	fns    []func() // queued batches, in log order
@@ -68,6 +71,7 @@ func (q *answerQueue) put(fn func()) bool {
 
 // run is the loop's task.
 func (q *answerQueue) run(context.Context) error {
+	q.ran.Add(1)
 	q.mu.Lock()
 	fns := q.take()
 	q.mu.Unlock()
@@ -90,7 +94,10 @@ func (q *answerQueue) take() []func() {
 
 // close runs what is still queued, on the caller, and makes put refuse
 // from then on: for Stop, once the loops have ended (a task they never
-// ran would leave its clients, and Stop's wait for them, hanging).
+// ran would leave its clients, and Stop's wait for them, hanging). When
+// Stop gave up waiting for the loops, a loop may still be running earlier
+// batches meanwhile: harmless, as a connection has one proposal in flight
+// at a time, so no two batches answer the same one.
 func (q *answerQueue) close() {
 	q.mu.Lock()
 	q.closed = true

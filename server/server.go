@@ -259,7 +259,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		if q := s.answerQ.Load(); q != nil {
+		if q := s.answerQ.Load(); q != nil && q.on.Load() {
 			s.node.SetAnswerRunner(nil)
 			q.close() // after the loops: answers they never ran
 		}
@@ -309,7 +309,7 @@ func (s *Server) answersOnLoop(el gnet.EventLoop) {
 	}
 	q := newAnswerQueue(el)
 	if s.answerQ.CompareAndSwap(nil, q) {
-		s.node.SetAnswerRunner(q.put)
+		q.on.Store(s.node.SetAnswerRunner(q.put))
 	}
 }
 
