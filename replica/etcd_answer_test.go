@@ -29,7 +29,7 @@ func TestAnswerRunner(t *testing.T) {
 		}
 	}()
 	defer close(fns)
-	runner := func(fn func()) bool {
+	runner := func(_ int, fn func()) bool {
 		batches.Add(1)
 		fns <- fn
 		return true
@@ -83,7 +83,7 @@ func TestAnswerRunner(t *testing.T) {
 	// runner that keeps every batch and runs none, Propose still returns.
 	var kept []func()
 	var keptMu sync.Mutex
-	l.SetAnswerRunner(func(fn func()) bool {
+	l.SetAnswerRunner(func(_ int, fn func()) bool {
 		keptMu.Lock()
 		kept = append(kept, fn)
 		keptMu.Unlock()
@@ -100,7 +100,7 @@ func TestAnswerRunner(t *testing.T) {
 	keptMu.Unlock()
 
 	var refused atomic.Int32
-	l.SetAnswerRunner(func(func()) bool { refused.Add(1); return false })
+	l.SetAnswerRunner(func(int, func()) bool { refused.Add(1); return false })
 	propose("refused", 50)
 	if refused.Load() == 0 {
 		t.Fatal("the refusing runner was never asked")

@@ -115,7 +115,7 @@ func (n *Node) answerApplied() {
 			l.p.answer(l.r, nil)
 		}
 	}
-	if !(*r)(fn) {
+	if !(*r)(len(later), fn) {
 		fn()
 	}
 }

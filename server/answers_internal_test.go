@@ -112,7 +112,7 @@ func TestAnswerQueueRunsBatchesOnTheLoopInOrder(t *testing.T) {
 	q := newAnswerQueue(l)
 	var r recorder
 	for i := range 500 {
-		if !q.put(r.batch(i)) {
+		if !q.put(answersOnLoopMin, r.batch(i)) {
 			t.Fatal("put refused on a running loop")
 		}
 	}
@@ -139,7 +139,7 @@ func TestAnswerQueueSharesATask(t *testing.T) {
 	q := newAnswerQueue(l)
 	var r recorder
 	for i := range 10 {
-		q.put(r.batch(i))
+		q.put(answersOnLoopMin, r.batch(i))
 	}
 	l.mu.Lock()
 	calls := l.calls
@@ -162,7 +162,7 @@ func TestAnswerQueueRunsHereWhenTheLoopRefuses(t *testing.T) {
 	l.stop()
 	var r recorder
 	for i := range 3 {
-		if !q.put(r.batch(i)) {
+		if !q.put(answersOnLoopMin, r.batch(i)) {
 			t.Fatal("put refused before close")
 		}
 		if len(r.ran) != i+1 {
@@ -181,7 +181,7 @@ func TestAnswerQueueCloseRefuses(t *testing.T) {
 	q := newAnswerQueue(l)
 	q.close()
 	ran := false
-	if q.put(func() { ran = true }) || ran {
+	if q.put(answersOnLoopMin, func() { ran = true }) || ran {
 		t.Fatalf("put after close: accepted or ran it (%v)", ran)
 	}
 }
@@ -195,7 +195,7 @@ func TestAnswerQueueConcurrentPutAndClose(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range 200 {
-				if !q.put(func() { mu.Lock(); ran++; mu.Unlock() }) {
+				if !q.put(answersOnLoopMin, func() { mu.Lock(); ran++; mu.Unlock() }) {
 					mu.Lock()
 					refused++
 					mu.Unlock()
@@ -220,5 +220,22 @@ func TestAnswerQueueConcurrentPutAndClose(t *testing.T) {
 			t.Fatalf("ran %d + refused %d, want 800", ran, refused)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A small batch is the caller's to run: the loop would have to be woken
+// for it.
+func TestAnswerQueueLeavesSmallBatches(t *testing.T) {
+	l := newFakeLoop(t)
+	q := newAnswerQueue(l)
+	ran := false
+	if q.put(answersOnLoopMin-1, func() { ran = true }) || ran {
+		t.Fatalf("a batch of %d: taken, or run (%v)", answersOnLoopMin-1, ran)
+	}
+	l.mu.Lock()
+	calls := l.calls
+	l.mu.Unlock()
+	if calls != 0 {
+		t.Fatalf("%d tasks for a small batch", calls)
 	}
 }
