@@ -7,6 +7,12 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
+// AnswerRunner runs fn, which answers n proposers of the entries one
+// apply pass applied, in their log order. It reports false when it will
+// not run fn; fn then runs on the goroutine that applied them. Calls come
+// from one goroutine at a time, in log order.
+type AnswerRunner func(n int, fn func()) bool
+
 // Peer is one voter of the cluster.
 type Peer struct {
 	ID         string // raft server ID, unique in the cluster

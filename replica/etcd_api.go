@@ -72,13 +72,52 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 	}
 }
 
-// answerApplied answers the proposers of the entries just applied.
+// AnswerRunners: this build's Node takes an AnswerRunner.
+const AnswerRunners = true
+
+// SetAnswerRunner has r run the answers to applied entries' ProposeFunc
+// callbacks instead of the goroutine that applied them; nil puts them
+// back on that goroutine. Propose's answers (the REST API's, the leader's
+// own restamp and expiry) stay there either way. The server runs them on
+// its event loop (server/answers.go). It reports true: this build has
+// runners.
+func (n *Node) SetAnswerRunner(r AnswerRunner) bool {
+	if r == nil {
+		n.answerRun.Store(nil)
+		return true
+	}
+	n.answerRun.Store(&r)
+	return true
+}
+
+// answerApplied answers the proposers of the entries just applied; with
+// an AnswerRunner, it hands it the callbacks' answers, in log order.
 func (n *Node) answerApplied() {
+	if len(n.answers) == 0 {
+		return
+	}
+	r := n.answerRun.Load()
+	var later []laterAnswer
 	for i, a := range n.answers {
-		n.finish(a.w, a.res, nil)
+		if r != nil {
+			n.finishTo(a.w, a.res, nil, &later)
+		} else {
+			n.finish(a.w, a.res, nil)
+		}
 		n.answers[i] = pendingAnswer{}
 	}
 	n.answers = n.answers[:0]
+	if len(later) == 0 {
+		return
+	}
+	fn := func() {
+		for _, l := range later {
+			l.p.answer(l.r, nil)
+		}
+	}
+	if !(*r)(len(later), fn) {
+		fn()
+	}
 }
 
 func (n *Node) applyOne(e *raftpb.Entry) {
@@ -330,7 +369,8 @@ func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply,
 // ProposeFunc proposes c like Propose, without blocking: done gets the
 // outcome (Propose's Reply and error) exactly once, on one of the node's
 // goroutines (usually the apply thread, possibly while raft's lock is
-// held), so it must not block or call back into the node synchronously.
+// held) or, for an applied entry, the AnswerRunner's (SetAnswerRunner),
+// so it must not block or call back into the node synchronously.
 // A leader still taking over (its restamp not applied) answers
 // *NotLeaderError at once rather than wait, as does a follower; then done
 // is not called. Once Shutdown has begun, a proposal not yet in the log

@@ -99,11 +99,12 @@ type Node struct {
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
 	applyRun  sync.Mutex
-	answers   []pendingAnswer // applied entries' proposers, answered before raft hears of the apply (applyBatch)
-	ownerBuf  []answered      // their owners, for the batch wait
-	applyMu   sync.Mutex      // an entry's application, against a snapshot taken meanwhile
-	snapIndex uint64          // apply thread
-	restored  chan error      // the apply thread's answer to a snapshot to restore
+	answers   []pendingAnswer              // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
+	answerRun atomic.Pointer[AnswerRunner] // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
+	ownerBuf  []answered                   // their owners, for the batch wait
+	applyMu   sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
+	snapIndex uint64                       // apply thread
+	restored  chan error                   // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 
 	stop      chan struct{}
@@ -781,7 +782,17 @@ func (n *Node) failWaiter(key uint64, err error) {
 }
 
 // finish answers a batch's proposers with replies (one per command) or err.
-func (n *Node) finish(w *waiter, res any, err error) {
+func (n *Node) finish(w *waiter, res any, err error) { n.finishTo(w, res, err, nil) }
+
+// laterAnswer is a ProposeFunc proposal's answer left to the AnswerRunner.
+type laterAnswer struct {
+	p *proposal
+	r Reply
+}
+
+// finishTo is finish, with the callbacks' answers (ProposeFunc's) appended
+// to *later instead of run when later is not nil.
+func (n *Node) finishTo(w *waiter, res any, err error, later *[]laterAnswer) {
 	var replies batchReply
 	switch r := res.(type) {
 	case batchReply:
@@ -800,6 +811,10 @@ func (n *Node) finish(w *waiter, res any, err error) {
 		}
 		if p.parks && (err != nil || r.Err != nil || r.Outcome.Result != engine.Queued) {
 			n.fsm.unregister(p.c.ReqID)
+		}
+		if later != nil && p.cb != nil {
+			*later = append(*later, laterAnswer{p: p, r: r})
+			continue
 		}
 		p.answer(r, err)
 	}

@@ -307,6 +307,13 @@ func (n *Node) Raft() *raft.Raft { return n.raft }
 // ID returns the node's ID.
 func (n *Node) ID() string { return n.cfg.NodeID }
 
+// AnswerRunners: this build's Node ignores an AnswerRunner.
+const AnswerRunners = false
+
+// SetAnswerRunner reports false: this build answers its batches'
+// proposers on raft's FSM goroutine.
+func (n *Node) SetAnswerRunner(AnswerRunner) bool { return false }
+
 // IsLeader reports whether this node is the leader and ready for commands.
 func (n *Node) IsLeader() bool { return n.isReady.Load() && n.raft.State() == raft.Leader }
 

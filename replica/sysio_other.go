@@ -19,3 +19,11 @@ func pwriteHeld(f *os.File, b []byte, off int64) error {
 }
 
 func newSockReader(c net.Conn) io.Reader { return c }
+
+// syncer is fdatasync where there is no Linux AIO.
+type syncer struct{}
+
+func newSyncer() *syncer                { return &syncer{} }
+func (s *syncer) async() bool           { return false }
+func (s *syncer) sync(f *os.File) error { return fdatasync(f) }
+func (s *syncer) close()                {}

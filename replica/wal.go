@@ -60,6 +60,7 @@ type WAL struct {
 	err         error // under wmu; sticky: a failed write leaves the tail unknown
 	buf         []byte
 	held        atomic.Bool // StoreLogs keeps the processor (SetHeld)
+	sync        *syncer     // under wmu: StoreLogs' flush when not held; made at the first
 }
 
 type walSegment struct {
@@ -390,7 +391,10 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 			err = fdatasyncHeld(s.f)
 		}
 	} else if _, err = s.f.WriteAt(w.buf, s.size); err == nil {
-		err = fdatasync(s.f)
+		if w.sync == nil {
+			w.sync = newSyncer()
+		}
+		err = w.sync.sync(s.f)
 	}
 	if err != nil {
 		return w.fail(err)
@@ -610,6 +614,9 @@ func (w *WAL) Close() error {
 	defer w.mu.Unlock()
 	err := w.closeAllLocked()
 	w.closed, w.err = true, errWALClosed
+	if w.sync != nil {
+		w.sync.close()
+	}
 	return err
 }
 

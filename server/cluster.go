@@ -19,9 +19,9 @@ import (
 // proposal instead of an engine call on the event loop: the loop copies
 // the request, parks the connection (so later requests keep their order),
 // and proposes it with replica.Node.ProposeFunc, which does not block; the
-// answer comes back on the replica's goroutine that applied the entry and
-// is written like a grant (directly to an idle connection, else through
-// its loop). A follower answers at once with
+// answer comes back on the replica's goroutine that applied the entry (or,
+// with one event loop, in a task on the loop: answers.go) and is written
+// like a grant (directly to an idle connection, else through its loop). A follower answers at once with
 // "error_not_leader <leader-client-addr>".
 // Stats are read from the local replica, on any node.
 //
@@ -119,8 +119,9 @@ func (s *Server) propose(ss *session, req *codec.Request, out []byte) []byte {
 	ss.proposed = true
 	ss.inflight.Add(1)
 	s.pending.Add(1)
-	// The answer comes on the replica's apply thread (or at once, inside
-	// ProposeFunc, when raft refuses the entry): no goroutine per request.
+	// The answer comes on the replica's apply thread or the loop's answer
+	// task (or at once, inside ProposeFunc, when raft refuses the entry):
+	// no goroutine per request.
 	err := s.node.ProposeFunc(c, sink, func(r replica.Reply, err error) { s.answer(ss, &p, r, err) })
 	if err != nil {
 		// Not taken (a follower, or a leader still taking over): nothing
@@ -136,7 +137,8 @@ func (s *Server) propose(ss *session, req *codec.Request, out []byte) []byte {
 // answer hands the outcome of ss's proposal p back to the connection:
 // written to the socket by the caller when the connection is parked idle
 // (the direct hand-off), else queued for its loop. It runs on the
-// replica's goroutine that has the outcome and never blocks.
+// replica's goroutine that has the outcome, or in the loop's answer task
+// (answers.go), and never blocks.
 func (s *Server) answer(ss *session, p *proposal, r replica.Reply, err error) {
 	defer s.pending.Done()
 	defer s.proposed(ss) // before Done: it may add a Disconnect

@@ -19,12 +19,24 @@ import (
 // clients try-lock, renew and release a few keys through whichever node
 // leads, the leader is killed and restarted mid-run, and porcupine checks
 // the recorded history (see internal/lincheck for the model).
+//
+// With one event loop the leader writes its answers as a task on the
+// loop (answers.go); with two, from the goroutine that applied them.
 func TestClusterLinearizableAcrossFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster load test")
 	}
+	for _, loops := range []int{1, 2} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) { clusterLinearizableAcrossFailover(t, loops) })
+	}
+}
+
+func clusterLinearizableAcrossFailover(t *testing.T, loops int) {
 	// No release on disconnect: every state change is a recorded one.
-	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.AutoRelease = false })
+	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) {
+		sc.AutoRelease = false
+		sc.EventLoops = loops
+	})
 	li := c.Leader(testutil.LeaderTimeout)
 	var addrs []string
 	for _, m := range c.Members() {

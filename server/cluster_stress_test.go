@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/replica"
+	"github.com/latchd/latchd/server"
 )
 
 // rawConn is a client usable from any goroutine: errors come back.
@@ -40,8 +42,18 @@ func (r *rawConn) do(cmd, key, arg string) (string, error) {
 // one hot key (answers and grants written by the replica's goroutines
 // straight to idle sockets), and connections that close while queued,
 // keep mutual exclusion and get exactly their answers.
+//
+// With one event loop the leader writes its answers as a task on the
+// loop (answers.go; the etcd build); with two, from the goroutine that
+// applied them.
 func TestClusterHandOffStress(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
+	for _, loops := range []int{1, 2} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) { clusterHandOffStress(t, loops) })
+	}
+}
+
+func clusterHandOffStress(t *testing.T, loops int) {
+	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = loops })
 	li := c.Leader(testutil.LeaderTimeout)
 	addr := c.Members()[li].Addr
 
@@ -128,5 +140,56 @@ func TestClusterHandOffStress(t *testing.T) {
 	if grants.Load() == 0 {
 		t.Fatal("no grant in 1.5 s")
 	}
+	if on, _ := server.AnswersOnLoop(c.Members()[li].TCP); on != (loops == 1 && replica.AnswerRunners) {
+		t.Fatalf("answers on the loop: %v with %d loops", on, loops)
+	}
 	t.Logf("%d grants", grants.Load())
+}
+
+// TestClusterAnswersOnLoop: with one event loop, a leader whose entries
+// carry many clients' commands writes their answers in tasks on the loop,
+// and every client gets its own answers, in order, across many rounds.
+func TestClusterAnswersOnLoop(t *testing.T) {
+	if !replica.AnswerRunners {
+		t.Skip("this replica build answers on raft's goroutine")
+	}
+	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = 1 })
+	li := c.Leader(testutil.LeaderTimeout)
+	addr := c.Members()[li].Addr
+	const clients, rounds = 32, 40
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			r, err := rawDial(addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer r.c.Close()
+			key := fmt.Sprint("k", w)
+			for i := range rounds {
+				line, err := r.do("l", key, "0 30")
+				f := strings.Fields(line)
+				if err != nil || len(f) != 3 || f[0] != "ok" {
+					errs <- fmt.Errorf("client %d round %d lock: %q, %v", w, i, line, err)
+					return
+				}
+				if line, err := r.do("r", key, f[1]); err != nil || line != "ok" {
+					errs <- fmt.Errorf("client %d round %d release: %q, %v", w, i, line, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	on, tasks := server.AnswersOnLoop(c.Members()[li].TCP)
+	if !on || tasks == 0 {
+		t.Fatalf("answers on the loop: %v, %d tasks run, for %d clients in step", on, tasks, clients)
+	}
+	t.Logf("%d answer tasks for %d commands", tasks, 2*clients*rounds)
 }

@@ -26,15 +26,18 @@ import (
 type Server struct {
 	gnet.BuiltinEventEngine
 
-	cfg    Config
-	eng    *engine.Engine
-	log    *zap.Logger
-	met    *metrics.TCP  // nil: record nothing
-	node   *replica.Node // cluster mode; nil: s.eng is local
-	cli    *gnet.Client  // the event loops plain TCP connections are enrolled in
-	addr   string
-	booted chan struct{}
-	lnSet  *listen.Set // nil: accept errors are only retried
+	cfg  Config
+	eng  *engine.Engine
+	log  *zap.Logger
+	met  *metrics.TCP  // nil: record nothing
+	node *replica.Node // cluster mode; nil: s.eng is local
+	// answerQ runs the node's answers on the event loop (answers.go):
+	// set at the first connection, with one loop.
+	answerQ atomic.Pointer[answerQueue]
+	cli     *gnet.Client // the event loops plain TCP connections are enrolled in
+	addr    string
+	booted  chan struct{}
+	lnSet   *listen.Set // nil: accept errors are only retried
 
 	conns      atomic.Int64
 	refused    atomic.Uint64
@@ -256,6 +259,10 @@ func (s *Server) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
+		if q := s.answerQ.Load(); q != nil && q.on.Load() {
+			s.node.SetAnswerRunner(nil)
+			q.close() // after the loops: answers they never ran
+		}
 		if err == nil {
 			err = s.waitPending(ctx)
 		}
@@ -285,11 +292,25 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return []byte("error\n"), gnet.Close
 	}
 	ss.loop = s.loops.of(c)
+	if s.node != nil && s.answerQ.Load() == nil && s.cfg.Loops() == 1 {
+		s.answersOnLoop(c.EventLoop())
+	}
 	if s.cfg.DirectHandOff {
 		ss.fd = c.Fd()
 	}
 	c.SetContext(ss)
 	return nil, gnet.None
+}
+
+// answersOnLoop hands the node's answers to el, once.
+func (s *Server) answersOnLoop(el gnet.EventLoop) {
+	if el == nil {
+		return
+	}
+	q := newAnswerQueue(el)
+	if s.answerQ.CompareAndSwap(nil, q) {
+		q.on.Store(s.node.SetAnswerRunner(q.put))
+	}
 }
 
 // OnClose releases what the connection held.
