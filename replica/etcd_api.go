@@ -98,6 +98,13 @@ func (n *Node) answerApplied() {
 	}
 	r := n.answerRun.Load()
 	var later []laterAnswer
+	if r != nil {
+		k := 0
+		for _, a := range n.answers {
+			k += len(a.w.batch)
+		}
+		later = make([]laterAnswer, 0, k)
+	}
 	for i, a := range n.answers {
 		if r != nil {
 			n.finishTo(a.w, a.res, nil, &later)

@@ -60,7 +60,7 @@ type WAL struct {
 	err         error // under wmu; sticky: a failed write leaves the tail unknown
 	buf         []byte
 	held        atomic.Bool // StoreLogs keeps the processor (SetHeld)
-	sync        *syncer     // under wmu: StoreLogs' flush when not held; made at the first
+	sync        *syncer     // under wmu: StoreLogs' flush when not held, made at the first such
 }
 
 type walSegment struct {

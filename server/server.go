@@ -259,9 +259,11 @@ func (s *Server) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		if q := s.answerQ.Load(); q != nil && q.on.Load() {
+		if q := s.answerQ.Load(); q != nil {
+			// After the loops: answers they never ran. A runner set by a
+			// racing OnOpen after this is refused by the closed queue.
 			s.node.SetAnswerRunner(nil)
-			q.close() // after the loops: answers they never ran
+			q.close()
 		}
 		if err == nil {
 			err = s.waitPending(ctx)
