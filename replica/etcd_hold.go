@@ -181,6 +181,12 @@ func (n *Node) holdOver() bool {
 	}
 	h.seen = n.propQ.scan(h.seen, func(p *proposal) {
 		if o := p.c.Client; !p.raw {
+			if o == 0 && p.c.Op == OpDisconnect {
+				// A connection closed (the server's Disconnect names
+				// it as Owner, through Propose): its last word, so
+				// the wait stops expecting it.
+				o = p.c.Owner
+			}
 			if m, ok := h.owners[o]; ok && !m.back {
 				m.back = true
 				h.owners[o] = m

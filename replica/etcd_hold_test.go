@@ -184,6 +184,42 @@ func TestBatchWaitEndsAtDeadline(t *testing.T) {
 	}
 }
 
+// TestBatchWaitEndsAtDisconnect: a client answered and then gone (its
+// connection's Disconnect, which names it as Owner, is queued) counts as
+// back: the wait ends when the others are, not at its deadline.
+func TestBatchWaitEndsAtDisconnect(t *testing.T) {
+	n := &Node{cfg: Config{BatchWait: time.Hour}, stop: make(chan struct{})}
+	n.propQ.wake = make(chan struct{}, 1)
+	n.role.Store(uint32(raft.StateLeader))
+	t.Cleanup(func() {
+		if n.hold.timer != nil {
+			n.hold.timer.Stop()
+		}
+	})
+	over := func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.holdOver()
+	}
+	n.startHold([]answered{{1, OpAcquire}, {2, OpRelease}})
+	if !n.hold.on || n.hold.expect != 2 {
+		t.Fatalf("wait on=%v expecting %d; want on, 2", n.hold.on, n.hold.expect)
+	}
+	n.propQ.push(&proposal{c: Command{Op: OpAcquire, Client: 1}})
+	if over() {
+		t.Fatal("wait over with client 2 neither back nor gone")
+	}
+	// Another owner's disconnect does not count for 2.
+	n.propQ.push(&proposal{c: Command{Op: OpDisconnect, Owner: 3}})
+	if over() {
+		t.Fatal("wait over at a stranger's disconnect")
+	}
+	n.propQ.push(&proposal{c: Command{Op: OpDisconnect, Owner: 2}})
+	if !over() || n.hold.on || n.holdTimeouts.Load() != 0 {
+		t.Fatalf("client 2 gone: on=%v, %d timed out; want over, none", n.hold.on, n.holdTimeouts.Load())
+	}
+}
+
 // TestBatchWaitLearnsWhoComesBack: a wait waits for the owners it
 // answered whose kind of command is likely to bring them back, ends as
 // soon as they all are (strangers' commands do not count), and learns
