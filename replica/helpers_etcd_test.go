@@ -3,7 +3,6 @@
 package replica
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -126,109 +125,4 @@ func (c *cluster) startEmpty(t *testing.T) (*Node, string) {
 	nd := c.startNode(t, testConfig(fmt.Sprint("n", i)), i)
 	c.nodes = append(c.nodes, nd)
 	return nd, c.addrs[i]
-}
-
-func (c *cluster) shutdown() {
-	for i, n := range c.nodes {
-		if n != nil {
-			if err := n.Shutdown(); err != nil {
-				c.t.Errorf("shutdown %s: %v", n.ID(), err)
-			}
-			c.nodes[i] = nil
-		}
-	}
-}
-
-// kill shuts node i down.
-func (c *cluster) kill(t *testing.T, i int) {
-	t.Helper()
-	if err := c.nodes[i].Shutdown(); err != nil {
-		t.Fatalf("shutdown %s: %v", c.nodes[i].ID(), err)
-	}
-	c.nodes[i] = nil
-}
-
-func (c *cluster) index(n *Node) int {
-	for i, m := range c.nodes {
-		if m == n {
-			return i
-		}
-	}
-	return -1
-}
-
-func (c *cluster) live() []*Node {
-	var out []*Node
-	for _, n := range c.nodes {
-		if n != nil {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// findLeader returns the one live node that is leader and ready, or nil.
-func (c *cluster) findLeader(among []*Node) *Node {
-	var l *Node
-	for _, n := range among {
-		if n.IsLeader() {
-			if l != nil {
-				return nil // two think they lead: one is stale; wait
-			}
-			l = n
-		}
-	}
-	return l
-}
-
-// leader waits for a ready leader among the live nodes.
-func (c *cluster) leader(t *testing.T) *Node {
-	t.Helper()
-	return c.leaderAmong(t, c.live())
-}
-
-func (c *cluster) leaderAmong(t *testing.T, among []*Node) *Node {
-	t.Helper()
-	var l *Node
-	poll(t, 5*time.Second, "a ready leader", func() bool {
-		l = c.findLeader(among)
-		return l != nil
-	})
-	return l
-}
-
-// waitSame waits until the nodes have applied the same log index and
-// checks they then write the same state bytes.
-func waitSame(t *testing.T, nodes ...*Node) []byte {
-	t.Helper()
-	var state []byte
-	var last string
-	poll(t, 5*time.Second, "nodes at one applied index", func() bool {
-		var idx []uint64
-		var states [][]byte
-		for _, n := range nodes {
-			var buf bytes.Buffer
-			i, err := n.WriteState(&buf)
-			if err != nil {
-				t.Fatalf("%s: WriteState: %v", n.ID(), err)
-			}
-			idx = append(idx, i)
-			states = append(states, buf.Bytes())
-		}
-		last = fmt.Sprint(idx)
-		for i := range nodes {
-			if idx[i] != idx[0] {
-				return false
-			}
-		}
-		for i := range nodes {
-			if !bytes.Equal(states[i], states[0]) {
-				t.Fatalf("%s and %s at index %d hold different states (%d and %d bytes)",
-					nodes[0].ID(), nodes[i].ID(), idx[0], len(states[0]), len(states[i]))
-			}
-		}
-		state = states[0]
-		return true
-	}, func() string { return "applied indexes " + last })
-	return state
 }
