@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/panjf2000/gnet/v2/pkg/netpoll"
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
@@ -121,6 +122,9 @@ func (s *Server) Start() error {
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithLogger(s.log.Sugar()),
 	}
+	// One setting for every poller in the process: a later Start with
+	// another config changes it for all (docs/architecture.md).
+	netpoll.SetRawIdleWait(s.cfg.RawIdleWait())
 	if s.cfg.SendBuffer > 0 {
 		// Enroll applies it to each connection's descriptor.
 		opts = append(opts, gnet.WithSocketSendBuffer(s.cfg.SendBuffer))
