@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -17,11 +18,11 @@ type Config struct {
 	// EventLoops is the number of gnet event loops; 0 means automatic:
 	// one per core but one (at least one), see Loops.
 	EventLoops int
-	// LoopIdleHold is how long an event loop with nothing to do keeps its
-	// processor while it waits for I/O, before it blocks in an ordinary
-	// system call; 0 turns it off. It applies only where it was measured
-	// to help: one event loop and at least two processors (RawIdleWait).
-	LoopIdleHold time.Duration
+	// LoopRawWait has an idle event loop wait for I/O in a raw system
+	// call that keeps its processor, until the Go runtime signals it (see
+	// RawIdleWait). It applies only where it was measured to help: one
+	// event loop and at least two processors.
+	LoopRawWait bool
 	// ReadTimeout closes a connection that has sat on a partial request
 	// this long. A connection parked on a blocking request is not idle.
 	ReadTimeout time.Duration
@@ -100,7 +101,7 @@ func DefaultConfig() Config {
 		StatsConcurrency:      2,
 		SendBuffer:            256 << 10,
 		DirectHandOff:         true,
-		LoopIdleHold:          time.Millisecond,
+		LoopRawWait:           true,
 	}
 }
 
@@ -118,26 +119,42 @@ func (c Config) Loops() int {
 	return max(1, runtime.GOMAXPROCS(0)-1)
 }
 
-// RawIdleWait is the idle hold the server gives its event loop
-// (third_party/gnet's netpoll.SetRawIdleWait): LoopIdleHold with one
-// event loop and at least two processors, else 0.
+// RawIdleWait reports whether the server's event loop waits for I/O in a
+// raw system call when idle (third_party/gnet's netpoll.SetRawIdleWait):
+// LoopRawWait, with one event loop and at least two processors.
 //
 // Why: an idle loop blocks in epoll_wait, an ordinary system call, and
 // while it does the Go runtime's monitor (sysmon) takes its processor away
 // whenever the other one is busy; each such retake makes the monitor poll
 // every 20 µs again, and a process can stay in that state for a whole run,
 // its CPU per operation 20-30% higher (docs/cluster.md, "The leader's two
-// speeds at 100 workers" and "Where a 100-worker round goes"). Waiting in a
-// raw system call keeps the processor, so there is nothing to retake; after
-// the hold the loop blocks the ordinary way, so an idle server gives its
-// processor back. With one processor the hold would stop the rest of the
-// process, and with several loops (one per core but one) the rest would
-// share one processor, so neither gets it.
-func (c Config) RawIdleWait() time.Duration {
-	if c.LoopIdleHold <= 0 || c.Loops() != 1 || runtime.GOMAXPROCS(0) < 2 {
-		return 0
+// speeds at 100 workers" and "Where a 100-worker round goes"). A raw wait
+// keeps the processor, so there is nothing to retake. It lasts until I/O
+// arrives or the runtime signals the loop (a goroutine that has run for
+// 10 ms is preempted; a garbage collection stops the world); the rest of
+// that idle spell waits the ordinary way, so an idle server gives its
+// processor back. With one processor the raw wait would stop the rest of
+// the process for those 10 ms, and with several loops (one per core but
+// one) the rest would share one processor, so neither gets it.
+//
+// Not with GODEBUG=asyncpreemptoff=1 either: the runtime then sends no
+// preemption signal, so a raw wait would end only at the next I/O, and a
+// garbage collection would wait for it, stopping the whole process.
+func (c Config) RawIdleWait() bool {
+	return c.LoopRawWait && c.Loops() == 1 && runtime.GOMAXPROCS(0) >= 2 && !asyncPreemptOff()
+}
+
+// asyncPreemptOff reports whether GODEBUG turns the runtime's
+// asynchronous preemption off (the last asyncpreemptoff setting wins, as
+// in the runtime).
+func asyncPreemptOff() bool {
+	off := false
+	for _, kv := range strings.Split(os.Getenv("GODEBUG"), ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(kv), "asyncpreemptoff="); ok {
+			off = v == "1"
+		}
 	}
-	return c.LoopIdleHold
+	return off
 }
 
 // Validate reports the first field out of range.
@@ -149,8 +166,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: event loops must be >= 0, got %d", c.EventLoops)
 	case c.ReadTimeout <= 0:
 		return fmt.Errorf("server: read timeout must be > 0, got %v", c.ReadTimeout)
-	case c.LoopIdleHold < 0 || c.LoopIdleHold > time.Second:
-		return fmt.Errorf("server: loop idle hold must be 0..1s, got %v", c.LoopIdleHold)
 	case c.MaxConnectionsPerIP < 0:
 		return fmt.Errorf("server: max connections per IP must be >= 0, got %d", c.MaxConnectionsPerIP)
 	case c.MaxConnections < 0:

@@ -12,72 +12,83 @@ import (
 	"github.com/latchd/latchd/server"
 )
 
-// TestRawIdleWaitRule: the idle hold applies with one event loop and two
-// or more processors only.
+// TestRawIdleWaitRule: the raw idle wait applies with one event loop and
+// two or more processors only.
 func TestRawIdleWaitRule(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	hold := time.Millisecond
 	for _, c := range []struct {
 		procs, loops int
-		hold, want   time.Duration
+		on, want     bool
 	}{
-		{2, 1, hold, hold},
-		{8, 1, hold, hold},
-		{2, 0, hold, hold}, // automatic: one per core but one
-		{1, 1, hold, 0},    // the hold would stop the rest of the process
-		{1, 0, hold, 0},
-		{2, 2, hold, 0}, // several loops: unmeasured, left as upstream gnet
-		{8, 0, hold, 0}, // automatic: 7 loops
-		{2, 1, 0, 0},    // off
+		{2, 1, true, true},
+		{8, 1, true, true},
+		{2, 0, true, true},  // automatic: one per core but one
+		{1, 1, true, false}, // the raw wait would stop the rest of the process
+		{1, 0, true, false},
+		{2, 2, true, false}, // several loops: unmeasured, left as upstream gnet
+		{8, 0, true, false}, // automatic: 7 loops
+		{2, 1, false, false},
 	} {
 		runtime.GOMAXPROCS(c.procs)
 		cfg := server.DefaultConfig()
-		cfg.EventLoops, cfg.LoopIdleHold = c.loops, c.hold
+		cfg.EventLoops, cfg.LoopRawWait = c.loops, c.on
 		if got := cfg.RawIdleWait(); got != c.want {
-			t.Errorf("GOMAXPROCS %d, EventLoops %d, LoopIdleHold %v: RawIdleWait() = %v, want %v",
-				c.procs, c.loops, c.hold, got, c.want)
+			t.Errorf("GOMAXPROCS %d, EventLoops %d, LoopRawWait %v: RawIdleWait() = %v, want %v",
+				c.procs, c.loops, c.on, got, c.want)
 		}
 	}
-	if def := server.DefaultConfig().LoopIdleHold; def != time.Millisecond {
-		t.Errorf("default LoopIdleHold %v, want 1ms", def)
+	if !server.DefaultConfig().LoopRawWait {
+		t.Error("LoopRawWait is off by default")
 	}
-	for _, bad := range []time.Duration{-time.Millisecond, 2 * time.Second} {
-		cfg := server.DefaultConfig()
-		cfg.LoopIdleHold = bad
-		if err := cfg.Validate(); err == nil {
-			t.Errorf("Validate accepted LoopIdleHold %v", bad)
+	runtime.GOMAXPROCS(2)
+	cfg := server.DefaultConfig()
+	cfg.EventLoops = 1
+	for _, c := range []struct {
+		godebug string
+		want    bool
+	}{
+		{"", true},
+		{"asyncpreemptoff=1", false},
+		{"gctrace=1, asyncpreemptoff=1", false},
+		{"asyncpreemptoff=1,asyncpreemptoff=0", true},
+		{"asyncpreemptoff=0", true},
+	} {
+		t.Setenv("GODEBUG", c.godebug)
+		if got := cfg.RawIdleWait(); got != c.want {
+			t.Errorf("GODEBUG=%q: RawIdleWait() = %v, want %v", c.godebug, got, c.want)
 		}
 	}
 }
 
-// TestLoopIdleHoldServes: a server whose one event loop holds its processor
+// TestLoopRawWaitServes: a server whose one event loop keeps its processor
 // while idle answers, hands a released lock to its waiter and expires a
-// lease, whether the loop is inside its hold or past it.
-func TestLoopIdleHoldServes(t *testing.T) {
+// lease, whether the loop is in a raw wait or, idle for longer than the
+// runtime's 10 ms preemption, in an ordinary one.
+func TestLoopRawWaitServes(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("the hold applies with two or more processors")
+		t.Skip("the raw wait applies with two or more processors")
 	}
 	defer netpoll.SetRawIdleWait(netpoll.RawIdleWait())
 	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) {
 		c.EventLoops = 1
-		c.LoopIdleHold = time.Millisecond
+		c.LoopRawWait = true
 	})
-	if got := netpoll.RawIdleWait(); got != time.Millisecond {
-		t.Fatalf("netpoll.RawIdleWait() = %v after Start, want 1ms", got)
+	if !netpoll.RawIdleWait() {
+		t.Fatal("netpoll.RawIdleWait() is off after Start")
 	}
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
-	for _, idle := range []time.Duration{0, 300 * time.Microsecond, 20 * time.Millisecond} {
-		time.Sleep(idle) // the loop idles inside its hold, or past it
-		tok := grant(t, a.do("l", "idle-hold", "5"), "ok")
-		b.req("l", "idle-hold", "5") // queued behind a
+	for _, idle := range []time.Duration{0, 300 * time.Microsecond, 30 * time.Millisecond} {
+		time.Sleep(idle) // the loop idles in a raw wait, or past it
+		tok := grant(t, a.do("l", "idle-wait", "5"), "ok")
+		b.req("l", "idle-wait", "5") // queued behind a
 		b.silent(idle + time.Millisecond)
 		time.Sleep(idle)
-		if got := a.do("r", "idle-hold", tok); got != "ok" {
+		if got := a.do("r", "idle-wait", tok); got != "ok" {
 			t.Fatalf("idle %v: release: %q", idle, got)
 		}
 		tok = grant(t, b.line(), "ok") // handed on
 		time.Sleep(idle)
-		if got := b.do("r", "idle-hold", tok); got != "ok" {
+		if got := b.do("r", "idle-wait", tok); got != "ok" {
 			t.Fatalf("idle %v: waiter's release: %q", idle, got)
 		}
 	}

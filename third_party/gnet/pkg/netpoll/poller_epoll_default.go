@@ -13,8 +13,8 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 //
-// Modified by latchd (2026): Polling and Trigger take the raw idle wait of
-// rawwait.go when it is set; see third_party/gnet/LATCHD.md.
+// Modified by latchd (2026): Polling and Trigger use the raw idle wait of
+// rawwait.go when it is on; see third_party/gnet/LATCHD.md.
 
 //go:build linux && !poll_opt
 
@@ -102,7 +102,7 @@ func (p *Poller) Trigger(priority queue.EventPriority, fn queue.Func, param any)
 	}
 	if atomic.CompareAndSwapInt32(&p.wakeupCall, 0, 1) {
 		for {
-			if rawIdleWaitMs.Load() > 0 { // latchd: see SetRawIdleWait
+			if rawIdleWait.Load() { // latchd: see SetRawIdleWait
 				_, err = rawWrite(p.efd, b)
 			} else {
 				_, err = unix.Write(p.efd, b)
@@ -124,21 +124,27 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 	var doChores bool
 
 	msec := -1
+	ordinary := false // latchd: this idle spell waits the ordinary way (see SetRawIdleWait)
 	for {
 		var n int
 		var err error
-		// latchd: see SetRawIdleWait. A poll (msec 0) and the first part
-		// of an idle wait keep the processor; an idle wait that outlasts
-		// the setting goes on in an ordinary blocking call.
-		switch hold := int(rawIdleWaitMs.Load()); {
-		case hold <= 0:
+		// latchd: see SetRawIdleWait. A poll (msec 0) and an idle wait
+		// keep the processor; a signal ends the raw wait (EINTR, handled
+		// below as upstream does) and the rest of the idle spell waits in
+		// the ordinary call.
+		switch {
+		case !rawIdleWait.Load():
 			n, err = unix.EpollWait(p.fd, el.events, msec)
 		case msec == 0:
 			n, err = rawEpollWait(p.fd, el.events, 0)
+		case ordinary:
+			n, err = unix.EpollWait(p.fd, el.events, msec)
 		default:
-			if n, err = rawEpollWait(p.fd, el.events, hold); n == 0 && err == nil {
-				n, err = unix.EpollWait(p.fd, el.events, -1)
-			}
+			n, err = rawEpollWait(p.fd, el.events, msec)
+			ordinary = n < 0 && err == unix.EINTR
+		}
+		if n > 0 {
+			ordinary = false
 		}
 		if n == 0 || (n < 0 && err == unix.EINTR) {
 			msec = -1

@@ -3,33 +3,23 @@
 
 package netpoll
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "sync/atomic"
 
-var rawIdleWaitMs atomic.Int32
+var rawIdleWait atomic.Bool
 
-// SetRawIdleWait sets how long an event loop with nothing to do first
+// SetRawIdleWait turns the raw idle wait on or off for every poller in
+// the process, from its next wait. On, an event loop with nothing to do
 // waits for I/O in a raw epoll_pwait, which keeps its processor (P) the
-// way a running goroutine does, before it blocks in an ordinary system
-// call, whose processor the Go runtime's monitor may take away and hand
-// to another thread. d is rounded up to whole milliseconds (the unit of
-// epoll_pwait); 0 or less turns the raw wait off and the poller behaves
-// as upstream gnet. It applies to every poller in the process from its
-// next wait, and only on Linux with the default (epoll) poller.
-func SetRawIdleWait(d time.Duration) {
-	var ms int32
-	if d > 0 {
-		ms = 1000
-		if d < time.Second {
-			ms = int32((d + time.Millisecond - 1) / time.Millisecond)
-		}
-	}
-	rawIdleWaitMs.Store(ms)
-}
+// way a running goroutine does, instead of an ordinary system call, whose
+// processor the Go runtime's monitor (sysmon) may take away and hand to
+// another thread. The raw wait has no timeout: it lasts until I/O or a
+// task arrives, or until a signal interrupts it (the runtime's preemption
+// of a goroutine that has run for 10 ms, a stop for the garbage
+// collector); the rest of that idle spell then waits in the ordinary
+// call, so an idle loop gives its processor back. Off (the default), the
+// poller behaves as upstream gnet. Only Linux's default (epoll) poller
+// has it; elsewhere the setting is stored and ignored.
+func SetRawIdleWait(on bool) { rawIdleWait.Store(on) }
 
-// RawIdleWait reports the setting of SetRawIdleWait, in whole milliseconds.
-func RawIdleWait() time.Duration {
-	return time.Duration(rawIdleWaitMs.Load()) * time.Millisecond
-}
+// RawIdleWait reports the setting of SetRawIdleWait.
+func RawIdleWait() bool { return rawIdleWait.Load() }

@@ -14,7 +14,7 @@ import (
 // rawEpollWait is epoll_pwait without telling the Go scheduler: the
 // goroutine keeps its processor for the whole wait, so the runtime's
 // monitor never retakes it (see SetRawIdleWait). msec is 0 (a poll) or
-// a bounded wait. On an error it returns -1 and the errno.
+// -1 (until I/O or a signal). On an error it returns -1 and the errno.
 func rawEpollWait(epfd int, events []unix.EpollEvent, msec int) (int, error) {
 	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd),
 		uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(msec), 0, 0)
