@@ -3,7 +3,6 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -131,31 +130,21 @@ func (c Config) Loops() int {
 // speeds at 100 workers" and "Where a 100-worker round goes"). A raw wait
 // keeps the processor, so there is nothing to retake. It lasts until I/O
 // arrives or the runtime signals the loop (a goroutine that has run for
-// 10 ms is preempted; a garbage collection stops the world); the rest of
+// 10 ms is preempted, 10-20 ms into an idle spell; a garbage collection
+// stops the world); the rest of
 // that idle spell waits the ordinary way, so an idle server gives its
 // processor back. With one processor the raw wait would stop the rest of
-// the process for those 10 ms, and with several loops (one per core but
+// the process for those 10-20 ms, and with several loops (one per core but
 // one) the rest would share one processor, so neither gets it.
 //
 // Not with GODEBUG=asyncpreemptoff=1 either: the runtime then sends no
 // preemption signal, so a raw wait would end only at the next I/O, and a
 // garbage collection would wait for it, stopping the whole process.
-func (c Config) RawIdleWait() bool {
-	return c.LoopRawWait && c.Loops() == 1 && runtime.GOMAXPROCS(0) >= 2 && !asyncPreemptOff()
-}
-
-// asyncPreemptOff reports whether GODEBUG turns the runtime's
-// asynchronous preemption off (the last asyncpreemptoff setting wins, as
-// in the runtime).
-func asyncPreemptOff() bool {
-	off := false
-	for _, kv := range strings.Split(os.Getenv("GODEBUG"), ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(kv), "asyncpreemptoff="); ok {
-			off = v == "1"
-		}
-	}
-	return off
-}
+//
+// The setting is one per process, so the server applies the rule to all
+// the loops of the servers running in it (trackRawWait), at Start, at Stop
+// and every sweep (GOMAXPROCS may change at run time).
+func (c Config) RawIdleWait() bool { return rawIdleWait(c.Loops(), c.LoopRawWait) }
 
 // Validate reports the first field out of range.
 func (c Config) Validate() error {

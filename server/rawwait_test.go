@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"context"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/panjf2000/gnet/v2/pkg/netpoll"
+	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/testutil"
@@ -49,8 +51,11 @@ func TestRawIdleWaitRule(t *testing.T) {
 	}{
 		{"", true},
 		{"asyncpreemptoff=1", false},
-		{"gctrace=1, asyncpreemptoff=1", false},
+		{"asyncpreemptoff=2", false}, // the runtime: any number but 0
+		{"gctrace=1,asyncpreemptoff=1", false},
+		{"gctrace=1, asyncpreemptoff=1", true}, // " asyncpreemptoff" is no setting the runtime knows
 		{"asyncpreemptoff=1,asyncpreemptoff=0", true},
+		{"asyncpreemptoff=1,asyncpreemptoff=x", false}, // a malformed value changes nothing
 		{"asyncpreemptoff=0", true},
 	} {
 		t.Setenv("GODEBUG", c.godebug)
@@ -65,10 +70,15 @@ func TestRawIdleWaitRule(t *testing.T) {
 // lease, whether the loop is in a raw wait or, idle for longer than the
 // runtime's 10 ms preemption, in an ordinary one.
 func TestLoopRawWaitServes(t *testing.T) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("the raw wait applies with two or more processors")
+	cfg := server.DefaultConfig()
+	cfg.EventLoops = 1
+	if !cfg.RawIdleWait() {
+		t.Skip("the raw wait applies with two or more processors and the runtime's preemption on")
 	}
-	defer netpoll.SetRawIdleWait(netpoll.RawIdleWait())
+	// Registered before the server's own cleanup, so run after its Stop:
+	// the stop runs with the raw wait on.
+	was := netpoll.RawIdleWait()
+	t.Cleanup(func() { netpoll.SetRawIdleWait(was) })
 	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) {
 		c.EventLoops = 1
 		c.LoopRawWait = true
@@ -97,4 +107,61 @@ func TestLoopRawWaitServes(t *testing.T) {
 	grant(t, a.do("l", "idle-lease", "5 1"), "ok")
 	b.req("l", "idle-lease", "5")
 	grant(t, b.line(), "ok")
+}
+
+// TestRawIdleWaitProcessWide: the setting is one per process, so it is on
+// only while the servers running here have one event loop in all, and
+// every one of them wants it.
+func TestRawIdleWaitProcessWide(t *testing.T) {
+	cfg := server.DefaultConfig()
+	cfg.EventLoops = 1
+	if !cfg.RawIdleWait() {
+		t.Skip("the raw wait applies with two or more processors and the runtime's preemption on")
+	}
+	was := netpoll.RawIdleWait()
+	t.Cleanup(func() { netpoll.SetRawIdleWait(was) })
+	start := func(on bool) *server.Server {
+		c := server.DefaultConfig()
+		c.Addr, c.EventLoops, c.LoopRawWait = "127.0.0.1:0", 1, on
+		eng, err := engine.New(engine.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := server.New(c, eng, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	stop := func(srv *server.Server) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := start(true)
+	if !netpoll.RawIdleWait() {
+		t.Fatal("one server, one loop: raw wait off")
+	}
+	b := start(true)
+	if netpoll.RawIdleWait() {
+		t.Fatal("two servers of one loop each: raw wait on")
+	}
+	stop(b)
+	if !netpoll.RawIdleWait() {
+		t.Fatal("back to one loop: raw wait off")
+	}
+	c := start(false)
+	if netpoll.RawIdleWait() {
+		t.Fatal("a second server with LoopRawWait off: raw wait on")
+	}
+	stop(c)
+	stop(a)
+	if netpoll.RawIdleWait() {
+		t.Fatal("no server running: raw wait on")
+	}
 }

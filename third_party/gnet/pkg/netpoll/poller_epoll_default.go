@@ -191,7 +191,11 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 			atomic.StoreInt32(&p.wakeupCall, 0)
 			if (!p.asyncTaskQueue.IsEmpty() || !p.urgentAsyncTaskQueue.IsEmpty()) && atomic.CompareAndSwapInt32(&p.wakeupCall, 0, 1) {
 				for {
-					_, err = unix.Write(p.efd, b)
+					if rawIdleWait.Load() { // latchd: see SetRawIdleWait
+						_, err = rawWrite(p.efd, b)
+					} else {
+						_, err = unix.Write(p.efd, b)
+					}
 					if err == unix.EAGAIN {
 						_, _ = unix.Read(p.efd, p.efdBuf)
 						continue

@@ -7,7 +7,9 @@ package netpoll
 
 import (
 	"errors"
+	"os"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +50,7 @@ func polling(t *testing.T) (p *Poller, wfd int, got <-chan byte, stop func() err
 	done := make(chan error, 1)
 	go func() {
 		done <- p.Polling(func(fd int, _ IOEvent, _ IOFlags) error {
-			var b [1]byte
+			var b [8]byte // 8: a timerfd's count (TestRawIdleWaitYieldsToGC)
 			if n, _ := unix.Read(fd, b[:]); n == 1 {
 				ch <- b[0]
 			}
@@ -88,6 +90,7 @@ func recv(t *testing.T, got <-chan byte, want byte) {
 // ended it (idle for more than the runtime's 10 ms preemption) and the
 // loop waits the ordinary way.
 func TestRawIdleWaitServes(t *testing.T) {
+	preemptible(t)
 	defer SetRawIdleWait(RawIdleWait())
 	for _, on := range []bool{false, true} {
 		SetRawIdleWait(on)
@@ -115,69 +118,93 @@ func TestRawIdleWaitServes(t *testing.T) {
 	}
 }
 
-// TestRawIdleWaitYieldsToGC: a loop in a raw wait still stops for the
-// garbage collector: the runtime's preemption signal interrupts the wait
-// (EINTR) and the loop yields. A wait that did not yield would hang this
-// test (a stopped world stops it too) until the test timeout.
-func TestRawIdleWaitYieldsToGC(t *testing.T) {
+// preemptible skips a test that needs the runtime's preemption signal
+// (see SetRawIdleWait): without it the raw wait would hang the test.
+func preemptible(t *testing.T) {
+	t.Helper()
+	if strings.Contains(os.Getenv("GODEBUG"), "asyncpreemptoff=") {
+		t.Skip("GODEBUG sets asyncpreemptoff: the raw wait depends on preemption")
+	}
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("needs two processors: the raw wait keeps one")
 	}
+}
+
+// TestRawIdleWaitYieldsToGC: a loop in a raw wait still stops for the
+// garbage collector: the runtime's preemption signal interrupts the wait
+// (EINTR) and the loop yields. A timerfd in the poller, due every 2 s, is
+// the backstop: a wait that did not yield would end there (a collection
+// stops the world more than once), and the collection take that long.
+func TestRawIdleWaitYieldsToGC(t *testing.T) {
+	preemptible(t)
 	defer SetRawIdleWait(RawIdleWait())
 	SetRawIdleWait(true)
 	p, _, _, stop := polling(t)
 	defer stop()
+	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tfd)
+	if err := p.AddRead(&PollAttachment{FD: tfd}, false); err != nil {
+		t.Fatal(err)
+	}
+	const backstop = 2 * time.Second
 	for i := 0; i < 5; i++ {
+		due := unix.NsecToTimespec(int64(backstop))
+		if err := unix.TimerfdSettime(tfd, 0, &unix.ItimerSpec{Value: due, Interval: due}, nil); err != nil {
+			t.Fatal(err)
+		}
 		ran := make(chan struct{})
 		_ = p.Trigger(queue.HighPriority, func(any) error { close(ran); return nil }, nil)
-		<-ran // the loop goes back to a raw wait after the task
+		<-ran
+		time.Sleep(time.Millisecond) // the loop is back in a raw wait
+		start := time.Now()
 		runtime.GC()
+		if d := time.Since(start); d > backstop/2 {
+			t.Fatalf("runtime.GC took %v with the loop in a raw wait", d)
+		}
 	}
 }
 
-// TestRawIdleWaitGivesBack: once a signal has ended a raw wait, the loop
-// waits in an ordinary system call (its goroutine shows as in a syscall)
-// for the rest of the idle spell, so an idle server gives its processor
-// back. Taking a stack dump stops the world, which is such a signal.
+// TestRawIdleWaitGivesBack: the loop's goroutine stays out of system calls
+// (as far as the scheduler sees) while in a raw wait, and once the
+// runtime's preemption has ended the raw wait (10-20 ms into an idle
+// spell) it waits in an ordinary system call for the rest of the spell,
+// so an idle server gives its processor back. Off, it is in the ordinary
+// call at once. Read from runtime/metrics, which stops nothing.
 func TestRawIdleWaitGivesBack(t *testing.T) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("needs two processors: the raw wait keeps one")
-	}
+	preemptible(t)
 	defer SetRawIdleWait(RawIdleWait())
+	sample := []metrics.Sample{{Name: "/sched/goroutines/not-in-go:goroutines"}}
+	inSyscalls := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
 	for _, on := range []bool{false, true} {
 		SetRawIdleWait(on)
+		base := inSyscalls() // before the poller's goroutine exists
 		p, _, _, stop := polling(t)
 		ran := make(chan struct{})
 		_ = p.Trigger(queue.HighPriority, func(any) error { close(ran); return nil }, nil)
 		<-ran
-		buf := make([]byte, 1<<20)
-		var state string
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.HasPrefix(state, "syscall") && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-			state = pollingState(buf[:runtime.Stack(buf, true)])
+		if on {
+			// The preemption comes 10 ms at the earliest.
+			for end := time.Now().Add(3 * time.Millisecond); time.Now().Before(end); {
+				if n := inSyscalls(); n > base {
+					t.Fatalf("raw wait: %d goroutines in system calls (%d before the poller) right after a task", n, base)
+				}
+			}
 		}
-		if !strings.HasPrefix(state, "syscall") {
-			t.Errorf("raw %v: the idle loop's goroutine is %q, want in a syscall", on, state)
+		deadline := time.Now().Add(5 * time.Second)
+		for inSyscalls() <= base && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if n := inSyscalls(); n <= base {
+			t.Errorf("raw %v: the idle loop is not in a system call after 5 s (%d, %d before)", on, n, base)
 		}
 		if err := stop(); !errors.Is(err, errorx.ErrEngineShutdown) {
 			t.Fatalf("raw %v: Polling returned %v", on, err)
 		}
 	}
-}
-
-// pollingState is the state of the goroutine running Polling in a dump
-// of all goroutines ("running", "syscall", ...).
-func pollingState(dump []byte) string {
-	for _, g := range strings.Split(string(dump), "\n\n") {
-		if !strings.Contains(g, "netpoll.(*Poller).Polling") {
-			continue
-		}
-		head, _, _ := strings.Cut(g, "\n")
-		if _, st, ok := strings.Cut(head, "["); ok {
-			st, _, _ = strings.Cut(st, "]")
-			return st
-		}
-	}
-	return ""
 }
