@@ -17,6 +17,11 @@ type Config struct {
 	// EventLoops is the number of gnet event loops; 0 means automatic:
 	// one per core but one (at least one), see Loops.
 	EventLoops int
+	// LoopRawWait has an idle event loop wait for I/O in a raw system
+	// call that keeps its processor, until the Go runtime signals it (see
+	// RawIdleWait). It applies only where it was measured to help: one
+	// event loop and at least two processors.
+	LoopRawWait bool
 	// ReadTimeout closes a connection that has sat on a partial request
 	// this long. A connection parked on a blocking request is not idle.
 	ReadTimeout time.Duration
@@ -95,6 +100,7 @@ func DefaultConfig() Config {
 		StatsConcurrency:      2,
 		SendBuffer:            256 << 10,
 		DirectHandOff:         true,
+		LoopRawWait:           true,
 	}
 }
 
@@ -111,6 +117,34 @@ func (c Config) Loops() int {
 	}
 	return max(1, runtime.GOMAXPROCS(0)-1)
 }
+
+// RawIdleWait reports whether the server's event loop waits for I/O in a
+// raw system call when idle (third_party/gnet's netpoll.SetRawIdleWait):
+// LoopRawWait, with one event loop and at least two processors.
+//
+// Why: an idle loop blocks in epoll_wait, an ordinary system call, and
+// while it does the Go runtime's monitor (sysmon) takes its processor away
+// whenever the other one is busy; each such retake makes the monitor poll
+// every 20 µs again, and a process can stay in that state for a whole run,
+// its CPU per operation 20-30% higher (docs/cluster.md, "The leader's two
+// speeds at 100 workers" and "Where a 100-worker round goes"). A raw wait
+// keeps the processor, so there is nothing to retake. It lasts until I/O
+// arrives or the runtime signals the loop (a goroutine that has run for
+// 10 ms is preempted, 10-20 ms into an idle spell; a garbage collection
+// stops the world); the rest of
+// that idle spell waits the ordinary way, so an idle server gives its
+// processor back. With one processor the raw wait would stop the rest of
+// the process for those 10-20 ms, and with several loops (one per core but
+// one) the rest would share one processor, so neither gets it.
+//
+// Not with GODEBUG=asyncpreemptoff=1 either: the runtime then sends no
+// preemption signal, so a raw wait would end only at the next I/O, and a
+// garbage collection would wait for it, stopping the whole process.
+//
+// The setting is one per process, so the server applies the rule to all
+// the loops of the servers running in it (trackRawWait), at Start, at Stop
+// and every sweep (GOMAXPROCS may change at run time).
+func (c Config) RawIdleWait() bool { return rawIdleWait(c.Loops(), c.LoopRawWait) }
 
 // Validate reports the first field out of range.
 func (c Config) Validate() error {
