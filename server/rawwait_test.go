@@ -70,15 +70,7 @@ func TestRawIdleWaitRule(t *testing.T) {
 // lease, whether the loop is in a raw wait or, idle for longer than the
 // runtime's 10 ms preemption, in an ordinary one.
 func TestLoopRawWaitServes(t *testing.T) {
-	cfg := server.DefaultConfig()
-	cfg.EventLoops = 1
-	if !cfg.RawIdleWait() {
-		t.Skip("the raw wait applies with two or more processors and the runtime's preemption on")
-	}
-	// Registered before the server's own cleanup, so run after its Stop:
-	// the stop runs with the raw wait on.
-	was := netpoll.RawIdleWait()
-	t.Cleanup(func() { netpoll.SetRawIdleWait(was) })
+	rawWaitTest(t)
 	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) {
 		c.EventLoops = 1
 		c.LoopRawWait = true
@@ -113,13 +105,7 @@ func TestLoopRawWaitServes(t *testing.T) {
 // only while the servers running here have one event loop in all, and
 // every one of them wants it.
 func TestRawIdleWaitProcessWide(t *testing.T) {
-	cfg := server.DefaultConfig()
-	cfg.EventLoops = 1
-	if !cfg.RawIdleWait() {
-		t.Skip("the raw wait applies with two or more processors and the runtime's preemption on")
-	}
-	was := netpoll.RawIdleWait()
-	t.Cleanup(func() { netpoll.SetRawIdleWait(was) })
+	rawWaitTest(t)
 	start := func(on bool) *server.Server {
 		c := server.DefaultConfig()
 		c.Addr, c.EventLoops, c.LoopRawWait = "127.0.0.1:0", 1, on
@@ -164,4 +150,19 @@ func TestRawIdleWaitProcessWide(t *testing.T) {
 	if netpoll.RawIdleWait() {
 		t.Fatal("no server running: raw wait on")
 	}
+}
+
+// rawWaitTest skips a test where a one-loop server would not use the raw
+// wait, and restores the process's setting when the test ends. Call it
+// before starting servers: the restore then runs after their Stop, so
+// they stop with the raw wait on.
+func rawWaitTest(t *testing.T) {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.EventLoops = 1
+	if !cfg.RawIdleWait() {
+		t.Skip("the raw wait applies with two or more processors and the runtime's preemption on")
+	}
+	was := netpoll.RawIdleWait()
+	t.Cleanup(func() { netpoll.SetRawIdleWait(was) })
 }
