@@ -120,30 +120,24 @@ func (c Config) Loops() int {
 
 // RawIdleWait reports whether the server's event loop waits for I/O in a
 // raw system call when idle (third_party/gnet's netpoll.SetRawIdleWait):
-// LoopRawWait, with one event loop and at least two processors.
+// LoopRawWait, with one event loop, at least two processors and the
+// runtime's preemption signal on (not GODEBUG=asyncpreemptoff=1).
 //
-// Why: an idle loop blocks in epoll_wait, an ordinary system call, and
-// while it does the Go runtime's monitor (sysmon) takes its processor away
-// whenever the other one is busy; each such retake makes the monitor poll
-// every 20 µs again, and a process can stay in that state for a whole run,
-// its CPU per operation 20-30% higher (docs/cluster.md, "The leader's two
-// speeds at 100 workers" and "Where a 100-worker round goes"). A raw wait
-// keeps the processor, so there is nothing to retake. It lasts until I/O
-// arrives or the runtime signals the loop (a goroutine that has run for
-// 10 ms is preempted, 10-20 ms into an idle spell; a garbage collection
-// stops the world); the rest of
-// that idle spell waits the ordinary way, so an idle server gives its
-// processor back. With one processor the raw wait would stop the rest of
-// the process for those 10-20 ms, and with several loops (one per core but
-// one) the rest would share one processor, so neither gets it.
+// Why: while an idle loop blocks in an ordinary epoll_wait, the runtime's
+// monitor (sysmon) takes its processor away whenever the other one is
+// busy, and each retake sets the monitor polling every 20 µs again; a
+// process can stay so for a whole run at 20-30% more CPU per operation.
+// A raw wait keeps the processor until I/O or the runtime's signal
+// (preemption 10-20 ms into an idle spell, a garbage collection); the rest
+// of the spell waits the ordinary way. With one processor it would stop
+// the rest of the process, with several loops the rest would share one
+// processor, and without the signal a garbage collection would wait for
+// the next I/O. docs/architecture.md, "The event loop's idle wait", and
+// third_party/gnet/LATCHD.md have the details.
 //
-// Not with GODEBUG=asyncpreemptoff=1 either: the runtime then sends no
-// preemption signal, so a raw wait would end only at the next I/O, and a
-// garbage collection would wait for it, stopping the whole process.
-//
-// The setting is one per process, so the server applies the rule to all
-// the loops of the servers running in it (trackRawWait), at Start, at Stop
-// and every sweep (GOMAXPROCS may change at run time).
+// The setting is one per process, so the servers in it apply the rule to
+// their loops together (trackRawWait), at Start, at Stop and every sweep
+// (GOMAXPROCS may change at run time).
 func (c Config) RawIdleWait() bool { return rawIdleWait(c.Loops(), c.LoopRawWait) }
 
 // Validate reports the first field out of range.
