@@ -54,11 +54,13 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 			err := n.restoreSnapshot(m.GetSnapshot())
 			if err == nil {
 				n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
+				n.snapBytes, n.logBytes = uint64(len(m.GetSnapshot().GetData())), 0
 			}
 			n.restored <- err
 			continue
 		}
 		for _, e := range m.GetEntries() {
+			n.logBytes += uint64(len(e.GetData()))
 			n.applyOne(e)
 		}
 		// The answers first, then raft (which proposes what queued
@@ -264,33 +266,69 @@ func firstReqID(data []byte) (uint64, uint64) {
 	return c.Origin, c.ReqID
 }
 
-// snapshotDue reports whether SnapshotThreshold entries applied since the
-// last snapshot. Under applyRun.
+// snapshotDue reports whether a snapshot is due. Under applyRun.
+//
+// A small state (snapSizeFloor bytes or less) is snapshotted every
+// SnapshotThreshold entries. A larger one waits, besides, until the log
+// applied since the last snapshot is as large as that snapshot was: a
+// snapshot copies the whole state while every apply waits, and at a fixed
+// count of entries a large state made copying it the node's main work
+// (400,000 held locks, a 24 MB state: p50 27 ms and p99 1.7 s at 2,000
+// ops/s). Tied to the log's growth, copying the state costs about what
+// writing the log did, and a restart replays at most about a state's
+// size of log.
 func (n *Node) snapshotDue() bool {
-	return n.fsm.AppliedIndex() >= n.snapIndex+n.cfg.SnapshotThreshold
+	if n.fsm.AppliedIndex() < n.snapIndex+n.cfg.SnapshotThreshold {
+		return false
+	}
+	return n.snapBytes <= snapSizeFloor || n.logBytes >= n.snapBytes
 }
 
-// maybeSnapshot snapshots the FSM every SnapshotThreshold entries and
-// compacts the log behind it, keeping TrailingLogs entries for followers
-// that are a little behind.
+// snapSizeFloor is the state size up to which snapshots follow
+// SnapshotThreshold alone (copying 1 MiB takes a few milliseconds).
+const snapSizeFloor = 1 << 20
+
+// maybeSnapshot takes a snapshot when one is due, or at once with force
+// (tests). The state is copied here, under applyRun; writing it out and
+// compacting the log behind it (keeping TrailingLogs entries for
+// followers a little behind) is writeSnapshot's, on a goroutine of its
+// own, so the applies go on meanwhile. One write at a time: a snapshot
+// due while the last one is still being written waits for a later apply;
+// force waits for that write, and for its own.
 func (n *Node) maybeSnapshot(force bool) {
-	if !force && !n.snapshotDue() {
+	if force {
+		n.snapMu.Lock()
+	} else if !n.snapshotDue() || !n.snapMu.TryLock() {
 		return
 	}
 	applied := n.fsm.AppliedIndex()
 	if li, _ := n.mem.LastIndex(); applied > li {
+		n.snapMu.Unlock()
 		return // applied before this node's own append finished: next time
 	}
 	snap, err := n.freshSnapshot()
 	if err != nil {
+		n.snapMu.Unlock()
 		return
 	}
-	idx := snap.GetMetadata().GetIndex()
+	n.snapIndex = snap.GetMetadata().GetIndex()
+	n.snapBytes, n.logBytes = uint64(len(snap.GetData())), 0
+	go n.writeSnapshot(snap) // unlocks snapMu
+	if force {
+		n.snapMu.Lock()
+		n.snapMu.Unlock()
+	}
+}
+
+// writeSnapshot writes snap durably, compacts the log behind it and
+// releases snapMu, which maybeSnapshot took for it.
+func (n *Node) writeSnapshot(snap *raftpb.Snapshot) {
+	defer n.snapMu.Unlock()
 	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 		n.log.Warn("snapshot write failed", zap.Error(err))
 		return
 	}
-	n.snapIndex = idx
+	idx := snap.GetMetadata().GetIndex()
 	if idx > n.cfg.TrailingLogs {
 		to := idx - n.cfg.TrailingLogs
 		if first, _ := n.mem.FirstIndex(); to > first {
@@ -447,6 +485,8 @@ func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() {
 		close(n.stop)
 		n.wg.Wait()
+		n.snapMu.Lock() // a snapshot still being written (writeSnapshot)
+		n.snapMu.Unlock()
 		n.tr.close()
 		n.setReady(false)
 		n.waitMu.Lock()

@@ -104,6 +104,9 @@ type Node struct {
 	ownerBuf  []answered                   // their owners, for the batch wait
 	applyMu   sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64                       // apply thread
+	snapBytes uint64                       // apply thread: the size of the last snapshot's state
+	logBytes  uint64                       // apply thread: bytes of entries applied since it
+	snapMu    sync.Mutex                   // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
 	restored  chan error                   // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 
@@ -319,6 +322,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 			return nil, fmt.Errorf("replica: %w", err)
 		}
 		n.snapIndex = snap.GetMetadata().GetIndex()
+		n.snapBytes = uint64(len(snap.GetData()))
 	}
 	ents, err := st.readEntries(n.snapIndex)
 	if err != nil {
@@ -1093,6 +1097,8 @@ func (n *Node) appendFailed(err error) {
 // apply thread restore it (after what it is applying), and replaces the
 // in-memory log.
 func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
+	n.snapMu.Lock() // this node's own snapshot, if one is being written, first
+	n.snapMu.Unlock()
 	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 		return err
 	}
