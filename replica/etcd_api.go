@@ -286,7 +286,7 @@ func (n *Node) snapshotDue() bool {
 
 // snapSizeFloor is the state size up to which snapshots follow
 // SnapshotThreshold alone (copying 1 MiB takes a few milliseconds).
-const snapSizeFloor = 1 << 20
+var snapSizeFloor uint64 = 1 << 20 // a variable for tests
 
 // maybeSnapshot takes a snapshot when one is due, or at once with force
 // (tests). The state is copied here, under applyRun; writing it out and
@@ -306,6 +306,7 @@ func (n *Node) maybeSnapshot(force bool) {
 		n.snapMu.Unlock()
 		return // applied before this node's own append finished: next time
 	}
+	start := time.Now()
 	snap, err := n.freshSnapshot()
 	if err != nil {
 		n.snapMu.Unlock()
@@ -313,7 +314,7 @@ func (n *Node) maybeSnapshot(force bool) {
 	}
 	n.snapIndex = snap.GetMetadata().GetIndex()
 	n.snapBytes, n.logBytes = uint64(len(snap.GetData())), 0
-	go n.writeSnapshot(snap) // unlocks snapMu
+	go n.writeSnapshot(snap, time.Since(start)) // unlocks snapMu
 	if force {
 		n.snapMu.Lock()
 		n.snapMu.Unlock()
@@ -322,13 +323,16 @@ func (n *Node) maybeSnapshot(force bool) {
 
 // writeSnapshot writes snap durably, compacts the log behind it and
 // releases snapMu, which maybeSnapshot took for it.
-func (n *Node) writeSnapshot(snap *raftpb.Snapshot) {
+func (n *Node) writeSnapshot(snap *raftpb.Snapshot, copied time.Duration) {
 	defer n.snapMu.Unlock()
+	start := time.Now()
 	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 		n.log.Warn("snapshot write failed", zap.Error(err))
 		return
 	}
 	idx := snap.GetMetadata().GetIndex()
+	n.log.Info("snapshot taken", zap.String("node_id", n.cfg.NodeID), zap.Uint64("index", idx),
+		zap.Int("bytes", len(snap.GetData())), zap.Duration("copy", copied), zap.Duration("write", time.Since(start)))
 	if idx > n.cfg.TrailingLogs {
 		to := idx - n.cfg.TrailingLogs
 		if first, _ := n.mem.FirstIndex(); to > first {

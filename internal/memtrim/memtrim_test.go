@@ -2,6 +2,7 @@ package memtrim
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,4 +153,43 @@ func TestRunCollectsGarbageLiveAtLastCollection(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestRunLeavesABusyLargeHeapToTheRuntime: a large live heap and a
+// steady stream of allocation, with minIdle of garbage gathering between
+// the runtime's own collections. Trimming there forces a full mark of
+// the live heap every few intervals (two forced collections each time);
+// the runtime collects on its own when the heap reaches its goal.
+func TestRunLeavesABusyLargeHeapToTheRuntime(t *testing.T) {
+	for range 400_000 { // ~44 MiB live, all pointers to mark
+		chain = &node{next: chain}
+	}
+	defer func() { chain = nil }()
+	runtime.GC()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 10*time.Millisecond, 1<<20, Gauges{}) }()
+	defer func() { close(stop); <-done }()
+	before := forcedGC()
+	// About 1 MiB every 5 ms, for half a second: 2 MiB an interval,
+	// 100 MiB in all, so a collection of the runtime's own or two.
+	var keep [][]byte
+	for range 100 {
+		for range 16 {
+			keep = append(keep, make([]byte, 64<<10))
+		}
+		if len(keep) > 64 {
+			keep = keep[:0]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := forcedGC() - before; n > 0 {
+		t.Fatalf("%d forced collections while the program allocated 2 MiB an interval", n)
+	}
+}
+
+func forcedGC() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
