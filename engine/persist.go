@@ -55,13 +55,20 @@ var ErrBadState = errors.New("engine: bad state")
 // cluster's applies wait for a snapshot's copy, which costs about a
 // microsecond per holding or wait.
 func (e *Engine) WriteState(w io.Writer) error {
+	_, err := w.Write(e.AppendState(nil))
+	return err
+}
+
+// AppendState appends what WriteState writes to b, growing it once.
+func (e *Engine) AppendState(b []byte) []byte {
 	counter := e.fence.Load()
 	parts := e.shardStates()
 	n := 0
 	for _, p := range parts {
 		n += len(p)
 	}
-	b := make([]byte, 0, n+4096)
+	start := len(b)
+	b = slices.Grow(b, n+4096)
 	b = append(b, stateMagic...)
 	b = append(b, stateVersion)
 	b = binary.AppendUvarint(b, uint64(len(e.shards)))
@@ -71,9 +78,7 @@ func (e *Engine) WriteState(w io.Writer) error {
 	}
 	b = e.sess.appendState(b)
 	b = e.appendLapsed(b)
-	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
-	_, err := w.Write(b)
-	return err
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
 }
 
 // shardStates encodes every shard's state (appendStateLocked), each

@@ -793,15 +793,11 @@ func (n *Node) HandOff(timeout time.Duration) {
 // applied index into the in-memory storage.
 func (n *Node) freshSnapshot() (*raftpb.Snapshot, error) {
 	n.applyMu.Lock()
-	state, idx, err := n.fsm.stateBytes()
-	if err != nil {
-		n.applyMu.Unlock()
-		return nil, err
-	}
 	n.bookMu.Lock()
-	data := encodeSnap(n.book, state)
+	data := appendSnapHeader(nil, n.book)
 	cs := proto.Clone(n.confState).(*raftpb.ConfState)
 	n.bookMu.Unlock()
+	data, idx := n.fsm.appendState(data)
 	n.applyMu.Unlock()
 	if li, _ := n.mem.LastIndex(); idx > li {
 		return nil, raft.ErrSnapshotTemporarilyUnavailable

@@ -530,21 +530,20 @@ func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
 		cs.Voters = append(cs.Voters, id)
 		book[id] = Member{ID: p.ID, RaftAddr: p.RaftAddr, Suffrage: "voter"}
 	}
-	state, _, err := n.fsm.stateBytes()
-	if err != nil {
-		return nil, err
-	}
-	return &raftpb.Snapshot{Data: encodeSnap(book, state),
+	data, _ := n.fsm.appendState(appendSnapHeader(nil, book))
+	return &raftpb.Snapshot{Data: data,
 		Metadata: &raftpb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}, nil
 }
 
-func encodeSnap(book map[uint64]Member, state []byte) []byte {
+// appendSnapHeader appends a snapshot's magic and members to b; the FSM's
+// state follows them.
+func appendSnapHeader(b []byte, book map[uint64]Member) []byte {
 	ids := make([]uint64, 0, len(book))
 	for id := range book {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	b := []byte(etcdSnapMagic)
+	b = append(b, etcdSnapMagic...)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		m := book[id]
@@ -553,7 +552,7 @@ func encodeSnap(book map[uint64]Member, state []byte) []byte {
 		b = appendString(b, m.RaftAddr)
 		b = appendString(b, m.Suffrage)
 	}
-	return append(b, state...)
+	return b
 }
 
 // restoreSnapshot loads snap's members and FSM state.
