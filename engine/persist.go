@@ -122,12 +122,13 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	resIdx := make(map[*resource]int, len(keys))
-	entIdx := make(map[*entry]int, len(keys)+len(s.heap)/2)
+	// Entries and resources are numbered in the order written (sidx),
+	// for the idle list, the heap and the owner lists below.
+	entries := 0
 	b = binary.AppendUvarint(b, uint64(len(keys)))
 	for i, k := range keys {
 		r := s.res[k]
-		resIdx[r] = i
+		r.sidx = int32(i)
 		b = binary.AppendUvarint(b, uint64(len(k)))
 		b = append(b, k...)
 		b = binary.AppendUvarint(b, uint64(r.limit))
@@ -140,7 +141,8 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 		for _, q := range [...]*queue{&r.holders, &r.waiters} {
 			b = binary.AppendUvarint(b, uint64(q.n))
 			for en := q.head; en != nil; en = en.qnext {
-				entIdx[en] = len(entIdx)
+				en.sidx = int32(entries)
+				entries++
 				b = appendEntry(b, en)
 			}
 		}
@@ -151,13 +153,13 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(n))
 	for r := s.idle.head; r != nil; r = r.inext {
-		b = binary.AppendUvarint(b, uint64(resIdx[r]))
+		b = binary.AppendUvarint(b, uint64(r.sidx))
 	}
 	// The heap's layout decides which of two equal deadlines Expire
 	// handles first, and so who is granted which fence: keep it exactly.
 	b = binary.AppendUvarint(b, uint64(len(s.heap)))
 	for _, en := range s.heap {
-		b = binary.AppendUvarint(b, uint64(entIdx[en]))
+		b = binary.AppendUvarint(b, uint64(en.sidx))
 	}
 	owners := make([]OwnerID, 0, len(s.owners))
 	for id := range s.owners {
@@ -173,7 +175,7 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 		}
 		b = binary.AppendUvarint(b, uint64(n))
 		for en := s.owners[id]; en != nil; en = en.onext {
-			b = binary.AppendUvarint(b, uint64(entIdx[en]))
+			b = binary.AppendUvarint(b, uint64(en.sidx))
 		}
 	}
 	return b
