@@ -107,6 +107,7 @@ type Node struct {
 	snapBytes uint64                       // apply thread: the size of the last snapshot's state
 	logBytes  uint64                       // apply thread: bytes of entries applied since it
 	snapMu    sync.Mutex                   // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
+	snapRetry atomic.Bool                  // the last snapshot's write failed: the next is due at once
 	restored  chan error                   // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 
@@ -1096,8 +1097,14 @@ func (n *Node) appendFailed(err error) {
 // apply thread restore it (after what it is applying), and replaces the
 // in-memory log.
 func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
-	n.snapMu.Lock() // this node's own snapshot, if one is being written, first
-	n.snapMu.Unlock()
+	// This node's own snapshot may still be being written
+	// (writeSnapshot), and the apply thread may start another before it
+	// restores this one: harmless, so this thread does not wait for
+	// it. That snapshot is older than this one (the leader sends one
+	// past what this node has), so the newest file, which a restart
+	// loads, is this one; the log behind it is cleared below, and the
+	// writer's compaction is then below the log's first entry (nothing to
+	// delete) and raft's (ErrCompacted).
 	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 		return err
 	}
