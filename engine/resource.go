@@ -18,8 +18,9 @@ type entry struct {
 	deadline int64 // lease end (holding) or wait end (parked); see hidx
 	hidx     int   // index in the shard's heap, -1 when it has no deadline
 	holding  bool
-	twoPhase bool // enqueued with e/se and not yet collected by w/sw
-	sink     Sink // a parked request's Sink; nil otherwise
+	twoPhase bool  // enqueued with e/se and not yet collected by w/sw
+	sidx     int32 // scratch: its number in the state WriteState writes
+	sink     Sink  // a parked request's Sink; nil otherwise
 	qprev    *entry
 	qnext    *entry // resource's holders or waiters list
 	oprev    *entry
@@ -66,6 +67,7 @@ type resource struct {
 	holders queue
 	waiters queue
 	idle    bool  // on the shard's idle list
+	sidx    int32 // scratch: its number in the state WriteState writes
 	idleAt  int64 // when it last became idle
 	iprev   *resource
 	inext   *resource

@@ -54,11 +54,13 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 			err := n.restoreSnapshot(m.GetSnapshot())
 			if err == nil {
 				n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
+				n.snapBytes, n.logBytes = uint64(len(m.GetSnapshot().GetData())), 0
 			}
 			n.restored <- err
 			continue
 		}
 		for _, e := range m.GetEntries() {
+			n.logBytes += uint64(len(e.GetData()))
 			n.applyOne(e)
 		}
 		// The answers first, then raft (which proposes what queued
@@ -264,33 +266,90 @@ func firstReqID(data []byte) (uint64, uint64) {
 	return c.Origin, c.ReqID
 }
 
-// snapshotDue reports whether SnapshotThreshold entries applied since the
-// last snapshot. Under applyRun.
+// snapshotDue reports whether a snapshot is due. Under applyRun.
+//
+// A small state (snapSizeFloor bytes or less) is snapshotted every
+// SnapshotThreshold entries. A larger one waits, besides, until the log
+// applied since the last snapshot is as large as that snapshot was: a
+// snapshot copies the whole state while every apply waits, and at a fixed
+// count of entries a large state made copying it the node's main work
+// (400,000 held locks, a 29 MB state: p50 16-34 ms and p99 1.6-1.8 s at
+// 2,000 ops/s). Tied to the log's growth, copying the state costs about
+// what writing the log did. snapMaxSpan thresholds' worth of entries make
+// a snapshot due whatever their size: raft's in-memory log keeps every
+// entry since the last one (about 130 bytes each besides its data), and
+// a state that shrank would otherwise keep the gap its old size set. A
+// restart replays at most that gap. A write that failed makes the next
+// one due at once.
 func (n *Node) snapshotDue() bool {
-	return n.fsm.AppliedIndex() >= n.snapIndex+n.cfg.SnapshotThreshold
+	if n.snapRetry.Load() {
+		return true
+	}
+	since := n.fsm.AppliedIndex() - min(n.snapIndex, n.fsm.AppliedIndex())
+	switch {
+	case since < n.cfg.SnapshotThreshold:
+		return false
+	case since >= snapMaxSpan*n.cfg.SnapshotThreshold:
+		return true
+	}
+	return n.snapBytes <= snapSizeFloor || n.logBytes >= n.snapBytes
 }
 
-// maybeSnapshot snapshots the FSM every SnapshotThreshold entries and
-// compacts the log behind it, keeping TrailingLogs entries for followers
-// that are a little behind.
+// snapMaxSpan bounds the entries between two snapshots, in
+// SnapshotThresholds.
+const snapMaxSpan = 16
+
+// snapSizeFloor is the state size up to which snapshots follow
+// SnapshotThreshold alone (copying 1 MiB takes a few milliseconds).
+var snapSizeFloor uint64 = 1 << 20 // a variable for tests
+
+// maybeSnapshot takes a snapshot when one is due, or at once with force
+// (tests). The state is copied here, under applyRun; writing it out and
+// compacting the log behind it (keeping TrailingLogs entries for
+// followers a little behind) is writeSnapshot's, on a goroutine of its
+// own, so the applies go on meanwhile. One write at a time: a snapshot
+// due while the last one is still being written waits for a later apply;
+// force waits for that write, and for its own.
 func (n *Node) maybeSnapshot(force bool) {
-	if !force && !n.snapshotDue() {
+	if force {
+		n.snapMu.Lock()
+	} else if !n.snapshotDue() || !n.snapMu.TryLock() {
 		return
 	}
 	applied := n.fsm.AppliedIndex()
 	if li, _ := n.mem.LastIndex(); applied > li {
+		n.snapMu.Unlock()
 		return // applied before this node's own append finished: next time
 	}
+	start := time.Now()
 	snap, err := n.freshSnapshot()
 	if err != nil {
+		n.snapMu.Unlock()
+		return
+	}
+	n.snapIndex = snap.GetMetadata().GetIndex()
+	n.snapBytes, n.logBytes = uint64(len(snap.GetData())), 0
+	n.snapRetry.Store(false)
+	go n.writeSnapshot(snap, time.Since(start)) // unlocks snapMu
+	if force {
+		n.snapMu.Lock()
+		n.snapMu.Unlock()
+	}
+}
+
+// writeSnapshot writes snap durably, compacts the log behind it and
+// releases snapMu, which maybeSnapshot took for it.
+func (n *Node) writeSnapshot(snap *raftpb.Snapshot, copied time.Duration) {
+	defer n.snapMu.Unlock()
+	start := time.Now()
+	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
+		n.log.Warn("snapshot write failed", zap.Error(err))
+		n.snapRetry.Store(true)
 		return
 	}
 	idx := snap.GetMetadata().GetIndex()
-	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
-		n.log.Warn("snapshot write failed", zap.Error(err))
-		return
-	}
-	n.snapIndex = idx
+	n.log.Info("snapshot taken", zap.String("node_id", n.cfg.NodeID), zap.Uint64("index", idx),
+		zap.Int("bytes", len(snap.GetData())), zap.Duration("copy", copied), zap.Duration("write", time.Since(start)))
 	if idx > n.cfg.TrailingLogs {
 		to := idx - n.cfg.TrailingLogs
 		if first, _ := n.mem.FirstIndex(); to > first {
@@ -447,6 +506,8 @@ func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() {
 		close(n.stop)
 		n.wg.Wait()
+		n.snapMu.Lock() // a snapshot still being written (writeSnapshot)
+		n.snapMu.Unlock()
 		n.tr.close()
 		n.setReady(false)
 		n.waitMu.Lock()
@@ -749,15 +810,11 @@ func (n *Node) HandOff(timeout time.Duration) {
 // applied index into the in-memory storage.
 func (n *Node) freshSnapshot() (*raftpb.Snapshot, error) {
 	n.applyMu.Lock()
-	state, idx, err := n.fsm.stateBytes()
-	if err != nil {
-		n.applyMu.Unlock()
-		return nil, err
-	}
 	n.bookMu.Lock()
-	data := encodeSnap(n.book, state)
+	data := appendSnapHeader(nil, n.book)
 	cs := proto.Clone(n.confState).(*raftpb.ConfState)
 	n.bookMu.Unlock()
+	data, idx := n.fsm.appendState(data)
 	n.applyMu.Unlock()
 	if li, _ := n.mem.LastIndex(); idx > li {
 		return nil, raft.ErrSnapshotTemporarilyUnavailable

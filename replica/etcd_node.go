@@ -104,6 +104,10 @@ type Node struct {
 	ownerBuf  []answered                   // their owners, for the batch wait
 	applyMu   sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64                       // apply thread
+	snapBytes uint64                       // apply thread: the size of the last snapshot's state
+	logBytes  uint64                       // apply thread: bytes of entries applied since it
+	snapMu    sync.Mutex                   // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
+	snapRetry atomic.Bool                  // the last snapshot's write failed: the next is due at once
 	restored  chan error                   // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 
@@ -319,6 +323,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 			return nil, fmt.Errorf("replica: %w", err)
 		}
 		n.snapIndex = snap.GetMetadata().GetIndex()
+		n.snapBytes = uint64(len(snap.GetData()))
 	}
 	ents, err := st.readEntries(n.snapIndex)
 	if err != nil {
@@ -526,21 +531,20 @@ func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
 		cs.Voters = append(cs.Voters, id)
 		book[id] = Member{ID: p.ID, RaftAddr: p.RaftAddr, Suffrage: "voter"}
 	}
-	state, _, err := n.fsm.stateBytes()
-	if err != nil {
-		return nil, err
-	}
-	return &raftpb.Snapshot{Data: encodeSnap(book, state),
+	data, _ := n.fsm.appendState(appendSnapHeader(nil, book))
+	return &raftpb.Snapshot{Data: data,
 		Metadata: &raftpb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}, nil
 }
 
-func encodeSnap(book map[uint64]Member, state []byte) []byte {
+// appendSnapHeader appends a snapshot's magic and members to b; the FSM's
+// state follows them.
+func appendSnapHeader(b []byte, book map[uint64]Member) []byte {
 	ids := make([]uint64, 0, len(book))
 	for id := range book {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	b := []byte(etcdSnapMagic)
+	b = append(b, etcdSnapMagic...)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		m := book[id]
@@ -549,7 +553,7 @@ func encodeSnap(book map[uint64]Member, state []byte) []byte {
 		b = appendString(b, m.RaftAddr)
 		b = appendString(b, m.Suffrage)
 	}
-	return append(b, state...)
+	return b
 }
 
 // restoreSnapshot loads snap's members and FSM state.
@@ -1093,6 +1097,14 @@ func (n *Node) appendFailed(err error) {
 // apply thread restore it (after what it is applying), and replaces the
 // in-memory log.
 func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
+	// This node's own snapshot may still be being written
+	// (writeSnapshot), and the apply thread may start another before it
+	// restores this one: harmless, so this thread does not wait for
+	// it. That snapshot is older than this one (the leader sends one
+	// past what this node has), so the newest file, which a restart
+	// loads, is this one; the log behind it is cleared below, and the
+	// writer's compaction is then below the log's first entry (nothing to
+	// delete) and raft's (ErrCompacted).
 	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 		return err
 	}

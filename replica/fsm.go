@@ -275,6 +275,12 @@ const (
 // addresses, sorted by ID) and then the engine state, which carries its
 // own checksum.
 func (f *FSM) writeLocked(w io.Writer) error {
+	_, err := w.Write(f.appendLocked(nil))
+	return err
+}
+
+// appendLocked appends what writeLocked writes to b.
+func (f *FSM) appendLocked(b []byte) []byte {
 	f.addrMu.Lock()
 	ids := make([]string, 0, len(f.leaders))
 	version := byte(snapVersion)
@@ -285,7 +291,8 @@ func (f *FSM) writeLocked(w io.Writer) error {
 		}
 	}
 	slices.Sort(ids)
-	b := append([]byte(snapMagic), version)
+	b = append(b, snapMagic...)
+	b = append(b, version)
 	b = binary.AppendUvarint(b, f.index.Load())
 	b = binary.AppendVarint(b, f.lastNow)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
@@ -297,10 +304,7 @@ func (f *FSM) writeLocked(w io.Writer) error {
 		}
 	}
 	f.addrMu.Unlock()
-	if _, err := w.Write(b); err != nil {
-		return err
-	}
-	return f.eng.Load().WriteState(w)
+	return f.eng.Load().AppendState(b)
 }
 
 func appendString(b []byte, s string) []byte {
@@ -405,10 +409,10 @@ func (f *FSM) skipEntry(index uint64) {
 	f.mu.Unlock()
 }
 
-// stateBytes returns the state as a snapshot holds it and the index it
-// reflects.
-func (f *FSM) stateBytes() ([]byte, uint64, error) {
-	var buf bytes.Buffer
-	idx, err := f.WriteState(&buf)
-	return buf.Bytes(), idx, err
+// appendState appends the state as a snapshot holds it to b, and returns
+// the index it reflects.
+func (f *FSM) appendState(b []byte) ([]byte, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.appendLocked(b), f.index.Load()
 }

@@ -32,12 +32,13 @@ type Gauges struct {
 //     and more than it has in use, or
 //   - Held fell by more than minIdle from its highest value since the
 //     last trim, or
-//   - no collection ran during the last interval (the program went quiet)
-//     while more than minIdle bytes were allocated since the last
-//     collection, or more than minIdle bytes of large buffers were Made
-//     since the last trim: that garbage would otherwise wait for the
-//     runtime's forced collection, every two minutes, or
-//   - no collection ran during the last interval while the last one found
+//   - the last interval was quiet (no collection ran, and it allocated
+//     at most minIdle/quietShare bytes) while more than minIdle bytes
+//     were allocated since the last collection, or more than minIdle
+//     bytes of large buffers were Made since the last trim: that garbage
+//     would otherwise wait for the runtime's forced collection, every two
+//     minutes, or
+//   - the last interval was quiet while the last collection found
 //     more than minIdle bytes more live than the lowest live heap seen
 //     since the last trim: a burst of small objects (a million queued
 //     waiters, say) that was live at that collection and may be garbage
@@ -45,8 +46,8 @@ type Gauges struct {
 //     collect until the heap doubles. It fires once per such growth: the
 //     trim's own collection sets the new low.
 //
-// A busy program collects on its own, so the quiet rule does not fire
-// there. Run returns when stop is closed.
+// A busy program collects on its own, so the two quiet rules do not fire
+// there, however large its live heap. Run returns when stop is closed.
 func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -77,11 +78,20 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 		dropped := uint64(peak-h) > minIdle
 		m := read()
 		churned := mk-made > minIdle
-		quiet := m.cycles == last.cycles && (m.objects > m.live+minIdle || churned)
+		// Quiet: no collection during the interval, and little
+		// allocated in it. A program that allocates steadily is
+		// collected by the runtime when its heap reaches the goal; a
+		// trim there would only collect sooner, and a trim's cost is a
+		// full mark of the live heap: with 180 MB live (400,000 held
+		// locks) and a few MB allocated a second, trimming whenever
+		// minIdle of garbage gathered meant two forced collections of
+		// 100-250 ms every two seconds, in every process.
+		quiet := m.cycles == last.cycles && m.allocs-last.allocs <= minIdle/quietShare
+		garbage := quiet && (m.objects > m.live+minIdle || churned)
 		idle := m.free > minIdle && m.free > m.objects
 		low = min(low, m.live)
-		grown := m.cycles == last.cycles && m.live > low+minIdle
-		if dropped || quiet || idle || grown {
+		grown := quiet && m.live > low+minIdle
+		if dropped || garbage || idle || grown {
 			// Two collections: what sync.Pools held (gnet's buffers, say)
 			// survives the first one in their victim caches.
 			runtime.GC()
@@ -94,12 +104,17 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 	}
 }
 
+// quietShare: an interval that allocated at most minIdle/quietShare bytes
+// is quiet.
+const quietShare = 8
+
 // sample is what Run reads of the runtime.
 type sample struct {
 	free    uint64 // heap bytes free and not yet returned to the OS
 	objects uint64 // heap bytes of objects: live, and garbage not yet swept
 	live    uint64 // heap bytes live at the end of the last collection
 	cycles  uint64 // collections so far
+	allocs  uint64 // heap bytes allocated so far
 }
 
 var names = [...]string{
@@ -107,6 +122,7 @@ var names = [...]string{
 	"/memory/classes/heap/objects:bytes",
 	"/gc/heap/live:bytes",
 	"/gc/cycles/total:gc-cycles",
+	"/gc/heap/allocs:bytes",
 }
 
 func read() sample {
@@ -121,5 +137,5 @@ func read() sample {
 			v[i] = s[i].Value.Uint64()
 		}
 	}
-	return sample{free: v[0], objects: v[1], live: v[2], cycles: v[3]}
+	return sample{free: v[0], objects: v[1], live: v[2], cycles: v[3], allocs: v[4]}
 }

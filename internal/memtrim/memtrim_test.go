@@ -2,6 +2,7 @@ package memtrim
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,4 +153,45 @@ func TestRunCollectsGarbageLiveAtLastCollection(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestRunLeavesABusyLargeHeapToTheRuntime: a large live heap and a
+// steady stream of allocation, with minIdle of garbage gathering between
+// the runtime's own collections. Trimming there forces a full mark of
+// the live heap every few intervals (two forced collections each time);
+// the runtime collects on its own when the heap reaches its goal. The
+// intervals are long against the steps of allocation, so a stall of the
+// test's goroutine on a loaded machine does not make one look quiet; a
+// couple of trims are still allowed for that (the old rule forced about
+// twenty).
+func TestRunLeavesABusyLargeHeapToTheRuntime(t *testing.T) {
+	for range 400_000 { // ~44 MiB live, all pointers to mark
+		chain = &node{next: chain}
+	}
+	defer func() { chain = nil }()
+	runtime.GC()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 50*time.Millisecond, 1<<20, Gauges{}) }()
+	defer func() { close(stop); <-done }()
+	before := forcedGC()
+	// 128 KiB every 2 ms for a second: about 3 MiB an interval, 64 MiB
+	// in all, so a collection of the runtime's own or two.
+	var keep [][]byte
+	for range 500 {
+		keep = append(keep, make([]byte, 128<<10))
+		if len(keep) > 32 {
+			keep = keep[:0]
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := forcedGC() - before; n > 4 {
+		t.Fatalf("%d forced collections while the program allocated about 3 MiB an interval", n)
+	}
+}
+
+func forcedGC() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -1,0 +1,158 @@
+//go:build !hashicorpraft
+
+package replica
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/fence"
+)
+
+// snapState reads what the apply thread knows of the last snapshot.
+func snapState(n *Node) (index, size, logged uint64) {
+	n.applyRun.Lock()
+	defer n.applyRun.Unlock()
+	return n.snapIndex, n.snapBytes, n.logBytes
+}
+
+// A state past snapSizeFloor is snapshotted when the log applied since
+// the last snapshot is as large as that snapshot, not every
+// SnapshotThreshold entries: at a fixed count a large state made copying
+// it the node's main work. A small one keeps the count alone.
+func TestSnapshotOfALargeStateFollowsTheLog(t *testing.T) {
+	floor := snapSizeFloor
+	snapSizeFloor = 4 << 10
+	t.Cleanup(func() { snapSizeFloor = floor })
+	c := newCluster(t, 1, func(cfg *Config) { cfg.SnapshotThreshold = 16 })
+	l := c.leader(t)
+	ctx := ctxT(t, 30*time.Second)
+	renew := func(key string, tok fence.Token) {
+		t.Helper()
+		if _, err := l.Renew(ctx, []byte(key), tok, time.Hour, 1); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+	}
+
+	// Small: the count alone.
+	out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1, TTL: time.Hour}, nil)
+	if err != nil || out.Result != engine.Granted {
+		t.Fatalf("Acquire: %v %v", out, err)
+	}
+	before, _, _ := snapState(l)
+	for range 40 {
+		renew("k", out.Token)
+	}
+	if idx, _, _ := snapState(l); idx == before {
+		t.Fatalf("a small state was not snapshotted in 40 entries (threshold 16): still at %d", idx)
+	}
+
+	// Large: 400 held locks, each with its key, about 20 KB of state.
+	for i := range 400 {
+		o, err := l.Acquire(ctx, engine.AcquireReq{Key: fmt.Appendf(nil, "held-%03d-%040d", i, i), Owner: engine.OwnerID(10 + i), Limit: 1, TTL: time.Hour}, nil)
+		if err != nil || o.Result != engine.Granted {
+			t.Fatalf("Acquire %d: %v %v", i, o, err)
+		}
+	}
+	// A snapshot of the grown state, written: the baseline.
+	if err := snapshotNow(l); err != nil {
+		t.Fatal(err)
+	}
+	idx, size, _ := snapState(l)
+	if size <= snapSizeFloor {
+		t.Fatalf("the state is only %d bytes, under the floor of %d", size, snapSizeFloor)
+	}
+	// 60 entries: almost four thresholds' worth, far less log than the
+	// state (about 60 bytes each against 20 KB).
+	for range 60 {
+		renew("k", out.Token)
+	}
+	now, _, logged := snapState(l)
+	if now != idx {
+		t.Fatalf("a %d-byte state was snapshotted again after %d bytes of log (at %d, then %d)", size, logged, idx, now)
+	}
+	if logged == 0 || logged >= size {
+		t.Fatalf("log applied since the snapshot: %d bytes, want between 0 and %d", logged, size)
+	}
+	// As much log as the state: due.
+	for i := 0; ; i++ {
+		renew("k", out.Token)
+		if now, _, _ := snapState(l); now != idx {
+			break
+		}
+		if i > 10000 {
+			t.Fatalf("no snapshot after %d entries", i)
+		}
+	}
+	if _, _, logged := snapState(l); logged != 0 {
+		t.Fatalf("log bytes since the new snapshot: %d, want 0", logged)
+	}
+	// Its write runs on its own goroutine: wait for it, then the files.
+	// (An inline apply that finds a snapshot due hands it to the apply
+	// thread, so the loop above may be an entry or two past it.)
+	l.snapMu.Lock()
+	l.snapMu.Unlock() //nolint:staticcheck // waiting for the writer
+	snap, err := l.st.loadSnapshot()
+	if err != nil || snap == nil {
+		t.Fatalf("loadSnapshot: %v %v", snap, err)
+	}
+	if got, _, _ := snapState(l); snap.GetMetadata().GetIndex() != got {
+		t.Fatalf("the newest snapshot on disk is at %d, the last taken at %d", snap.GetMetadata().GetIndex(), got)
+	}
+}
+
+// A snapshot whose write fails makes the next one due at once, and the
+// log behind it stays: nothing is compacted past what is on disk.
+func TestSnapshotWriteFailureRetries(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) { cfg.SnapshotThreshold = 16; cfg.TrailingLogs = 0 })
+	l := c.leader(t)
+	ctx := ctxT(t, 30*time.Second)
+	out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1, TTL: time.Hour}, nil)
+	if err != nil || out.Result != engine.Granted {
+		t.Fatalf("Acquire: %v %v", out, err)
+	}
+	renew := func() {
+		t.Helper()
+		if _, err := l.Renew(ctx, []byte("k"), out.Token, time.Hour, 1); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+	}
+	// The snapshot directory becomes a file: every write fails.
+	dir := filepath.Join(l.st.dir, "snap")
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := l.mem.FirstIndex()
+	for i := 0; !l.snapRetry.Load(); i++ {
+		renew()
+		if i > 200 {
+			t.Fatal("no failed snapshot write after 200 entries (threshold 16)")
+		}
+	}
+	if now, _ := l.mem.FirstIndex(); now != first {
+		t.Fatalf("the log was compacted from %d to %d behind a snapshot that is not on disk", first, now)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Due at once: the next entry's apply takes it.
+	renew()
+	poll(t, 5*time.Second, "a snapshot on disk after the retry", func() bool {
+		snap, err := l.st.loadSnapshot()
+		return err == nil && snap != nil && !l.snapRetry.Load()
+	})
+	poll(t, 5*time.Second, "the log compacted behind it", func() bool {
+		now, _ := l.mem.FirstIndex()
+		return now > first
+	})
+}
