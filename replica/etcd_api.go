@@ -279,10 +279,11 @@ func firstReqID(data []byte) (uint64, uint64) {
 // a snapshot due whatever their size: raft's in-memory log keeps every
 // entry since the last one (about 130 bytes each besides its data), and
 // a state that shrank would otherwise keep the gap its old size set. A
-// restart replays at most that gap. A write that failed makes the next
+// restart replays at most that gap. A write that failed, or raft asking
+// for a snapshot to send that the last one cannot be (snapStorage), makes
 // one due at once.
 func (n *Node) snapshotDue() bool {
-	if n.snapRetry.Load() {
+	if n.snapNow.Load() {
 		return true
 	}
 	since := n.fsm.AppliedIndex() - min(n.snapIndex, n.fsm.AppliedIndex())
@@ -329,7 +330,7 @@ func (n *Node) maybeSnapshot(force bool) {
 	}
 	n.snapIndex = snap.GetMetadata().GetIndex()
 	n.snapBytes, n.logBytes = uint64(len(snap.GetData())), 0
-	n.snapRetry.Store(false)
+	n.snapNow.Store(false)
 	go n.writeSnapshot(snap, time.Since(start)) // unlocks snapMu
 	if force {
 		n.snapMu.Lock()
@@ -344,7 +345,7 @@ func (n *Node) writeSnapshot(snap *raftpb.Snapshot, copied time.Duration) {
 	start := time.Now()
 	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 		n.log.Warn("snapshot write failed", zap.Error(err))
-		n.snapRetry.Store(true)
+		n.snapNow.Store(true)
 		return
 	}
 	idx := snap.GetMetadata().GetIndex()
@@ -823,18 +824,39 @@ func (n *Node) freshSnapshot() (*raftpb.Snapshot, error) {
 }
 
 // snapStorage is the MemoryStorage raft reads, except that the snapshot it
-// sends a follower is taken fresh: the last one may predate the
-// follower's own membership, and a node refuses a snapshot whose
-// configuration does not name it.
+// sends a follower must name the cluster's current configuration: an
+// older one may predate the follower's own membership, and a node refuses
+// a snapshot whose configuration does not name it.
 type snapStorage struct {
 	*raft.MemoryStorage
 	n *Node
 }
 
-// Snapshot implements raft.Storage.
+// Snapshot implements raft.Storage. It runs on raft's goroutine, so it
+// never copies the state itself (a large state would stall raft, its
+// heartbeats included, for as long as the copy takes): it returns the
+// last snapshot taken when that one carries the current configuration,
+// and otherwise asks the apply thread for a fresh one and reports it
+// temporarily unavailable, which has raft ask again later.
 func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
-	if snap, err := s.n.freshSnapshot(); err == nil {
+	snap, err := s.MemoryStorage.Snapshot()
+	if err == nil && !raft.IsEmptySnap(snap) && s.n.confIs(snap.GetMetadata().GetConfState()) {
 		return snap, nil
 	}
-	return s.MemoryStorage.Snapshot()
+	s.n.wantSnapshot()
+	return nil, raft.ErrSnapshotTemporarilyUnavailable
+}
+
+// confIs reports whether cs is the configuration the node has applied.
+func (n *Node) confIs(cs *raftpb.ConfState) bool {
+	n.bookMu.Lock()
+	defer n.bookMu.Unlock()
+	return n.confState != nil && n.confState.Equivalent(cs) == nil
+}
+
+// wantSnapshot makes a snapshot due at once and wakes the apply thread,
+// which takes it.
+func (n *Node) wantSnapshot() {
+	n.snapNow.Store(true)
+	n.applyQ.signal()
 }

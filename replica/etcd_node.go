@@ -107,7 +107,7 @@ type Node struct {
 	snapBytes uint64                       // apply thread: the size of the last snapshot's state
 	logBytes  uint64                       // apply thread: bytes of entries applied since it
 	snapMu    sync.Mutex                   // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
-	snapRetry atomic.Bool                  // the last snapshot's write failed: the next is due at once
+	snapNow   atomic.Bool                  // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
 	restored  chan error                   // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 

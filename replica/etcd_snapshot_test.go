@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // snapState reads what the apply thread knows of the last snapshot.
@@ -130,7 +132,7 @@ func TestSnapshotWriteFailureRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _ := l.mem.FirstIndex()
-	for i := 0; !l.snapRetry.Load(); i++ {
+	for i := 0; !l.snapNow.Load(); i++ {
 		renew()
 		if i > 200 {
 			t.Fatal("no failed snapshot write after 200 entries (threshold 16)")
@@ -149,10 +151,58 @@ func TestSnapshotWriteFailureRetries(t *testing.T) {
 	renew()
 	poll(t, 5*time.Second, "a snapshot on disk after the retry", func() bool {
 		snap, err := l.st.loadSnapshot()
-		return err == nil && snap != nil && !l.snapRetry.Load()
+		return err == nil && snap != nil && !l.snapNow.Load()
 	})
 	poll(t, 5*time.Second, "the log compacted behind it", func() bool {
 		now, _ := l.mem.FirstIndex()
 		return now > first
+	})
+}
+
+// The snapshot raft sends a lagging follower is the last one taken, not
+// a copy made on raft's goroutine (which would stall raft, heartbeats
+// included, for as long as a large state takes to copy); only when the
+// configuration changed since does it ask the apply thread for a fresh
+// one, and raft asks again meanwhile.
+func TestSnapshotToSendIsTheLastTaken(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	l := c.leader(t)
+	ctx := ctxT(t, 30*time.Second)
+	out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1, TTL: time.Hour}, nil)
+	if err != nil || out.Result != engine.Granted {
+		t.Fatalf("Acquire: %v %v", out, err)
+	}
+	if err := snapshotNow(l); err != nil {
+		t.Fatal(err)
+	}
+	taken, _, _ := snapState(l)
+	for range 5 {
+		if _, err := l.Renew(ctx, []byte("k"), out.Token, time.Hour, 1); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+	}
+	st := snapStorage{MemoryStorage: l.mem, n: l}
+	snap, err := st.Snapshot()
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if got := snap.GetMetadata().GetIndex(); got != taken {
+		t.Fatalf("raft got a snapshot at %d, want the last one taken, at %d (applied: %d)", got, taken, l.fsm.AppliedIndex())
+	}
+
+	// A learner joins: the last snapshot does not name it.
+	if err := l.AddLearner(ctx, "n9", freeAddr(t)); err != nil {
+		t.Fatalf("AddLearner: %v", err)
+	}
+	learner := raftID("n9")
+	names := func(s *raftpb.Snapshot) bool {
+		return slices.Contains(s.GetMetadata().GetConfState().GetLearners(), learner)
+	}
+	if snap, err := st.Snapshot(); err == nil && !names(snap) {
+		t.Fatalf("raft got a snapshot at %d that does not name the learner", snap.GetMetadata().GetIndex())
+	}
+	poll(t, 5*time.Second, "a snapshot naming the learner", func() bool {
+		snap, err := st.Snapshot()
+		return err == nil && names(snap)
 	})
 }
