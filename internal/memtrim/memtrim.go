@@ -30,24 +30,26 @@ type Gauges struct {
 //
 //   - the heap holds more than minIdle bytes free but not yet returned,
 //     and more than it has in use, or
-//   - Held fell by more than minIdle from its highest value since the
+//   - Held fell by more than worth from its highest value since the
 //     last trim, or
 //   - the last interval was quiet (no collection ran, and it allocated
-//     at most minIdle/quietShare bytes) while more than minIdle bytes
-//     were allocated since the last collection, or more than minIdle
+//     at most minIdle/quietShare bytes) while more than worth bytes
+//     were allocated since the last collection, or more than worth
 //     bytes of large buffers were Made since the last trim: that garbage
 //     would otherwise wait for the runtime's forced collection, every two
 //     minutes, or
 //   - the last interval was quiet while the last collection found
-//     more than minIdle bytes more live than the lowest live heap seen
+//     more than worth bytes more live than the lowest live heap seen
 //     since the last trim: a burst of small objects (a million queued
 //     waiters, say) that was live at that collection and may be garbage
 //     now, which neither rule above can see and the runtime will not
 //     collect until the heap doubles. It fires once per such growth: the
 //     trim's own collection sets the new low.
 //
-// A busy program collects on its own, so the two quiet rules do not fire
-// there, however large its live heap. Run returns when stop is closed.
+// worth is minIdle, or a liveShare'th of the live heap when that is more:
+// a trim marks the whole live heap, twice. A busy program collects on its
+// own, so the two quiet rules do not fire there, however large its live
+// heap. Run returns when stop is closed.
 func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -75,9 +77,15 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 		if g.Made != nil {
 			mk = g.Made()
 		}
-		dropped := uint64(peak-h) > minIdle
 		m := read()
-		churned := mk-made > minIdle
+		// A trim's cost is a full mark of the live heap: it is worth it
+		// only for at least minIdle, and at least a liveShare'th of the
+		// live heap. With 180 MB live, freeing 8 MiB would mark 180 MB
+		// (100-250 ms of CPU, twice) for garbage the runtime collects
+		// anyway when the heap reaches its goal.
+		worth := max(minIdle, m.live/liveShare)
+		dropped := uint64(peak-h) > worth
+		churned := mk-made > worth
 		// Quiet: no collection during the interval, and little
 		// allocated in it. A program that allocates steadily is
 		// collected by the runtime when its heap reaches the goal; a
@@ -87,10 +95,10 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 		// minIdle of garbage gathered meant two forced collections of
 		// 100-250 ms every two seconds, in every process.
 		quiet := m.cycles == last.cycles && m.allocs-last.allocs <= minIdle/quietShare
-		garbage := quiet && (m.objects > m.live+minIdle || churned)
+		garbage := quiet && (m.objects > m.live+worth || churned)
 		idle := m.free > minIdle && m.free > m.objects
 		low = min(low, m.live)
-		grown := quiet && m.live > low+minIdle
+		grown := quiet && m.live > low+worth
 		if dropped || garbage || idle || grown {
 			// Two collections: what sync.Pools held (gnet's buffers, say)
 			// survives the first one in their victim caches.
@@ -107,6 +115,9 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 // quietShare: an interval that allocated at most minIdle/quietShare bytes
 // is quiet.
 const quietShare = 8
+
+// liveShare: a trim must be able to free at least live/liveShare bytes.
+const liveShare = 4
 
 // sample is what Run reads of the runtime.
 type sample struct {

@@ -195,3 +195,37 @@ func forcedGC() uint64 {
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
+
+// TestRunWeighsATrimAgainstTheLiveHeap: with 44 MiB live, a gauge drop of
+// 9 MiB (past minIdle, short of a quarter of the live heap) is not worth
+// two full marks of the heap; a drop of 64 MiB is.
+func TestRunWeighsATrimAgainstTheLiveHeap(t *testing.T) {
+	for range 400_000 { // ~44 MiB live
+		chain = &node{next: chain}
+	}
+	defer func() { chain = nil }()
+	runtime.GC()
+	var held atomic.Int64
+	held.Store(9 << 20)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{Held: held.Load}) }()
+	defer func() { close(stop); <-done }()
+	time.Sleep(50 * time.Millisecond) // the peak is seen
+	before := forcedGC()
+	held.Store(0)
+	time.Sleep(100 * time.Millisecond) // ten intervals
+	if n := forcedGC() - before; n > 0 {
+		t.Fatalf("%d forced collections after the gauge fell by 9 MiB with 44 MiB live", n)
+	}
+	held.Store(64 << 20)
+	time.Sleep(50 * time.Millisecond)
+	held.Store(0)
+	deadline := time.Now().Add(5 * time.Second)
+	for forcedGC() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("no collection after the gauge fell by 64 MiB")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
