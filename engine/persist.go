@@ -59,8 +59,11 @@ func (e *Engine) WriteState(w io.Writer) error {
 	return err
 }
 
-// AppendState appends what WriteState writes to b, growing it once.
-func (e *Engine) AppendState(b []byte) []byte { return e.CaptureState().Finish(b) }
+// AppendState appends what WriteState writes to b, growing it once. The
+// shards are encoded on up to GOMAXPROCS goroutines.
+func (e *Engine) AppendState(b []byte) []byte {
+	return e.CaptureState().finish(b, runtime.GOMAXPROCS(0))
+}
 
 // A StateCapture is the engine's state at one moment, encoded shard by
 // shard afterwards: CaptureState takes what is not per shard at once, and
@@ -124,11 +127,14 @@ func (c *StateCapture) encodeLocked(s *shard) {
 	s.capt = nil
 }
 
-// Finish encodes the shards no change has encoded yet, on up to
-// GOMAXPROCS goroutines, and appends the whole state, as WriteState
-// writes it, to b, growing it once. It may run beside changes to the
-// engine; call it once.
-func (c *StateCapture) Finish(b []byte) []byte {
+// Finish encodes the shards no change has encoded yet, one at a time,
+// and appends the whole state, as WriteState writes it, to b, growing it
+// once. It may run beside changes to the engine, and leaves them the
+// other processors; call it once.
+func (c *StateCapture) Finish(b []byte) []byte { return c.finish(b, 1) }
+
+// finish is Finish on up to workers goroutines.
+func (c *StateCapture) finish(b []byte, workers int) []byte {
 	e := c.e
 	encode := func(i int) {
 		s := &e.shards[i]
@@ -138,7 +144,7 @@ func (c *StateCapture) Finish(b []byte) []byte {
 		}
 		s.mu.Unlock()
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(e.shards))
+	workers = min(workers, len(e.shards))
 	if workers <= 1 {
 		for i := range e.shards {
 			encode(i)
