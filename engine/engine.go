@@ -152,6 +152,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{cfg: cfg, mask: uint64(cfg.Shards - 1), shards: make([]shard, cfg.Shards)}
 	for i := range e.shards {
 		e.shards[i].init(e)
+		e.shards[i].idx = i
 	}
 	e.fence.Store(cfg.FenceSeed)
 	e.limit.Store(cfg.FenceLimit)
@@ -305,7 +306,7 @@ func (e *Engine) evictIdle(skip *shard) bool {
 		if s == skip {
 			continue
 		}
-		s.mu.Lock()
+		s.lockW()
 		r := s.idle.head
 		if r != nil {
 			s.dropResourceLocked(r)

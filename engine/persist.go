@@ -59,56 +59,125 @@ func (e *Engine) WriteState(w io.Writer) error {
 	return err
 }
 
-// AppendState appends what WriteState writes to b, growing it once.
+// AppendState appends what WriteState writes to b, growing it once. The
+// shards are encoded on up to GOMAXPROCS goroutines.
 func (e *Engine) AppendState(b []byte) []byte {
-	counter := e.fence.Load()
-	parts := e.shardStates()
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	start := len(b)
-	b = slices.Grow(b, n+4096)
-	b = append(b, stateMagic...)
-	b = append(b, stateVersion)
-	b = binary.AppendUvarint(b, uint64(len(e.shards)))
-	b = binary.AppendUvarint(b, counter)
-	for _, p := range parts {
-		b = append(b, p...)
-	}
-	b = e.sess.appendState(b)
-	b = e.appendLapsed(b)
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
+	return e.CaptureState().finish(b, runtime.GOMAXPROCS(0))
 }
 
-// shardStates encodes every shard's state (appendStateLocked), each
-// under its lock, on up to GOMAXPROCS goroutines.
-func (e *Engine) shardStates() [][]byte {
-	parts := make([][]byte, len(e.shards))
+// A StateCapture is the engine's state at one moment, encoded shard by
+// shard afterwards: CaptureState takes what is not per shard at once, and
+// a shard is encoded at the first change made to it after that (lockW),
+// or by Finish, whichever comes first. So the engine can go on changing
+// while a snapshot of a large state is encoded, each change waiting at
+// most for the encoding of its own shard.
+type StateCapture struct {
+	e       *Engine
+	counter uint64         // the fence counter
+	sess    []byte         // the sessions' section
+	parts   [][]byte       // per shard: appendStateLocked
+	lapsed  [][]lapsedList // per shard: its lapsed two-phase grants
+}
+
+// lapsedList is one owner's lapsed keys in a shard, sorted.
+type lapsedList struct {
+	owner OwnerID
+	keys  []string
+}
+
+// CaptureState begins a capture of the state as it is now. Like
+// WriteState it needs no mutating call to run meanwhile, but only for the
+// call itself (which is short: it encodes the sessions, and marks the
+// shards); Finish then encodes what the changes since have not. One
+// capture at a time: a shard another capture still waits for is encoded
+// for it first.
+func (e *Engine) CaptureState() *StateCapture {
+	c := &StateCapture{
+		e:       e,
+		counter: e.fence.Load(),
+		sess:    e.sess.appendState(nil),
+		parts:   make([][]byte, len(e.shards)),
+		lapsed:  make([][]lapsedList, len(e.shards)),
+	}
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		if s.capt != nil {
+			s.capt.encodeLocked(s)
+		}
+		s.capt = c
+		s.mu.Unlock()
+	}
+	return c
+}
+
+// lockW locks s for a change: a capture still waiting for s encodes it
+// first. Every call that changes a shard locks it with lockW.
+func (s *shard) lockW() {
+	s.mu.Lock()
+	if s.capt != nil {
+		s.capt.encodeLocked(s)
+	}
+}
+
+// encodeLocked encodes s for c; under s.mu, with s.capt == c.
+func (c *StateCapture) encodeLocked(s *shard) {
+	c.parts[s.idx] = s.appendStateLocked(make([]byte, 0, 64*len(s.res)+256))
+	c.lapsed[s.idx] = s.lapsedLocked()
+	s.capt = nil
+}
+
+// Finish encodes the shards no change has encoded yet, one at a time,
+// and appends the whole state, as WriteState writes it, to b, growing it
+// once. It may run beside changes to the engine, and leaves them the
+// other processors; call it once.
+func (c *StateCapture) Finish(b []byte) []byte { return c.finish(b, 1) }
+
+// finish is Finish on up to workers goroutines.
+func (c *StateCapture) finish(b []byte, workers int) []byte {
+	e := c.e
 	encode := func(i int) {
 		s := &e.shards[i]
 		s.mu.Lock()
-		parts[i] = s.appendStateLocked(make([]byte, 0, 64*len(s.res)+256))
+		if s.capt == c {
+			c.encodeLocked(s)
+		}
 		s.mu.Unlock()
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(parts))
+	workers = min(workers, len(e.shards))
 	if workers <= 1 {
-		for i := range parts {
+		for i := range e.shards {
 			encode(i)
 		}
-		return parts
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < len(e.shards); i = int(next.Add(1) - 1) {
+					encode(i)
+				}
+			})
+		}
+		wg.Wait()
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(parts); i = int(next.Add(1) - 1) {
-				encode(i)
-			}
-		})
+	n, lists := 0, 0
+	for i, p := range c.parts {
+		n += len(p)
+		lists += len(c.lapsed[i])
 	}
-	wg.Wait()
-	return parts
+	start := len(b)
+	b = slices.Grow(b, n+len(c.sess)+4096)
+	b = append(b, stateMagic...)
+	b = append(b, stateVersion)
+	b = binary.AppendUvarint(b, uint64(len(e.shards)))
+	b = binary.AppendUvarint(b, c.counter)
+	for _, p := range c.parts {
+		b = append(b, p...)
+	}
+	b = append(b, c.sess...)
+	b = appendLapsed(b, c.lapsed, lists)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
 }
 
 func (s *shard) appendStateLocked(b []byte) []byte {
@@ -181,39 +250,40 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 	return b
 }
 
+// lapsedLocked lists s's lapsed two-phase grants by owner, keys sorted;
+// under s.mu.
+func (s *shard) lapsedLocked() []lapsedList {
+	if len(s.lapsed) == 0 {
+		return nil
+	}
+	ids := make([]OwnerID, 0, len(s.lapsed))
+	for id := range s.lapsed {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	ls := make([]lapsedList, 0, len(ids))
+	for _, id := range ids {
+		keys := slices.Clone(s.lapsed[id])
+		slices.Sort(keys)
+		ls = append(ls, lapsedList{id, keys})
+	}
+	return ls
+}
+
 // appendLapsed writes the shards' lapsed two-phase grants (version 3, the
 // last section): how many (shard, owner) lists, then each list in shard
 // and owner order with its keys sorted.
-func (e *Engine) appendLapsed(b []byte) []byte {
-	type list struct {
-		shard int
-		owner OwnerID
-		keys  []string
-	}
-	var all []list
-	for i := range e.shards {
-		s := &e.shards[i]
-		s.mu.Lock()
-		ids := make([]OwnerID, 0, len(s.lapsed))
-		for id := range s.lapsed {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
-			keys := slices.Clone(s.lapsed[id])
-			slices.Sort(keys)
-			all = append(all, list{i, id, keys})
-		}
-		s.mu.Unlock()
-	}
-	b = binary.AppendUvarint(b, uint64(len(all)))
-	for _, l := range all {
-		b = binary.AppendUvarint(b, uint64(l.shard))
-		b = binary.AppendUvarint(b, uint64(l.owner))
-		b = binary.AppendUvarint(b, uint64(len(l.keys)))
-		for _, k := range l.keys {
-			b = binary.AppendUvarint(b, uint64(len(k)))
-			b = append(b, k...)
+func appendLapsed(b []byte, shards [][]lapsedList, lists int) []byte {
+	b = binary.AppendUvarint(b, uint64(lists))
+	for i, ls := range shards {
+		for _, l := range ls {
+			b = binary.AppendUvarint(b, uint64(i))
+			b = binary.AppendUvarint(b, uint64(l.owner))
+			b = binary.AppendUvarint(b, uint64(len(l.keys)))
+			for _, k := range l.keys {
+				b = binary.AppendUvarint(b, uint64(len(k)))
+				b = append(b, k...)
+			}
 		}
 	}
 	return b
@@ -665,7 +735,7 @@ func (e *Engine) ShiftDeadlines(delta int64) {
 	}
 	for i := range e.shards {
 		s := &e.shards[i]
-		s.mu.Lock()
+		s.lockW()
 		for _, en := range s.heap {
 			en.deadline = addSat(en.deadline, delta)
 		}

@@ -553,3 +553,46 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	*w += countingWriter(len(p))
 	return len(p), nil
 }
+
+// TestCaptureIsTheStateAtItsStart: a capture finished after more
+// operations (every kind persistRun plays, and a shift of every deadline)
+// writes the bytes the state had when it began; the operations encode
+// the shards they change first (lockW). Finish also runs beside them.
+func TestCaptureIsTheStateAtItsStart(t *testing.T) {
+	cfg := persistConfig()
+	for seed := uint64(1); seed <= 4; seed++ {
+		for _, beside := range []bool{false, true} {
+			t.Run(fmt.Sprint("seed", seed, "/beside=", beside), func(t *testing.T) {
+				e, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := &persistRun{e: e}
+				rng := rand.New(rand.NewPCG(seed, seed^0x51ed270b27a6c3f1))
+				now := int64(1_700_000_000) * sec
+				for round := range 20 {
+					r.play(t, rng, &now, 100)
+					want := writeState(t, e)
+					c := e.CaptureState()
+					var got []byte
+					done := make(chan struct{})
+					if beside {
+						go func() { defer close(done); got = c.Finish(nil) }()
+					}
+					if round%5 == 4 { // first, while every shard waits
+						e.ShiftDeadlines(int64(round) * sec)
+					}
+					r.play(t, rng, &now, 100)
+					if beside {
+						<-done
+					} else {
+						got = c.Finish(nil)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("round %d: the capture wrote %d bytes other than the %d of the state at its start", round, len(got), len(want))
+					}
+				}
+			})
+		}
+	}
+}

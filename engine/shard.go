@@ -46,12 +46,14 @@ type shard struct {
 	free    []*entry
 	touched []*resource
 	ctr     counters
-	held    int          // slots held on this shard's resources
-	waiting int          // entries in this shard's queues
-	resPeak int          // most keys s.res held since it was last rebuilt
-	ownPeak int          // most owners s.owners held since it was last rebuilt
-	next    atomic.Int64 // earliest deadline or GC due here; read without mu
-	_       [64]byte     // keep neighbouring shards' locks off this cache line
+	held    int           // slots held on this shard's resources
+	waiting int           // entries in this shard's queues
+	resPeak int           // most keys s.res held since it was last rebuilt
+	ownPeak int           // most owners s.owners held since it was last rebuilt
+	next    atomic.Int64  // earliest deadline or GC due here; read without mu
+	idx     int           // its index in the engine's shards
+	capt    *StateCapture // a state capture that has not encoded this shard yet; under mu
+	_       [64]byte      // keep neighbouring shards' locks off this cache line
 }
 
 func (s *shard) init(e *Engine) {
@@ -294,7 +296,7 @@ func (s *shard) removeLocked(en *entry) {
 }
 
 func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (Outcome, error) {
-	s.mu.Lock()
+	s.lockW()
 	if s.e.draining.Load() { // read under mu: Drain's pass comes after
 		s.mu.Unlock()
 		return Outcome{}, ErrDraining
@@ -363,7 +365,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 
 func (s *shard) wait(now int64, key []byte, owner OwnerID, timeout time.Duration, sink Sink) (Outcome, error) {
 	var d *[]delivery
-	s.mu.Lock()
+	s.lockW()
 	out, err := s.waitLocked(now, key, owner, timeout, sink, &d)
 	s.updateNextLocked()
 	s.mu.Unlock()
@@ -414,7 +416,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 }
 
 func (s *shard) cancelWait(now int64, key []byte, owner OwnerID) bool {
-	s.mu.Lock()
+	s.lockW()
 	res := s.res[string(key)]
 	var en *entry
 	if res != nil {
@@ -469,7 +471,7 @@ func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]deliv
 
 func (s *shard) release(now int64, key []byte, tok fence.Token, via Via) error {
 	var d *[]delivery
-	s.mu.Lock()
+	s.lockW()
 	en := s.holderLocked(now, key, tok, &d)
 	if en != nil {
 		res := en.res
@@ -488,7 +490,7 @@ func (s *shard) release(now int64, key []byte, tok fence.Token, via Via) error {
 
 func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration, owner OwnerID) (time.Duration, error) {
 	var d *[]delivery
-	s.mu.Lock()
+	s.lockW()
 	en := s.holderLocked(now, key, tok, &d)
 	if en != nil {
 		if owner != 0 && owner != en.owner && s.findOwned(owner, en.res, false) == nil {
@@ -516,7 +518,7 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration,
 
 func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 	var d *[]delivery
-	s.mu.Lock()
+	s.lockW()
 	if len(s.lapsed) > 0 {
 		delete(s.lapsed, owner)
 	}
@@ -567,7 +569,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 func (s *shard) drain(now int64) int {
 	var d *[]delivery
 	n := 0
-	s.mu.Lock()
+	s.lockW()
 	for _, res := range s.res {
 		for en := res.waiters.head; en != nil; en = res.waiters.head {
 			if en.sink != nil {
@@ -591,7 +593,7 @@ func (s *shard) expire(now int64) {
 		return
 	}
 	var d *[]delivery
-	s.mu.Lock()
+	s.lockW()
 	budget := expireBudget
 	for len(s.heap) > 0 && s.heap[0].deadline <= now && budget > 0 {
 		budget--

@@ -54,7 +54,8 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 			err := n.restoreSnapshot(m.GetSnapshot())
 			if err == nil {
 				n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
-				n.snapBytes, n.logBytes = uint64(len(m.GetSnapshot().GetData())), 0
+				n.snapBytes.Store(uint64(len(m.GetSnapshot().GetData())))
+				n.logBytes = 0
 			}
 			n.restored <- err
 			continue
@@ -293,7 +294,8 @@ func (n *Node) snapshotDue() bool {
 	case since >= snapMaxSpan*n.cfg.SnapshotThreshold:
 		return true
 	}
-	return n.snapBytes <= snapSizeFloor || n.logBytes >= n.snapBytes
+	size := n.snapBytes.Load()
+	return size <= snapSizeFloor || n.logBytes >= size
 }
 
 // snapMaxSpan bounds the entries between two snapshots, in
@@ -323,34 +325,64 @@ func (n *Node) maybeSnapshot(force bool) {
 		return // applied before this node's own append finished: next time
 	}
 	start := time.Now()
-	snap, err := n.freshSnapshot()
-	if err != nil {
-		n.snapMu.Unlock()
-		return
-	}
-	n.snapIndex = snap.GetMetadata().GetIndex()
-	n.snapBytes, n.logBytes = uint64(len(snap.GetData())), 0
+	c := n.captureSnapshot()
+	n.snapIndex, n.logBytes = c.idx, 0
 	n.snapNow.Store(false)
-	go n.writeSnapshot(snap, time.Since(start)) // unlocks snapMu
+	go n.writeSnapshot(c, time.Since(start)) // unlocks snapMu
 	if force {
 		n.snapMu.Lock()
 		n.snapMu.Unlock()
 	}
 }
 
+// snapCapture is a snapshot begun on the apply thread and finished by
+// writeSnapshot: its members and FSM header, and the engine's capture.
+type snapCapture struct {
+	idx  uint64
+	cs   *raftpb.ConfState
+	head []byte
+	eng  *engine.StateCapture
+}
+
+// captureSnapshot begins a snapshot at the applied index: the members,
+// the configuration and the FSM header now, the engine's state shard by
+// shard as the applies that follow change it or as the writer finishes
+// it (engine.StateCapture). Under applyRun.
+func (n *Node) captureSnapshot() *snapCapture {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+	n.bookMu.Lock()
+	head := appendSnapHeader(nil, n.book)
+	cs := proto.Clone(n.confState).(*raftpb.ConfState)
+	n.bookMu.Unlock()
+	head, idx, c := n.fsm.captureState(head)
+	return &snapCapture{idx: idx, cs: cs, head: head, eng: c}
+}
+
 // writeSnapshot writes snap durably, compacts the log behind it and
 // releases snapMu, which maybeSnapshot took for it.
-func (n *Node) writeSnapshot(snap *raftpb.Snapshot, copied time.Duration) {
+func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 	defer n.snapMu.Unlock()
 	start := time.Now()
+	data := c.eng.Finish(c.head)
+	encoded := time.Since(start)
+	snap, err := n.mem.CreateSnapshot(c.idx, c.cs, data)
+	if err != nil {
+		// ErrSnapOutOfDate: a newer snapshot, from the leader, was
+		// restored meanwhile.
+		n.log.Debug("snapshot dropped", zap.Uint64("index", c.idx), zap.Error(err))
+		return
+	}
+	n.snapBytes.Store(uint64(len(data)))
 	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 		n.log.Warn("snapshot write failed", zap.Error(err))
 		n.snapNow.Store(true)
 		return
 	}
-	idx := snap.GetMetadata().GetIndex()
+	idx := c.idx
 	n.log.Info("snapshot taken", zap.String("node_id", n.cfg.NodeID), zap.Uint64("index", idx),
-		zap.Int("bytes", len(snap.GetData())), zap.Duration("copy", copied), zap.Duration("write", time.Since(start)))
+		zap.Int("bytes", len(data)), zap.Duration("capture", captured), zap.Duration("encode", encoded),
+		zap.Duration("write", time.Since(start)-encoded))
 	if idx > n.cfg.TrailingLogs {
 		to := idx - n.cfg.TrailingLogs
 		if first, _ := n.mem.FirstIndex(); to > first {
@@ -805,22 +837,6 @@ func (n *Node) HandOff(timeout time.Duration) {
 	}
 	n.log.Info("leadership handed off before stopping", zap.String("node_id", n.cfg.NodeID),
 		zap.Duration("took", time.Since(start)))
-}
-
-// freshSnapshot snapshots the FSM, its members and configuration at the
-// applied index into the in-memory storage.
-func (n *Node) freshSnapshot() (*raftpb.Snapshot, error) {
-	n.applyMu.Lock()
-	n.bookMu.Lock()
-	data := appendSnapHeader(nil, n.book)
-	cs := proto.Clone(n.confState).(*raftpb.ConfState)
-	n.bookMu.Unlock()
-	data, idx := n.fsm.appendState(data)
-	n.applyMu.Unlock()
-	if li, _ := n.mem.LastIndex(); idx > li {
-		return nil, raft.ErrSnapshotTemporarilyUnavailable
-	}
-	return n.mem.CreateSnapshot(idx, cs, data)
 }
 
 // snapStorage is the MemoryStorage raft reads, except that the snapshot it

@@ -104,7 +104,7 @@ type Node struct {
 	ownerBuf  []answered                   // their owners, for the batch wait
 	applyMu   sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
 	snapIndex uint64                       // apply thread
-	snapBytes uint64                       // apply thread: the size of the last snapshot's state
+	snapBytes atomic.Uint64                // the size of the last snapshot's state (written by writeSnapshot)
 	logBytes  uint64                       // apply thread: bytes of entries applied since it
 	snapMu    sync.Mutex                   // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
 	snapNow   atomic.Bool                  // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
@@ -323,7 +323,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 			return nil, fmt.Errorf("replica: %w", err)
 		}
 		n.snapIndex = snap.GetMetadata().GetIndex()
-		n.snapBytes = uint64(len(snap.GetData()))
+		n.snapBytes.Store(uint64(len(snap.GetData())))
 	}
 	ents, err := st.readEntries(n.snapIndex)
 	if err != nil {

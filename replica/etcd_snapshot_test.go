@@ -19,7 +19,7 @@ import (
 func snapState(n *Node) (index, size, logged uint64) {
 	n.applyRun.Lock()
 	defer n.applyRun.Unlock()
-	return n.snapIndex, n.snapBytes, n.logBytes
+	return n.snapIndex, n.snapBytes.Load(), n.logBytes
 }
 
 // A state past snapSizeFloor is snapshotted when the log applied since

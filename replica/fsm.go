@@ -281,6 +281,11 @@ func (f *FSM) writeLocked(w io.Writer) error {
 
 // appendLocked appends what writeLocked writes to b.
 func (f *FSM) appendLocked(b []byte) []byte {
+	return f.eng.Load().AppendState(f.appendHeaderLocked(b))
+}
+
+// appendHeaderLocked appends the FSM header to b.
+func (f *FSM) appendHeaderLocked(b []byte) []byte {
 	f.addrMu.Lock()
 	ids := make([]string, 0, len(f.leaders))
 	version := byte(snapVersion)
@@ -304,7 +309,18 @@ func (f *FSM) appendLocked(b []byte) []byte {
 		}
 	}
 	f.addrMu.Unlock()
-	return f.eng.Load().AppendState(b)
+	return b
+}
+
+// captureState appends the FSM header to b and begins a capture of the
+// engine's state (engine.StateCapture), at the index it returns: the
+// snapshot's data is what c.Finish appends to the returned b, which it
+// may do while later entries apply.
+func (f *FSM) captureState(b []byte) ([]byte, uint64, *engine.StateCapture) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b = f.appendHeaderLocked(b)
+	return b, f.index.Load(), f.eng.Load().CaptureState()
 }
 
 func appendString(b []byte, s string) []byte {
