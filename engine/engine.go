@@ -306,9 +306,10 @@ func (e *Engine) evictIdle(skip *shard) bool {
 		if s == skip {
 			continue
 		}
-		s.lockW()
+		s.mu.Lock()
 		r := s.idle.head
 		if r != nil {
+			s.settleLocked()
 			s.dropResourceLocked(r)
 			s.updateNextLocked()
 		}

@@ -112,9 +112,16 @@ func (e *Engine) CaptureState() *StateCapture {
 }
 
 // lockW locks s for a change: a capture still waiting for s encodes it
-// first. Every call that changes a shard locks it with lockW.
+// first. Every call that changes a shard locks it with lockW, or with
+// mu and settleLocked before its first change (a call that visits every
+// shard and changes few, so that the rest stay for the writer).
 func (s *shard) lockW() {
 	s.mu.Lock()
+	s.settleLocked()
+}
+
+// settleLocked encodes s for a capture still waiting for it; under mu.
+func (s *shard) settleLocked() {
 	if s.capt != nil {
 		s.capt.encodeLocked(s)
 	}

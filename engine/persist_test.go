@@ -560,6 +560,7 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 // the shards they change first (lockW). Finish also runs beside them.
 func TestCaptureIsTheStateAtItsStart(t *testing.T) {
 	cfg := persistConfig()
+	cfg.MaxKeys += 2 // the two keys below
 	for seed := uint64(1); seed <= 4; seed++ {
 		for _, beside := range []bool{false, true} {
 			t.Run(fmt.Sprint("seed", seed, "/beside=", beside), func(t *testing.T) {
@@ -570,8 +571,21 @@ func TestCaptureIsTheStateAtItsStart(t *testing.T) {
 				r := &persistRun{e: e}
 				rng := rand.New(rand.NewPCG(seed, seed^0x51ed270b27a6c3f1))
 				now := int64(1_700_000_000) * sec
+				for _, key := range []string{"cancel", "drain"} { // held all along: waits queue behind
+					mustGrant(t, e, now, AcquireReq{Key: []byte(key), Owner: 100, Limit: 1, TTL: 24 * time.Hour})
+				}
 				for round := range 20 {
 					r.play(t, rng, &now, 100)
+					// A wait for CancelWait, and at the last round one
+					// for Drain (persistRun plays neither).
+					for _, key := range []string{"cancel", "drain"} {
+						if key == "drain" && round != 19 {
+							continue
+						}
+						if out, err := e.Acquire(now, AcquireReq{Key: []byte(key), Owner: 101, Limit: 1, TTL: time.Hour, Timeout: 24 * time.Hour}, &countSink{}); err != nil || out.Result != Queued {
+							t.Fatalf("Acquire: %v %v, want queued", out, err)
+						}
+					}
 					want := writeState(t, e)
 					c := e.CaptureState()
 					var got []byte
@@ -579,8 +593,16 @@ func TestCaptureIsTheStateAtItsStart(t *testing.T) {
 					if beside {
 						go func() { defer close(done); got = c.Finish(nil) }()
 					}
-					if round%5 == 4 { // first, while every shard waits
+					if round%5 == 2 { // first, while every shard waits
 						e.ShiftDeadlines(int64(round) * sec)
+					}
+					if !e.CancelWait(now, []byte("cancel"), 101) {
+						t.Fatal("CancelWait found no wait")
+					}
+					if round == 19 { // the last: draining refuses new requests
+						if e.Drain(now) == 0 {
+							t.Fatal("Drain found no wait")
+						}
 					}
 					r.play(t, rng, &now, 100)
 					if beside {
@@ -595,4 +617,29 @@ func TestCaptureIsTheStateAtItsStart(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A change that visits every shard and finds nothing to change in most
+// (a disconnect of an owner that holds nothing) leaves those shards to
+// the writer: encoding them on the applying goroutine would stall it for
+// the whole state.
+func TestCaptureLeavesShardsANoOpVisits(t *testing.T) {
+	e := newTestEngine(t, func(c *Config) { c.Shards = 16 })
+	mustGrant(t, e, 0, AcquireReq{Key: []byte("held"), Owner: 1, Limit: 1, TTL: time.Minute})
+	c := e.CaptureState()
+	e.Disconnect(0, 2, true) // owner 2 holds nothing anywhere
+	e.DropOwner(0, 3)
+	waiting := 0
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		if s.capt == c {
+			waiting++
+		}
+		s.mu.Unlock()
+	}
+	if waiting != len(e.shards) {
+		t.Fatalf("%d of %d shards still wait for the capture after no-op disconnects", waiting, len(e.shards))
+	}
+	_ = c.Finish(nil)
 }

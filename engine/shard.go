@@ -32,8 +32,8 @@ type shard struct {
 	// lapsed names, per owner, the keys whose two-phase grant expired
 	// before a Wait collected it, so that Wait answers ErrLeaseExpired
 	// rather than ErrNotQueued. An entry goes at that Wait, at the owner's
-	// next Enqueue of the key, or when the owner is dropped. Not part of
-	// WriteState: after a restore such a Wait answers ErrNotQueued.
+	// next Enqueue of the key, or when the owner is dropped. Part of
+	// WriteState since its version 3.
 	// Under mu.
 	lapsed map[OwnerID][]string
 
@@ -518,11 +518,19 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration,
 
 func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 	var d *[]delivery
-	s.lockW()
-	if len(s.lapsed) > 0 {
+	s.mu.Lock()
+	en := s.owners[owner]
+	_, lapsed := s.lapsed[owner]
+	if en == nil && !lapsed {
+		// Nothing of owner's here: a state capture may keep waiting for
+		// this shard (a disconnect visits every shard).
+		s.mu.Unlock()
+		return
+	}
+	s.settleLocked()
+	if lapsed {
 		delete(s.lapsed, owner)
 	}
-	en := s.owners[owner]
 	if en == nil {
 		s.mu.Unlock()
 		return

@@ -356,6 +356,7 @@ func (n *Node) captureSnapshot() *snapCapture {
 	cs := proto.Clone(n.confState).(*raftpb.ConfState)
 	n.bookMu.Unlock()
 	head, idx, c := n.fsm.captureState(head)
+	n.encoding.Store(true)
 	return &snapCapture{idx: idx, cs: cs, head: head, eng: c}
 }
 
@@ -365,6 +366,7 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 	defer n.snapMu.Unlock()
 	start := time.Now()
 	data := c.eng.Finish(c.head)
+	n.encoding.Store(false)
 	encoded := time.Since(start)
 	snap, err := n.mem.CreateSnapshot(c.idx, c.cs, data)
 	if err != nil {

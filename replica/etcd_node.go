@@ -107,6 +107,7 @@ type Node struct {
 	snapBytes atomic.Uint64                // the size of the last snapshot's state (written by writeSnapshot)
 	logBytes  uint64                       // apply thread: bytes of entries applied since it
 	snapMu    sync.Mutex                   // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
+	encoding  atomic.Bool                  // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
 	snapNow   atomic.Bool                  // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
 	restored  chan error                   // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
@@ -919,7 +920,11 @@ func (n *Node) kickApply(inline bool) {
 	if !n.applyQ.pending() {
 		return
 	}
-	if inline && !n.stopping() && n.applyRun.TryLock() {
+	// Not while a snapshot's encoding is under way: an apply may then
+	// encode the shards it changes first (engine.StateCapture), and the
+	// goroutines that apply inline (a transport reader, a proposer such
+	// as an event loop) must not stall for it.
+	if inline && !n.stopping() && !n.encoding.Load() && n.applyRun.TryLock() {
 		n.applyBatch(n.applyQ.take())
 		due := n.snapshotDue()
 		n.applyRun.Unlock()
