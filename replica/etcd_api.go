@@ -369,6 +369,13 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 	n.encoding.Store(false)
 	encoded := time.Since(start)
 	snap, err := n.mem.CreateSnapshot(c.idx, c.cs, data)
+	if errors.Is(err, raft.ErrSnapOutOfDate) {
+		// Ours, if a write of this index failed and its retry found no
+		// newer entry to take: write it again.
+		if own, e := n.mem.Snapshot(); e == nil && own.GetMetadata().GetIndex() == c.idx {
+			snap, err = own, nil
+		}
+	}
 	if err != nil {
 		// ErrSnapOutOfDate: a newer snapshot, from the leader, was
 		// restored meanwhile.
