@@ -51,9 +51,9 @@ var ErrBadState = errors.New("engine: bad state")
 // so the state is consistent only when no mutating call runs meanwhile
 // (a Raft FSM's Snapshot is such a moment).
 //
-// The shards are encoded in parallel, up to GOMAXPROCS at a time: a
-// cluster's applies wait for a snapshot's copy, which costs about a
-// microsecond per holding or wait.
+// The shards are encoded in parallel, up to GOMAXPROCS at a time. A
+// caller that must not keep changes waiting that long (a cluster's
+// snapshot: about a microsecond per holding or wait) uses CaptureState.
 func (e *Engine) WriteState(w io.Writer) error {
 	_, err := w.Write(e.AppendState(nil))
 	return err
@@ -69,8 +69,8 @@ func (e *Engine) AppendState(b []byte) []byte {
 // shard afterwards: CaptureState takes what is not per shard at once, and
 // a shard is encoded at the first change made to it after that (lockW),
 // or by Finish, whichever comes first. So the engine can go on changing
-// while a snapshot of a large state is encoded, each change waiting at
-// most for the encoding of its own shard.
+// while a snapshot of a large state is encoded, each change waiting only
+// for the shards it changes that are not encoded yet.
 type StateCapture struct {
 	e       *Engine
 	counter uint64         // the fence counter
