@@ -532,7 +532,7 @@ func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
 		cs.Voters = append(cs.Voters, id)
 		book[id] = Member{ID: p.ID, RaftAddr: p.RaftAddr, Suffrage: "voter"}
 	}
-	data, _ := n.fsm.appendState(appendSnapHeader(nil, book))
+	data := n.fsm.appendState(appendSnapHeader(nil, book))
 	return &raftpb.Snapshot{Data: data,
 		Metadata: &raftpb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}, nil
 }

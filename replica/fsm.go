@@ -425,10 +425,9 @@ func (f *FSM) skipEntry(index uint64) {
 	f.mu.Unlock()
 }
 
-// appendState appends the state as a snapshot holds it to b, and returns
-// the index it reflects.
-func (f *FSM) appendState(b []byte) ([]byte, uint64) {
+// appendState appends the state as a snapshot holds it to b.
+func (f *FSM) appendState(b []byte) []byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.appendLocked(b), f.index.Load()
+	return f.appendLocked(b)
 }
