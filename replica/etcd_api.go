@@ -378,8 +378,10 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 		n.keepSnap(snap)
 	} else if errors.Is(err, raft.ErrSnapOutOfDate) {
 		// Ours, if a write of this index failed and its retry found no
-		// newer entry to take: write it again.
-		if own := n.snap.Load(); own != nil && own.GetMetadata().GetIndex() == c.idx {
+		// newer entry to take: write it again. Not if a newer one from
+		// the leader is being installed (MemoryStorage has it first).
+		held, _ := n.mem.Snapshot() // metadata only: cheap
+		if own := n.snap.Load(); own != nil && own.GetMetadata().GetIndex() == c.idx && held.GetMetadata().GetIndex() == c.idx {
 			snap, err = own, nil
 		}
 	}
@@ -887,8 +889,11 @@ func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
 // MemoryStorage clones the snapshot it is given and each one it returns,
 // state and all; raft reads the state only through snapStorage, which
 // serves it from n.snap.
+//
+// The metadata is a copy: MemoryStorage fills in what is missing of the
+// metadata it is given, which must not write to snap once it is shared.
 func memSnapshot(snap *raftpb.Snapshot) *raftpb.Snapshot {
-	return &raftpb.Snapshot{Metadata: snap.GetMetadata()}
+	return &raftpb.Snapshot{Metadata: proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)}
 }
 
 // keepSnap makes snap the one raft sends unless a newer one is there: a

@@ -281,6 +281,16 @@ func (t *transport) sendNow(p *peerStream, buf []byte) bool {
 	return true
 }
 
+// snapsFailed reports the snapshots among q, which will not be sent, as
+// failed.
+func (t *transport) snapsFailed(p *peerStream, q []frame) {
+	for _, f := range q {
+		if f.snap != nil {
+			t.snapDone(p.id, false)
+		}
+	}
+}
+
 // encodeFrame encodes m after room for its length.
 func encodeFrame(m *raftpb.Message) ([]byte, bool) {
 	buf := make([]byte, 4, 4+proto.Size(m))
@@ -378,6 +388,14 @@ func (t *transport) writeLoop(p *peerStream) {
 		p.wmu.Lock()
 		t.dropConn(p)
 		p.wmu.Unlock()
+		// Cut (the peer removed, or at a new address): a snapshot still
+		// queued is reported failed, or raft would wait for it, the
+		// follower paused, until it hears otherwise.
+		p.qmu.Lock()
+		q := p.q
+		p.q = nil
+		p.qmu.Unlock()
+		t.snapsFailed(p, q)
 	}()
 	for {
 		select {
@@ -398,16 +416,13 @@ func (t *transport) writeLoop(p *peerStream) {
 				select {
 				case <-p.stop: // cut: what is queued goes nowhere
 					p.wmu.Unlock()
+					t.snapsFailed(p, q)
 					return
 				default:
 				}
 				if err := t.dial(p); err != nil {
 					t.report(p.id, false)
-					for _, f := range q {
-						if f.snap != nil {
-							t.snapDone(p.id, false)
-						}
-					}
+					t.snapsFailed(p, q)
 					p.wmu.Unlock()
 					select {
 					case <-p.stop:

@@ -272,6 +272,52 @@ func TestSendLeavesASnapshotToTheWriter(t *testing.T) {
 	}
 }
 
+// A snapshot queued for a peer that is then removed is reported failed:
+// raft keeps a follower it sent a snapshot to paused until it hears how
+// the send went. (The writer, told to stop while a frame waited, used to
+// return without a word about it.)
+func TestSnapshotQueuedForARemovedPeerFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); _ = c.Close() }()
+		}
+	}()
+	st := dialOnlyStorage(t)
+	tr := newTransport2(st, zap.NewNop())
+	tr.report = func(uint64, bool) {}
+	done := make(chan bool, 4)
+	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
+	defer tr.close()
+	for round := range 20 {
+		tr.setPeer(2, ln.Addr().String())
+		tr.mu.Lock()
+		p := tr.peers[2]
+		tr.mu.Unlock()
+		p.wmu.Lock() // the writer cannot take the frame before the cut
+		tr.send(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+			Snapshot: &raftpb.Snapshot{Data: []byte("state"), Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(7)}}})
+		tr.removePeer(2)
+		p.wmu.Unlock()
+		select {
+		case ok := <-done:
+			if ok {
+				t.Fatalf("round %d: a snapshot to a removed peer was reported sent", round)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the snapshot queued for a removed peer was never reported", round)
+		}
+	}
+}
+
 // dialOnlyStorage is a Storage with only what a transport that sends
 // needs: a dialer, and a listener for close to close.
 func dialOnlyStorage(t *testing.T) *Storage {
