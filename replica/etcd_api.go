@@ -368,11 +368,20 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 	data := c.eng.Finish(c.head)
 	n.encoding.Store(false)
 	encoded := time.Since(start)
-	snap, err := n.mem.CreateSnapshot(c.idx, c.cs, data)
-	if errors.Is(err, raft.ErrSnapOutOfDate) {
+	// MemoryStorage gets the snapshot without its state (it would clone
+	// the whole of it here, and again for every Snapshot call); the
+	// whole one is kept in n.snap for raft to send (snapStorage).
+	meta, err := n.mem.CreateSnapshot(c.idx, c.cs, nil)
+	var snap *raftpb.Snapshot
+	if err == nil {
+		snap = &raftpb.Snapshot{Data: data, Metadata: meta.GetMetadata()}
+		n.keepSnap(snap)
+	} else if errors.Is(err, raft.ErrSnapOutOfDate) {
 		// Ours, if a write of this index failed and its retry found no
-		// newer entry to take: write it again.
-		if own, e := n.mem.Snapshot(); e == nil && own.GetMetadata().GetIndex() == c.idx {
+		// newer entry to take: write it again. Not if a newer one from
+		// the leader is being installed (MemoryStorage has it first).
+		held, _ := n.mem.Snapshot() // metadata only: cheap
+		if own := n.snap.Load(); own != nil && own.GetMetadata().GetIndex() == c.idx && held.GetMetadata().GetIndex() == c.idx {
 			snap, err = own, nil
 		}
 	}
@@ -848,10 +857,11 @@ func (n *Node) HandOff(timeout time.Duration) {
 		zap.Duration("took", time.Since(start)))
 }
 
-// snapStorage is the MemoryStorage raft reads, except that the snapshot it
-// sends a follower must name the cluster's current configuration: an
-// older one may predate the follower's own membership, and a node refuses
-// a snapshot whose configuration does not name it.
+// snapStorage is the MemoryStorage raft reads, except for the snapshot it
+// sends a follower. That one is the node's own (MemoryStorage holds only
+// its metadata: see memSnapshot), and it must name the cluster's current
+// configuration: an older one may predate the follower's own membership,
+// and a node refuses a snapshot whose configuration does not name it.
 type snapStorage struct {
 	*raft.MemoryStorage
 	n *Node
@@ -863,13 +873,43 @@ type snapStorage struct {
 // last snapshot taken when that one carries the current configuration,
 // and otherwise asks the apply thread for a fresh one and reports it
 // temporarily unavailable, which has raft ask again later.
+//
+// The snapshot is n.snap itself, not a copy: nothing changes a snapshot
+// once it is stored there, and the transport only reads it.
 func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
-	snap, err := s.MemoryStorage.Snapshot()
-	if err == nil && !raft.IsEmptySnap(snap) && s.n.confIs(snap.GetMetadata().GetConfState()) {
+	snap := s.n.snap.Load()
+	if snap != nil && !raft.IsEmptySnap(snap) && s.n.confIs(snap.GetMetadata().GetConfState()) {
 		return snap, nil
 	}
 	s.n.wantSnapshot()
 	return nil, raft.ErrSnapshotTemporarilyUnavailable
+}
+
+// memSnapshot is what MemoryStorage gets of snap: its metadata alone.
+// MemoryStorage clones the snapshot it is given and each one it returns,
+// state and all; raft reads the state only through snapStorage, which
+// serves it from n.snap.
+//
+// The metadata is a copy: MemoryStorage fills in what is missing of the
+// metadata it is given, which must not write to snap once it is shared.
+func memSnapshot(snap *raftpb.Snapshot) *raftpb.Snapshot {
+	return &raftpb.Snapshot{Metadata: proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)}
+}
+
+// keepSnap makes snap the one raft sends unless a newer one is there: a
+// snapshot from the leader may be installed while this node's own, older
+// one is still being written.
+func (n *Node) keepSnap(snap *raftpb.Snapshot) {
+	idx := snap.GetMetadata().GetIndex()
+	for {
+		old := n.snap.Load()
+		if old != nil && old.GetMetadata().GetIndex() >= idx {
+			return
+		}
+		if n.snap.CompareAndSwap(old, snap) {
+			return
+		}
+	}
 }
 
 // confIs reports whether cs is the configuration the node has applied.

@@ -99,17 +99,18 @@ type Node struct {
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
 	applyRun  sync.Mutex
-	answers   []pendingAnswer              // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
-	answerRun atomic.Pointer[AnswerRunner] // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
-	ownerBuf  []answered                   // their owners, for the batch wait
-	applyMu   sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
-	snapIndex uint64                       // apply thread
-	snapBytes atomic.Uint64                // the size of the last snapshot's state (written by writeSnapshot)
-	logBytes  uint64                       // apply thread: bytes of entries applied since it
-	snapMu    sync.Mutex                   // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
-	encoding  atomic.Bool                  // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
-	snapNow   atomic.Bool                  // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
-	restored  chan error                   // the apply thread's answer to a snapshot to restore
+	answers   []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
+	answerRun atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
+	ownerBuf  []answered                      // their owners, for the batch wait
+	applyMu   sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
+	snapIndex uint64                          // apply thread
+	snapBytes atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
+	snap      atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
+	logBytes  uint64                          // apply thread: bytes of entries applied since it
+	snapMu    sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
+	encoding  atomic.Bool                     // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
+	snapNow   atomic.Bool                     // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
+	restored  chan error                      // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 
 	stop      chan struct{}
@@ -320,9 +321,10 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		if err := n.restoreSnapshot(snap); err != nil {
 			return nil, err
 		}
-		if err := n.mem.ApplySnapshot(snap); err != nil {
+		if err := n.mem.ApplySnapshot(memSnapshot(snap)); err != nil {
 			return nil, fmt.Errorf("replica: %w", err)
 		}
+		n.keepSnap(snap)
 		n.snapIndex = snap.GetMetadata().GetIndex()
 		n.snapBytes.Store(uint64(len(snap.GetData())))
 	}
@@ -1125,5 +1127,9 @@ func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
 	case <-n.stop:
 		return ErrClosed
 	}
-	return n.mem.ApplySnapshot(snap)
+	if err := n.mem.ApplySnapshot(memSnapshot(snap)); err != nil {
+		return err
+	}
+	n.keepSnap(snap)
+	return nil
 }

@@ -41,7 +41,7 @@ type peerStream struct {
 	wake chan struct{} // the writer has queued frames to send
 
 	qmu sync.Mutex
-	q   [][]byte // frames waiting for the writer; the last byte marks a snapshot
+	q   []frame // frames waiting for the writer
 
 	wmu sync.Mutex // the connection; held by whoever writes to it
 	c   net.Conn
@@ -52,6 +52,14 @@ type peerStream struct {
 	// live is c, for close and removePeer to cut a write stuck on a
 	// peer that stopped reading without waiting for wmu.
 	live atomic.Pointer[net.Conn]
+}
+
+// frame is a message queued for a peer's writer: its encoding, or a
+// snapshot, which the writer encodes (the copy of a large state is not
+// made on raft's goroutine, which sends it).
+type frame struct {
+	b    []byte
+	snap *raftpb.Message
 }
 
 type transport struct {
@@ -211,47 +219,19 @@ func (t *transport) send(m *raftpb.Message) {
 	if p == nil {
 		return
 	}
-	// The frame: a length, the message, and room for the queue's flag.
-	buf := make([]byte, 4, 5+proto.Size(m))
-	buf, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(buf, m)
-	if err != nil {
-		return
-	}
-	b := buf[4:]
 	snap := m.GetType() == raftpb.MessageType_MsgSnap
-	if !snap && p.wmu.TryLock() {
-		p.qmu.Lock()
-		idle := len(p.q) == 0
-		p.qmu.Unlock()
-		if idle && p.c != nil && len(p.rest) == 0 {
-			binary.LittleEndian.PutUint32(buf, uint32(len(b)))
-			n, err := writeNow(p.c, buf)
-			if err != nil {
-				t.dropConn(p)
-			} else if n < len(buf) {
-				p.rest = buf[n:]
-			}
-			p.wmu.Unlock()
-			if err != nil {
-				t.report(p.id, false)
-			} else if n < len(buf) {
-				select {
-				case p.wake <- struct{}{}:
-				default:
-				}
-			}
+	f := frame{snap: m}
+	if !snap {
+		buf, ok := encodeFrame(m)
+		if !ok || t.sendNow(p, buf) {
 			return
 		}
-		p.wmu.Unlock()
-	}
-	flag := byte(0)
-	if snap {
-		flag = 1
+		f = frame{b: buf[4:]}
 	}
 	p.qmu.Lock()
 	full := len(p.q) >= peerQueue
 	if !full {
-		p.q = append(p.q, append(b, flag)) // in buf's spare byte: no copy
+		p.q = append(p.q, f)
 	}
 	p.qmu.Unlock()
 	if full {
@@ -265,6 +245,57 @@ func (t *transport) send(m *raftpb.Message) {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// sendNow writes buf (a frame with room for its length) to p's connection
+// when the connection is up and nothing is queued or half-sent, and says
+// whether it did; what the socket does not take at once is left to the
+// writer.
+func (t *transport) sendNow(p *peerStream, buf []byte) bool {
+	if !p.wmu.TryLock() {
+		return false
+	}
+	p.qmu.Lock()
+	idle := len(p.q) == 0
+	p.qmu.Unlock()
+	if !idle || p.c == nil || len(p.rest) > 0 {
+		p.wmu.Unlock()
+		return false
+	}
+	binary.LittleEndian.PutUint32(buf, uint32(len(buf)-4))
+	n, err := writeNow(p.c, buf)
+	if err != nil {
+		t.dropConn(p)
+	} else if n < len(buf) {
+		p.rest = buf[n:]
+	}
+	p.wmu.Unlock()
+	if err != nil {
+		t.report(p.id, false)
+	} else if n < len(buf) {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// snapsFailed reports the snapshots among q, which will not be sent, as
+// failed.
+func (t *transport) snapsFailed(p *peerStream, q []frame) {
+	for _, f := range q {
+		if f.snap != nil {
+			t.snapDone(p.id, false)
+		}
+	}
+}
+
+// encodeFrame encodes m after room for its length.
+func encodeFrame(m *raftpb.Message) ([]byte, bool) {
+	buf := make([]byte, 4, 4+proto.Size(m))
+	buf, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(buf, m)
+	return buf, err == nil
 }
 
 // writeFrame writes one frame to p's connection (p.wmu held).
@@ -357,6 +388,14 @@ func (t *transport) writeLoop(p *peerStream) {
 		p.wmu.Lock()
 		t.dropConn(p)
 		p.wmu.Unlock()
+		// Cut (the peer removed, or at a new address): a snapshot still
+		// queued is reported failed, or raft would wait for it, the
+		// follower paused, until it hears otherwise.
+		p.qmu.Lock()
+		q := p.q
+		p.q = nil
+		p.qmu.Unlock()
+		t.snapsFailed(p, q)
 	}()
 	for {
 		select {
@@ -377,16 +416,13 @@ func (t *transport) writeLoop(p *peerStream) {
 				select {
 				case <-p.stop: // cut: what is queued goes nowhere
 					p.wmu.Unlock()
+					t.snapsFailed(p, q)
 					return
 				default:
 				}
 				if err := t.dial(p); err != nil {
 					t.report(p.id, false)
-					for _, b := range q {
-						if b[len(b)-1] == 1 {
-							t.snapDone(p.id, false)
-						}
-					}
+					t.snapsFailed(p, q)
 					p.wmu.Unlock()
 					select {
 					case <-p.stop:
@@ -403,17 +439,24 @@ func (t *transport) writeLoop(p *peerStream) {
 				_, err = p.w.Write(p.rest)
 				p.rest = nil
 			}
-			for _, b := range q {
-				snap := b[len(b)-1] == 1
+			for _, f := range q {
+				if f.snap == nil {
+					if err == nil {
+						err = t.writeFrame(p, f.b, time.Now().Add(writeTimeout))
+					}
+					continue
+				}
+				sent := false
 				if err == nil {
-					err = t.writeFrame(p, b[:len(b)-1], time.Now().Add(writeTimeout))
-					if err == nil && snap {
-						err = p.w.Flush()
+					if buf, ok := encodeFrame(f.snap); ok {
+						err = t.writeFrame(p, buf[4:], time.Now().Add(writeTimeout))
+						if err == nil {
+							err = p.w.Flush()
+						}
+						sent = err == nil
 					}
 				}
-				if snap {
-					t.snapDone(p.id, err == nil)
-				}
+				t.snapDone(p.id, sent)
 			}
 			if err == nil {
 				err = p.w.Flush()
