@@ -9,6 +9,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,17 +194,20 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 		s.ctr.expiries, s.ctr.dropped, s.ctr.pruned} {
 		b = binary.AppendUvarint(b, c)
 	}
-	keys := make([]string, 0, len(s.res))
-	for k := range s.res {
-		keys = append(keys, k)
+	// The resources sorted by key, each with its key: one pass over the
+	// map, no lookup per key afterwards (with a large state, every
+	// lookup was a cache miss).
+	keys := make([]keyedRes, 0, len(s.res))
+	for k, r := range s.res {
+		keys = append(keys, keyedRes{k, r})
 	}
-	slices.Sort(keys)
+	slices.SortFunc(keys, func(a, b keyedRes) int { return strings.Compare(a.k, b.k) })
 	// Entries and resources are numbered in the order written (sidx),
 	// for the idle list, the heap and the owner lists below.
 	entries := 0
 	b = binary.AppendUvarint(b, uint64(len(keys)))
-	for i, k := range keys {
-		r := s.res[k]
+	for i, kr := range keys {
+		k, r := kr.k, kr.r
 		r.sidx = int32(i)
 		b = binary.AppendUvarint(b, uint64(len(k)))
 		b = append(b, k...)
@@ -243,18 +247,25 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 	}
 	slices.Sort(owners)
 	b = binary.AppendUvarint(b, uint64(len(owners)))
+	var list []int32 // one walk of each owner's list (its entries are scattered: a miss each)
 	for _, id := range owners {
 		b = binary.AppendUvarint(b, uint64(id))
-		n := 0
+		list = list[:0]
 		for en := s.owners[id]; en != nil; en = en.onext {
-			n++
+			list = append(list, en.sidx)
 		}
-		b = binary.AppendUvarint(b, uint64(n))
-		for en := s.owners[id]; en != nil; en = en.onext {
-			b = binary.AppendUvarint(b, uint64(en.sidx))
+		b = binary.AppendUvarint(b, uint64(len(list)))
+		for _, x := range list {
+			b = binary.AppendUvarint(b, uint64(x))
 		}
 	}
 	return b
+}
+
+// keyedRes is a resource with its key, for sorting.
+type keyedRes struct {
+	k string
+	r *resource
 }
 
 // lapsedLocked lists s's lapsed two-phase grants by owner, keys sorted;
