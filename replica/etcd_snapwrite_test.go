@@ -4,11 +4,15 @@ package replica
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
+	"github.com/latchd/latchd/engine"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -32,7 +36,7 @@ func TestSnapshotPartsAreItsEncoding(t *testing.T) {
 		testSnapshot(1 << 20),
 		testSnapshot(1),
 		{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(3), Term: proto.Uint64(1)}}, // no state
-		{Data: []byte{}, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(3)}},      // an empty one
+		{Data: []byte{}, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(3)}},        // an empty one
 	} {
 		parts, err := snapshotParts(snap)
 		if err != nil {
@@ -89,5 +93,104 @@ func TestSaveSnapshotDoesNotCopyTheState(t *testing.T) {
 	}
 	if !proto.Equal(got, snap) {
 		t.Fatal("the snapshot loaded back differs from the one saved")
+	}
+}
+
+// A follower writing a snapshot leaves its log's writes to its append
+// thread, so that a slow sync (its disk busy with the snapshot) does not
+// keep its transport reader from the leader's heartbeats. Here both
+// followers' syncs take four election timeouts while they write
+// snapshots; appending on their readers, they stopped hearing the leader
+// and elected another.
+func TestFollowersWritingSnapshotsKeepHearingTheLeader(t *testing.T) {
+	c := newDiskCluster(t, 3, nil)
+	li := c.leader(t, -1)
+	l := c.nodes[li]
+	changes := func() (n uint64) {
+		for _, nd := range c.nodes {
+			n += nd.Status().LeaderChanges
+		}
+		return n
+	}
+	before := changes()
+	var fs []*Node
+	for i, nd := range c.nodes {
+		if i != li {
+			fs = append(fs, nd)
+		}
+	}
+	for _, f := range fs {
+		f.setWritingSnap(true)
+		f.st.wal.testSyncDelay.Store(int64(4 * c.nodes[0].cfg.ElectionTimeout))
+	}
+	defer func() {
+		for _, f := range fs {
+			f.st.wal.testSyncDelay.Store(0)
+			f.setWritingSnap(false)
+		}
+	}()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // entries for the followers to write, slowly
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = l.Acquire(ctx, engine.AcquireReq{Key: fmt.Appendf(nil, "k%d", i), Owner: 1, Limit: 1, TTL: time.Minute}, nil)
+			cancel()
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if !l.IsLeader() || changes() != before {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	if !l.IsLeader() || changes() != before {
+		t.Fatalf("the lead moved while the followers wrote snapshots (leader still n%d: %v; leader changes %d -> %d)", li+1, l.IsLeader(), before, changes())
+	}
+}
+
+// A slow write of the log makes the disk count as busy for a while: the
+// next writes are the append thread's and no sync is held, whatever
+// made the disk slow.
+func TestSlowLogWriteMakesTheDiskBusy(t *testing.T) {
+	c := newDiskCluster(t, 3, nil)
+	li := c.leader(t, -1)
+	f := c.nodes[(li+1)%3]
+	if f.diskBusy() {
+		t.Fatal("a fresh follower's disk counts as busy")
+	}
+	f.st.wal.testSyncDelay.Store(int64(slowSync + 10*time.Millisecond))
+	defer f.st.wal.testSyncDelay.Store(0)
+	if _, err := acq(t, c.nodes[li], "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 5*time.Second, "the follower's disk counted busy after a slow write", f.diskBusy)
+
+	w := &WAL{}
+	w.SetHeld(true)
+	if !w.Held() {
+		t.Fatal("SetHeld(true): not held")
+	}
+	w.SetSlowUntil(time.Now().Add(time.Hour))
+	if w.Held() {
+		t.Fatal("held while the disk was slow lately")
+	}
+	w.SetSlowUntil(time.Time{})
+	w.SetBusy(true)
+	if w.Held() {
+		t.Fatal("held while the disk is busy")
+	}
+	w.SetBusy(false)
+	if !w.Held() {
+		t.Fatal("not held once the disk is neither busy nor slow")
 	}
 }
