@@ -901,9 +901,9 @@ func (n *Node) sendAll(ms []*raftpb.Message) {
 // else by the append thread. Not inline while the disk is busy (diskBusy):
 // a sync may then take long, and a transport reader stuck in one reads
 // nothing meanwhile, the leader's heartbeats included. With both
-// followers so deaf the leader stepped down (it heard from no quorum),
-// though it was there all along (seen at a million held locks, the nodes
-// writing their snapshots; TestFollowersWritingSnapshotsKeepHearingTheLeader).
+// followers so deaf the lead moves though the leader is there all along
+// (seen at a million held locks, the nodes writing their snapshots;
+// TestFollowersWritingSnapshotsKeepHearingTheLeader).
 func (n *Node) kickAppend(inline bool) {
 	if !n.appQ.pending() {
 		return
