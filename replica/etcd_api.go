@@ -899,10 +899,15 @@ func memSnapshot(snap *raftpb.Snapshot) *raftpb.Snapshot {
 	return &raftpb.Snapshot{Metadata: proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)}
 }
 
-// setWritingSnap marks the time this node writes a snapshot to its disk:
-// meanwhile its disk is busy (diskBusy).
+// setWritingSnap marks the time this node writes a snapshot to its disk,
+// its own or the leader's (the two may overlap: calls nest): meanwhile
+// its disk is busy (diskBusy).
 func (n *Node) setWritingSnap(on bool) {
-	n.writingSnap.Store(on)
+	if on {
+		n.writingSnap.Add(1)
+	} else {
+		n.writingSnap.Add(-1)
+	}
 	n.st.wal.SetBusy(on)
 }
 
@@ -916,7 +921,7 @@ const (
 
 // diskSlow marks the disk busy until t: a write of the log was slow.
 func (n *Node) diskSlow(t time.Time) {
-	n.slowUntil.Store(t.UnixNano())
+	n.slowUntil.Store(int64(t.Sub(monoBase)))
 	n.st.wal.SetSlowUntil(t)
 }
 
@@ -924,7 +929,7 @@ func (n *Node) diskSlow(t time.Time) {
 // snapshot, or a write of the log was slow lately. Meanwhile the log's
 // writes are the append thread's (kickAppend), and no sync is held (WAL).
 func (n *Node) diskBusy() bool {
-	return n.writingSnap.Load() || time.Now().UnixNano() < n.slowUntil.Load()
+	return n.writingSnap.Load() > 0 || monoNow() < n.slowUntil.Load()
 }
 
 // keepSnap makes snap the one raft sends unless a newer one is there: a

@@ -105,8 +105,8 @@ type Node struct {
 	applyMu     sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
 	snapIndex   uint64                          // apply thread
 	snapBytes   atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
-	slowUntil   atomic.Int64                    // Unix ns: a write of the log was slow; the disk counts as busy until then (diskSlow)
-	writingSnap atomic.Bool                     // writeSnapshot is writing a snapshot to disk (setWritingSnap)
+	slowUntil   atomic.Int64                    // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
+	writingSnap atomic.Int32                    // snapshots being written to disk (setWritingSnap)
 	snap        atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
 	logBytes    uint64                          // apply thread: bytes of entries applied since it
 	snapMu      sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
@@ -658,7 +658,7 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	// A follower's reader writes what the leader sent itself (its next
 	// messages wait in the socket and join the next write); the leader's
 	// own writes stay on the append thread, beside its readers' acks.
-	n.kickAppend(inline && !n.isLeaderState())
+	n.kickAppend(inline && !n.isLeaderState() && !carriesSnap(ms))
 	n.kickApply(inline)
 	n.sendAll(later)
 }
@@ -887,6 +887,18 @@ func urgent(m *raftpb.Message) bool {
 		return len(m.GetEntries()) > 0
 	}
 	return true
+}
+
+// carriesSnap reports whether ms holds a snapshot from the leader: its
+// install writes and syncs the whole of it, which a transport reader must
+// not wait for (kickAppend).
+func carriesSnap(ms []*raftpb.Message) bool {
+	for _, m := range ms {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *Node) sendAll(ms []*raftpb.Message) {
@@ -1123,7 +1135,10 @@ func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
 	// loads, is this one; the log behind it is cleared below, and the
 	// writer's compaction is then below the log's first entry (nothing to
 	// delete) and raft's (ErrCompacted).
-	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
+	n.setWritingSnap(true)
+	err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain)
+	n.setWritingSnap(false)
+	if err != nil {
 		return err
 	}
 	if err := n.st.wal.DeleteRange(0, ^uint64(0)); err != nil {

@@ -274,7 +274,9 @@ func snapshotParts(snap *raftpb.Snapshot) ([][]byte, error) {
 	}
 	// Field 1 (data) first, then field 2 (metadata), as proto.Marshal
 	// orders them.
-	meta, err := proto.Marshal(&raftpb.Snapshot{Metadata: snap.GetMetadata()})
+	rest := &raftpb.Snapshot{Metadata: snap.GetMetadata()}
+	rest.ProtoReflect().SetUnknown(snap.ProtoReflect().GetUnknown()) // proto.Marshal writes them last
+	meta, err := proto.Marshal(rest)
 	if err != nil {
 		return nil, err
 	}

@@ -334,6 +334,7 @@ func snapMessageParts(m *raftpb.Message) ([][]byte, error) {
 		}
 		return true
 	})
+	dst.SetUnknown(src.GetUnknown())
 	head, err := proto.Marshal(rest)
 	if err != nil {
 		return nil, err

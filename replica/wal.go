@@ -61,9 +61,9 @@ type WAL struct {
 	err           error // under wmu; sticky: a failed write leaves the tail unknown
 	buf           []byte
 	held          atomic.Bool  // StoreLogs keeps the processor (SetHeld)
-	busy          atomic.Bool  // ... but not now: the disk is busy (SetBusy)
-	slowUntil     atomic.Int64 // ... nor before this (Unix ns): a sync was slow (SetSlowUntil)
-	testSyncDelay atomic.Int64 // tests: nanoseconds each unheld sync waits first
+	busy          atomic.Int32 // ... but not now: the disk is busy (SetBusy)
+	slowUntil     atomic.Int64 // ... nor before this (monoNow): a sync was slow (SetSlowUntil)
+	testSyncDelay atomic.Int64 // tests: nanoseconds each write of the log waits first
 	sync          *syncer      // under wmu: StoreLogs' flush when not held, made at the first such
 }
 
@@ -336,9 +336,15 @@ var liveNodes atomic.Int32
 // may then wait for all of it, and a held one would keep its processor,
 // and stall any collection, for as long. Meanwhile syncs are not held,
 // whatever SetHeld says.
+// Calls nest: the disk is busy until each true has had its false.
 func (w *WAL) SetBusy(on bool) {
-	if w != nil {
-		w.busy.Store(on)
+	if w == nil {
+		return
+	}
+	if on {
+		w.busy.Add(1)
+	} else {
+		w.busy.Add(-1)
 	}
 }
 
@@ -346,14 +352,21 @@ func (w *WAL) SetBusy(on bool) {
 // slow, and the next may be too.
 func (w *WAL) SetSlowUntil(t time.Time) {
 	if w != nil {
-		w.slowUntil.Store(t.UnixNano())
+		w.slowUntil.Store(int64(t.Sub(monoBase)))
 	}
 }
+
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow is the monotonic clock's time since monoBase, in nanoseconds:
+// a deadline kept in it does not move when the wall clock is set.
+func monoNow() int64 { return int64(time.Since(monoBase)) }
 
 // Held reports whether syncs are held now: SetHeld's say, unless the
 // disk is busy (SetBusy) or was slow lately (SetSlowUntil).
 func (w *WAL) Held() bool {
-	return w != nil && w.held.Load() && !w.busy.Load() && time.Now().UnixNano() >= w.slowUntil.Load()
+	return w != nil && w.held.Load() && w.busy.Load() == 0 && monoNow() >= w.slowUntil.Load()
 }
 
 // StoreLog implements raft.LogStore.
