@@ -392,7 +392,10 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 		return
 	}
 	n.snapBytes.Store(uint64(len(data)))
-	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
+	n.setWritingSnap(true)
+	err = n.st.saveSnapshot(snap, n.cfg.SnapshotRetain)
+	n.setWritingSnap(false)
+	if err != nil {
 		n.log.Warn("snapshot write failed", zap.Error(err))
 		n.snapNow.Store(true)
 		return
@@ -894,6 +897,39 @@ func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
 // metadata it is given, which must not write to snap once it is shared.
 func memSnapshot(snap *raftpb.Snapshot) *raftpb.Snapshot {
 	return &raftpb.Snapshot{Metadata: proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)}
+}
+
+// setWritingSnap marks the time this node writes a snapshot to its disk,
+// its own or the leader's (the two may overlap: calls nest): meanwhile
+// its disk is busy (diskBusy).
+func (n *Node) setWritingSnap(on bool) {
+	if on {
+		n.writingSnap.Add(1)
+	} else {
+		n.writingSnap.Add(-1)
+	}
+	n.st.wal.SetBusy(on)
+}
+
+// A write of the log that takes more than slowSync (a sync takes 0.1-10
+// ms on a healthy disk) makes the disk count as busy for slowFor after it
+// (diskBusy).
+const (
+	slowSync = 50 * time.Millisecond
+	slowFor  = 2 * time.Second
+)
+
+// diskSlow marks the disk busy until t: a write of the log was slow.
+func (n *Node) diskSlow(t time.Time) {
+	n.slowUntil.Store(int64(t.Sub(monoBase)))
+	n.st.wal.SetSlowUntil(t)
+}
+
+// diskBusy reports whether this node's disk is busy: it is writing a
+// snapshot, or a write of the log was slow lately. Meanwhile the log's
+// writes are the append thread's (kickAppend), and no sync is held (WAL).
+func (n *Node) diskBusy() bool {
+	return n.writingSnap.Load() > 0 || monoNow() < n.slowUntil.Load()
 }
 
 // keepSnap makes snap the one raft sends unless a newer one is there: a

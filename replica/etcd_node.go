@@ -98,20 +98,22 @@ type Node struct {
 	// applyRun is held by whoever applies (the apply thread, or a
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
-	applyRun  sync.Mutex
-	answers   []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
-	answerRun atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
-	ownerBuf  []answered                      // their owners, for the batch wait
-	applyMu   sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
-	snapIndex uint64                          // apply thread
-	snapBytes atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
-	snap      atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
-	logBytes  uint64                          // apply thread: bytes of entries applied since it
-	snapMu    sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
-	encoding  atomic.Bool                     // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
-	snapNow   atomic.Bool                     // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
-	restored  chan error                      // the apply thread's answer to a snapshot to restore
-	forceSnap atomic.Pointer[chan struct{}]
+	applyRun    sync.Mutex
+	answers     []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
+	answerRun   atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
+	ownerBuf    []answered                      // their owners, for the batch wait
+	applyMu     sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
+	snapIndex   uint64                          // apply thread
+	snapBytes   atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
+	slowUntil   atomic.Int64                    // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
+	writingSnap atomic.Int32                    // snapshots being written to disk (setWritingSnap)
+	snap        atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
+	logBytes    uint64                          // apply thread: bytes of entries applied since it
+	snapMu      sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
+	encoding    atomic.Bool                     // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
+	snapNow     atomic.Bool                     // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
+	restored    chan error                      // the apply thread's answer to a snapshot to restore
+	forceSnap   atomic.Pointer[chan struct{}]
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -656,7 +658,7 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	// A follower's reader writes what the leader sent itself (its next
 	// messages wait in the socket and join the next write); the leader's
 	// own writes stay on the append thread, beside its readers' acks.
-	n.kickAppend(inline && !n.isLeaderState())
+	n.kickAppend(inline && !n.isLeaderState() && !carriesSnap(ms))
 	n.kickApply(inline)
 	n.sendAll(later)
 }
@@ -887,6 +889,18 @@ func urgent(m *raftpb.Message) bool {
 	return true
 }
 
+// carriesSnap reports whether ms holds a snapshot from the leader: its
+// install writes and syncs the whole of it, which a transport reader must
+// not wait for (kickAppend).
+func carriesSnap(ms []*raftpb.Message) bool {
+	for _, m := range ms {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			return true
+		}
+	}
+	return false
+}
+
 func (n *Node) sendAll(ms []*raftpb.Message) {
 	for _, m := range ms {
 		n.tr.send(m)
@@ -896,12 +910,17 @@ func (n *Node) sendAll(ms []*raftpb.Message) {
 // kickAppend runs after mu is released by whoever drained a Ready: the
 // writes it queued are done by the caller itself when inline is true and
 // the append thread is idle (no wake-up on the follower's commit path),
-// else by the append thread.
+// else by the append thread. Not inline while the disk is busy (diskBusy):
+// a sync may then take long, and a transport reader stuck in one reads
+// nothing meanwhile, the leader's heartbeats included. With both
+// followers so deaf the lead moves though the leader is there all along
+// (seen at a million held locks, the nodes writing their snapshots;
+// TestFollowersWritingSnapshotsKeepHearingTheLeader).
 func (n *Node) kickAppend(inline bool) {
 	if !n.appQ.pending() {
 		return
 	}
-	if inline && !n.stopping() && n.appRun.TryLock() {
+	if inline && !n.stopping() && !n.diskBusy() && n.appRun.TryLock() {
 		n.appendBatch(n.appQ.take())
 		n.appRun.Unlock()
 		if !n.appQ.pending() {
@@ -1020,7 +1039,11 @@ func (n *Node) appendBatch(ms []*raftpb.Message) {
 		if len(ents) == 0 {
 			return nil
 		}
+		start := time.Now()
 		err := n.st.appendEntries(ents)
+		if took := time.Since(start); took > slowSync {
+			n.diskSlow(start.Add(took + slowFor))
+		}
 		if err == nil {
 			err = n.mem.Append(ents)
 		}
@@ -1112,7 +1135,10 @@ func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
 	// loads, is this one; the log behind it is cleared below, and the
 	// writer's compaction is then below the log's first entry (nothing to
 	// delete) and raft's (ErrCompacted).
-	if err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
+	n.setWritingSnap(true)
+	err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain)
+	n.setWritingSnap(false)
+	if err != nil {
 		return err
 	}
 	if err := n.st.wal.DeleteRange(0, ^uint64(0)); err != nil {

@@ -169,15 +169,17 @@ func checkFormat(dir string) error {
 
 // writeFileSync writes a file whole and durably: a temporary file, fsync,
 // rename, fsync of the directory.
-func writeFileSync(path string, b []byte) error {
+func writeFileSync(path string, parts ...[]byte) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
-		_ = f.Close()
-		return err
+	for _, b := range parts {
+		if _, err := f.Write(b); err != nil {
+			_ = f.Close()
+			return err
+		}
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close()
@@ -233,14 +235,22 @@ func (st *Storage) writeHardState(hs *raftpb.HardState, sync bool) error {
 }
 
 // saveSnapshot writes snap durably and keeps the newest retain files.
+//
+// The file is the snapshot's protobuf encoding and its CRC, written from
+// the state's own bytes (snapshotParts): a large state is not copied to
+// be written.
 func (st *Storage) saveSnapshot(snap *raftpb.Snapshot, retain int) error {
-	b, err := proto.Marshal(snap)
+	parts, err := snapshotParts(snap)
 	if err != nil {
 		return err
 	}
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, walCRC))
+	var crc uint32
+	for _, p := range parts {
+		crc = crc32.Update(crc, walCRC, p)
+	}
+	parts = append(parts, binary.LittleEndian.AppendUint32(nil, crc))
 	dir := filepath.Join(st.dir, "snap")
-	if err := writeFileSync(filepath.Join(dir, fmt.Sprintf("%020d%s", snap.GetMetadata().GetIndex(), snapFileExt)), b); err != nil {
+	if err := writeFileSync(filepath.Join(dir, fmt.Sprintf("%020d%s", snap.GetMetadata().GetIndex(), snapFileExt)), parts...); err != nil {
 		return err
 	}
 	idx := st.snapIndexes()
@@ -249,6 +259,29 @@ func (st *Storage) saveSnapshot(snap *raftpb.Snapshot, retain int) error {
 		idx = idx[1:]
 	}
 	return nil
+}
+
+// snapshotParts is snap's protobuf encoding (what proto.Marshal gives) in
+// pieces: the state's field header, the state itself (snap.Data, not a
+// copy) and the metadata. A snapshot of a large state is tens of
+// megabytes; one copy of it is a long memmove no goroutine can preempt,
+// which holds up a collection's stop-the-world for its whole length.
+func snapshotParts(snap *raftpb.Snapshot) ([][]byte, error) {
+	data := snap.GetData()
+	if len(data) == 0 {
+		b, err := proto.Marshal(snap)
+		return [][]byte{b}, err
+	}
+	// Field 1 (data) first, then field 2 (metadata), as proto.Marshal
+	// orders them.
+	rest := &raftpb.Snapshot{Metadata: snap.GetMetadata()}
+	rest.ProtoReflect().SetUnknown(snap.ProtoReflect().GetUnknown()) // proto.Marshal writes them last
+	meta, err := proto.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	head := binary.AppendUvarint([]byte{1<<3 | 2}, uint64(len(data)))
+	return [][]byte{head, data, meta}, nil
 }
 
 func (st *Storage) snapIndexes() []uint64 {

@@ -16,7 +16,9 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/latchd/latchd/internal/rawio"
 )
@@ -298,16 +300,56 @@ func encodeFrame(m *raftpb.Message) ([]byte, bool) {
 	return buf, err == nil
 }
 
-// writeFrame writes one frame to p's connection (p.wmu held).
-func (t *transport) writeFrame(p *peerStream, b []byte, deadline time.Time) error {
+// writeFrame writes one frame, the message in parts, to p's connection
+// (p.wmu held).
+func (t *transport) writeFrame(p *peerStream, deadline time.Time, parts ...[]byte) error {
+	n := 0
+	for _, b := range parts {
+		n += len(b)
+	}
 	var hdr [4]byte
-	binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
+	binary.LittleEndian.PutUint32(hdr[:], uint32(n))
 	_ = p.c.SetWriteDeadline(deadline)
 	if _, err := p.w.Write(hdr[:]); err != nil {
 		return err
 	}
-	_, err := p.w.Write(b)
-	return err
+	for _, b := range parts {
+		if _, err := p.w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snapMessageParts is m, a MsgSnap, encoded in pieces that leave the
+// snapshot's state where it is (snapshotParts): the message's other
+// fields, then the snapshot's field. A decoder takes fields in any order.
+func snapMessageParts(m *raftpb.Message) ([][]byte, error) {
+	rest := &raftpb.Message{}
+	src, dst := m.ProtoReflect(), rest.ProtoReflect()
+	snapField := src.Descriptor().Fields().ByName("snapshot")
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd != snapField {
+			dst.Set(fd, v)
+		}
+		return true
+	})
+	dst.SetUnknown(src.GetUnknown())
+	head, err := proto.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := snapshotParts(m.GetSnapshot())
+	if err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, b := range snap {
+		n += len(b)
+	}
+	head = protowire.AppendTag(head, snapField.Number(), protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(n))
+	return append([][]byte{head}, snap...), nil
 }
 
 // writeNow writes to c what its socket takes without waiting and says
@@ -374,7 +416,7 @@ func (t *transport) dial(p *peerStream) error {
 	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
 	p.live.Store(&c)
 	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
-	if err := t.writeFrame(p, hello, time.Now().Add(writeTimeout)); err != nil {
+	if err := t.writeFrame(p, time.Now().Add(writeTimeout), hello); err != nil {
 		t.dropConn(p)
 		return err
 	}
@@ -442,14 +484,14 @@ func (t *transport) writeLoop(p *peerStream) {
 			for _, f := range q {
 				if f.snap == nil {
 					if err == nil {
-						err = t.writeFrame(p, f.b, time.Now().Add(writeTimeout))
+						err = t.writeFrame(p, time.Now().Add(writeTimeout), f.b)
 					}
 					continue
 				}
 				sent := false
 				if err == nil {
-					if buf, ok := encodeFrame(f.snap); ok {
-						err = t.writeFrame(p, buf[4:], time.Now().Add(writeTimeout))
+					if parts, perr := snapMessageParts(f.snap); perr == nil {
+						err = t.writeFrame(p, time.Now().Add(writeTimeout), parts...)
 						if err == nil {
 							err = p.w.Flush()
 						}

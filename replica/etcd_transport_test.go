@@ -255,7 +255,7 @@ func TestSendLeavesASnapshotToTheWriter(t *testing.T) {
 	tr.send(snap)
 	runtime.ReadMemStats(&after)
 	p.wmu.Unlock()
-	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(len(data)/2) { // whatever else runs meanwhile: far less
 		t.Fatalf("send allocated %d bytes for an %d-byte snapshot; want it left to the writer", n, len(data))
 	}
 	m := wait("the snapshot")

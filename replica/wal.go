@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -54,13 +55,16 @@ type WAL struct {
 	mu   sync.RWMutex // segs, first, last; wmu is taken first
 	segs []*walSegment
 	// first and last are the log's bounds, 0 and 0 when it is empty.
-	first, last uint64
-	cut         int64 // bytes of an unfinished write Open cut off the tail
-	closed      bool  // under mu
-	err         error // under wmu; sticky: a failed write leaves the tail unknown
-	buf         []byte
-	held        atomic.Bool // StoreLogs keeps the processor (SetHeld)
-	sync        *syncer     // under wmu: StoreLogs' flush when not held, made at the first such
+	first, last   uint64
+	cut           int64 // bytes of an unfinished write Open cut off the tail
+	closed        bool  // under mu
+	err           error // under wmu; sticky: a failed write leaves the tail unknown
+	buf           []byte
+	held          atomic.Bool  // StoreLogs keeps the processor (SetHeld)
+	busy          atomic.Int32 // ... but not now: the disk is busy (SetBusy)
+	slowUntil     atomic.Int64 // ... nor before this (monoNow): a sync was slow (SetSlowUntil)
+	testSyncDelay atomic.Int64 // tests: nanoseconds each write of the log waits first
+	sync          *syncer      // under wmu: StoreLogs' flush when not held, made at the first such
 }
 
 type walSegment struct {
@@ -327,8 +331,43 @@ func (w *WAL) SetHeld(on bool) {
 // liveNodes counts the nodes running in this process (New to Shutdown).
 var liveNodes atomic.Int32
 
-// Held reports what SetHeld set.
-func (w *WAL) Held() bool { return w != nil && w.held.Load() }
+// SetBusy says whether the disk is busy with a long write of the node's
+// own (a snapshot of a large state: tens of megabytes, synced): a sync
+// may then wait for all of it, and a held one would keep its processor,
+// and stall any collection, for as long. Meanwhile syncs are not held,
+// whatever SetHeld says.
+// Calls nest: the disk is busy until each true has had its false.
+func (w *WAL) SetBusy(on bool) {
+	if w == nil {
+		return
+	}
+	if on {
+		w.busy.Add(1)
+	} else {
+		w.busy.Add(-1)
+	}
+}
+
+// SetSlowUntil says that syncs are not held before t: a recent one was
+// slow, and the next may be too.
+func (w *WAL) SetSlowUntil(t time.Time) {
+	if w != nil {
+		w.slowUntil.Store(int64(t.Sub(monoBase)))
+	}
+}
+
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow is the monotonic clock's time since monoBase, in nanoseconds:
+// a deadline kept in it does not move when the wall clock is set.
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+// Held reports whether syncs are held now: SetHeld's say, unless the
+// disk is busy (SetBusy) or was slow lately (SetSlowUntil).
+func (w *WAL) Held() bool {
+	return w != nil && w.held.Load() && w.busy.Load() == 0 && monoNow() >= w.slowUntil.Load()
+}
 
 // StoreLog implements raft.LogStore.
 func (w *WAL) StoreLog(l *raft.Log) error { return w.StoreLogs([]*raft.Log{l}) }
@@ -385,7 +424,10 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 			return w.fail(err)
 		}
 	}
-	if w.held.Load() {
+	if d := w.testSyncDelay.Load(); d > 0 { // tests: a slow disk
+		time.Sleep(time.Duration(d))
+	}
+	if w.Held() {
 		err = pwriteHeld(s.f, w.buf, s.size)
 		if err == nil {
 			err = fdatasyncHeld(s.f)

@@ -1,0 +1,206 @@
+//go:build !hashicorpraft
+
+package replica
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/latchd/latchd/engine"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// withUnknown adds a field this raft does not know to snap.
+func withUnknown(snap *raftpb.Snapshot) *raftpb.Snapshot {
+	b := protowire.AppendTag(nil, 99, protowire.BytesType)
+	snap.ProtoReflect().SetUnknown(protowire.AppendBytes(b, []byte("new")))
+	return snap
+}
+
+func testSnapshot(size int) *raftpb.Snapshot {
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i * 31)
+	}
+	return &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{
+		Index: proto.Uint64(12345), Term: proto.Uint64(7),
+		ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{9}, AutoLeave: proto.Bool(false)},
+	}}
+}
+
+// A snapshot is written, to a file or a peer, from its own state: the
+// pieces are its protobuf encoding, byte for byte, and the state piece is
+// the snapshot's own bytes.
+func TestSnapshotPartsAreItsEncoding(t *testing.T) {
+	for _, snap := range []*raftpb.Snapshot{
+		testSnapshot(1 << 20),
+		testSnapshot(1),
+		{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(3), Term: proto.Uint64(1)}}, // no state
+		{Data: []byte{}, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(3)}},        // an empty one
+		withUnknown(testSnapshot(100)), // from a newer raft
+	} {
+		parts, err := snapshotParts(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := proto.Marshal(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(parts, nil); !bytes.Equal(got, want) {
+			t.Fatalf("%d-byte state: the pieces make %d bytes that differ from proto.Marshal's %d", len(snap.GetData()), len(got), len(want))
+		}
+		if d := snap.GetData(); len(d) > 0 && &parts[1][0] != &d[0] {
+			t.Fatal("the state piece is a copy of the state")
+		}
+	}
+
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+		Term: proto.Uint64(7), LogTerm: proto.Uint64(6), Index: proto.Uint64(12000), Commit: proto.Uint64(12345),
+		Context: []byte("ctx"), Snapshot: withUnknown(testSnapshot(1 << 20))}
+	m.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 5))
+	parts, err := snapMessageParts(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &raftpb.Message{}
+	if err := proto.Unmarshal(bytes.Join(parts, nil), got); err != nil {
+		t.Fatalf("a peer cannot decode the frame: %v", err)
+	}
+	if !proto.Equal(got, m) {
+		t.Fatalf("the peer decodes %v, want %v", got, m)
+	}
+}
+
+// Saving a snapshot allocates nothing like its size, and the file loads
+// back whole.
+func TestSaveSnapshotDoesNotCopyTheState(t *testing.T) {
+	st := &Storage{dir: t.TempDir()}
+	if err := os.Mkdir(filepath.Join(st.dir, "snap"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	snap := testSnapshot(8 << 20)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := st.saveSnapshot(snap, 2); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(len(snap.GetData())/2) { // whatever else runs meanwhile: far less
+		t.Fatalf("saving an %d-byte snapshot allocated %d bytes; want its state written as it is", len(snap.GetData()), n)
+	}
+	got, err := st.loadSnapshot()
+	if err != nil || got == nil {
+		t.Fatalf("loadSnapshot: %v, %v", got, err)
+	}
+	if !proto.Equal(got, snap) {
+		t.Fatal("the snapshot loaded back differs from the one saved")
+	}
+}
+
+// A follower writing a snapshot leaves its log's writes to its append
+// thread, so that a slow sync (its disk busy with the snapshot) does not
+// keep its transport reader from the leader's heartbeats. Here both
+// followers' syncs take four election timeouts while they write
+// snapshots; appending on their readers, they stopped hearing the leader
+// and elected another.
+func TestFollowersWritingSnapshotsKeepHearingTheLeader(t *testing.T) {
+	c := newDiskCluster(t, 3, nil)
+	li := c.leader(t, -1)
+	l := c.nodes[li]
+	changes := func() (n uint64) {
+		for _, nd := range c.nodes {
+			n += nd.Status().LeaderChanges
+		}
+		return n
+	}
+	before := changes()
+	var fs []*Node
+	for i, nd := range c.nodes {
+		if i != li {
+			fs = append(fs, nd)
+		}
+	}
+	for _, f := range fs {
+		f.setWritingSnap(true)
+		f.st.wal.testSyncDelay.Store(int64(4 * c.nodes[0].cfg.ElectionTimeout))
+	}
+	defer func() {
+		for _, f := range fs {
+			f.st.wal.testSyncDelay.Store(0)
+			f.setWritingSnap(false)
+		}
+	}()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // entries for the followers to write, slowly
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = l.Acquire(ctx, engine.AcquireReq{Key: fmt.Appendf(nil, "k%d", i), Owner: 1, Limit: 1, TTL: time.Minute}, nil)
+			cancel()
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if !l.IsLeader() || changes() != before {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	if !l.IsLeader() || changes() != before {
+		t.Fatalf("the lead moved while the followers wrote snapshots (leader still n%d: %v; leader changes %d -> %d)", li+1, l.IsLeader(), before, changes())
+	}
+}
+
+// A slow write of the log makes the disk count as busy for a while: the
+// next writes are the append thread's and no sync is held, whatever
+// made the disk slow.
+func TestSlowLogWriteMakesTheDiskBusy(t *testing.T) {
+	c := newDiskCluster(t, 3, nil)
+	li := c.leader(t, -1)
+	f := c.nodes[(li+1)%3]
+	if f.diskBusy() {
+		t.Fatal("a fresh follower's disk counts as busy")
+	}
+	f.st.wal.testSyncDelay.Store(int64(slowSync + 10*time.Millisecond))
+	defer f.st.wal.testSyncDelay.Store(0)
+	if _, err := acq(t, c.nodes[li], "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 5*time.Second, "the follower's disk counted busy after a slow write", f.diskBusy)
+
+	w := &WAL{}
+	w.SetHeld(true)
+	if !w.Held() {
+		t.Fatal("SetHeld(true): not held")
+	}
+	w.SetSlowUntil(time.Now().Add(time.Hour))
+	if w.Held() {
+		t.Fatal("held while the disk was slow lately")
+	}
+	w.SetSlowUntil(time.Time{})
+	w.SetBusy(true)
+	if w.Held() {
+		t.Fatal("held while the disk is busy")
+	}
+	w.SetBusy(false)
+	if !w.Held() {
+		t.Fatal("not held once the disk is neither busy nor slow")
+	}
+}
