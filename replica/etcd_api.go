@@ -932,6 +932,57 @@ func (n *Node) diskBusy() bool {
 	return n.writingSnap.Load() > 0 || monoNow() < n.slowUntil.Load()
 }
 
+// stashState keeps aside the state of a snapshot m brings from the leader
+// and returns m without it, for raft, which copies a snapshot it takes in
+// whole, and again when it hands it over to be saved: two copies of tens
+// of megabytes, each a memmove no goroutine can be preempted in, on
+// raft's goroutine. installSnapshot takes the state back (stashed). The
+// two newest are kept, and none the node has applied past.
+func (n *Node) stashState(m *raftpb.Message) *raftpb.Message {
+	snap := m.GetSnapshot()
+	if m.GetType() != raftpb.MessageType_MsgSnap || len(snap.GetData()) == 0 {
+		return m
+	}
+	applied := n.fsm.AppliedIndex()
+	n.stashMu.Lock()
+	kept := n.stash[:0]
+	for _, s := range n.stash {
+		if s.GetMetadata().GetIndex() > applied && s.GetMetadata().GetIndex() != snap.GetMetadata().GetIndex() {
+			kept = append(kept, s)
+		}
+	}
+	if len(kept) >= stashMax {
+		kept = append(kept[:0], kept[len(kept)-stashMax+1:]...)
+	}
+	n.stash = append(kept, snap)
+	n.stashMu.Unlock()
+	// m is the transport's, decoded for this call alone: raft gets it
+	// with a snapshot of the metadata only (a copy: raft fills in what
+	// is missing of a snapshot's metadata).
+	m.Snapshot = &raftpb.Snapshot{Metadata: proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)}
+	return m
+}
+
+// stashMax is how many snapshots' states stashState keeps.
+const stashMax = 2
+
+// stashed returns snap, from raft, with the state stashState kept for it
+// (snap itself when it has its state).
+func (n *Node) stashed(snap *raftpb.Snapshot) (*raftpb.Snapshot, error) {
+	if len(snap.GetData()) > 0 {
+		return snap, nil
+	}
+	n.stashMu.Lock()
+	defer n.stashMu.Unlock()
+	for i, s := range n.stash {
+		if s.GetMetadata().GetIndex() == snap.GetMetadata().GetIndex() && s.GetMetadata().GetTerm() == snap.GetMetadata().GetTerm() {
+			n.stash = append(n.stash[:i], n.stash[i+1:]...)
+			return &raftpb.Snapshot{Data: s.GetData(), Metadata: snap.GetMetadata()}, nil
+		}
+	}
+	return nil, fmt.Errorf("replica: the state of snapshot %d (term %d) is not here", snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm())
+}
+
 // keepSnap makes snap the one raft sends unless a newer one is there: a
 // snapshot from the leader may be installed while this node's own, older
 // one is still being written.

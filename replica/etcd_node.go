@@ -99,13 +99,15 @@ type Node struct {
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
 	applyRun    sync.Mutex
-	answers     []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
-	answerRun   atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
-	ownerBuf    []answered                      // their owners, for the batch wait
-	applyMu     sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
-	snapIndex   uint64                          // apply thread
-	snapBytes   atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
-	slowUntil   atomic.Int64                    // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
+	answers     []pendingAnswer              // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
+	answerRun   atomic.Pointer[AnswerRunner] // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
+	ownerBuf    []answered                   // their owners, for the batch wait
+	applyMu     sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
+	snapIndex   uint64                       // apply thread
+	snapBytes   atomic.Uint64                // the size of the last snapshot's state (written by writeSnapshot)
+	slowUntil   atomic.Int64                 // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
+	stashMu     sync.Mutex
+	stash       []*raftpb.Snapshot              // states of snapshots from the leader, for installSnapshot (stashState)
 	writingSnap atomic.Int32                    // snapshots being written to disk (setWritingSnap)
 	snap        atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
 	logBytes    uint64                          // apply thread: bytes of entries applied since it
@@ -374,7 +376,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if n.tr.selfAddr == "" {
 		n.tr.selfAddr = st.ln.Addr().String()
 	}
-	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
+	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, n.stashState(m)) }
 	n.tr.report = func(id uint64, _ bool) {
 		n.do(func() { n.rn.ReportUnreachable(id) })
 	}
@@ -1127,6 +1129,10 @@ func (n *Node) appendFailed(err error) {
 // apply thread restore it (after what it is applying), and replaces the
 // in-memory log.
 func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
+	snap, serr := n.stashed(snap)
+	if serr != nil {
+		return serr
+	}
 	// This node's own snapshot may still be being written
 	// (writeSnapshot), and the apply thread may start another before it
 	// restores this one: harmless, so this thread does not wait for

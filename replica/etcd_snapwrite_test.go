@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/latchd/latchd/engine"
 	"go.etcd.io/raft/v3/raftpb"
@@ -202,5 +203,104 @@ func TestSlowLogWriteMakesTheDiskBusy(t *testing.T) {
 	w.SetBusy(false)
 	if !w.Held() {
 		t.Fatal("not held once the disk is neither busy nor slow")
+	}
+}
+
+// A snapshot frame decodes to the message sent, its state left in the
+// frame's own bytes (no copy); anything else decodes as proto.Unmarshal
+// decodes it.
+func TestDecodeMessageLeavesTheStateInTheFrame(t *testing.T) {
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+		Term: proto.Uint64(7), Commit: proto.Uint64(99), Snapshot: withUnknown(testSnapshot(1 << 20))}
+	parts, err := snapMessageParts(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marshalled, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"parts": bytes.Join(parts, nil), "proto.Marshal": marshalled} {
+		got, err := decodeMessage(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !proto.Equal(got, m) {
+			t.Fatalf("%s: decoded a different message", name)
+		}
+		d := got.GetSnapshot().GetData()
+		if p := &d[0]; p == nil || !(uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(&b[0])) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(&b[0]))+uintptr(len(b))) {
+			t.Fatalf("%s: the state was copied out of the frame", name)
+		}
+	}
+	// A heartbeat, and a snapshot without state: as proto.Unmarshal.
+	for _, x := range []*raftpb.Message{
+		{Type: raftpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(2), Commit: proto.Uint64(5)},
+		{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(4)}}},
+	} {
+		b, _ := proto.Marshal(x)
+		got, err := decodeMessage(b)
+		if err != nil || !proto.Equal(got, x) {
+			t.Fatalf("decodeMessage(%v) = %v, %v", x, got, err)
+		}
+	}
+	if _, err := decodeMessage(marshalled[:len(marshalled)-3]); err == nil {
+		t.Fatal("a truncated frame decoded")
+	}
+}
+
+// FuzzDecodeMessage: whatever the bytes, decodeMessage accepts what
+// proto.Unmarshal accepts, with the same message, and refuses the rest.
+func FuzzDecodeMessage(f *testing.F) {
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2), Term: proto.Uint64(3),
+		Snapshot: withUnknown(testSnapshot(40))}
+	b, _ := proto.Marshal(m)
+	f.Add(b)
+	parts, _ := snapMessageParts(m)
+	f.Add(bytes.Join(parts, nil))
+	b, _ = proto.Marshal(&raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), Entries: []*raftpb.Entry{{Data: []byte("x")}}})
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := &raftpb.Message{}
+		werr := proto.Unmarshal(b, want)
+		got, err := decodeMessage(append([]byte(nil), b...))
+		if (werr == nil) != (err == nil) {
+			t.Fatalf("proto.Unmarshal: %v; decodeMessage: %v", werr, err)
+		}
+		if err == nil && !proto.Equal(got, want) {
+			t.Fatalf("decoded %v, proto.Unmarshal %v", got, want)
+		}
+	})
+}
+
+// A follower's raft never holds a snapshot's state: the transport reader
+// keeps it aside, and the install takes it back.
+func TestStashKeepsTheStateFromRaft(t *testing.T) {
+	c := newDiskCluster(t, 1, nil)
+	n := c.nodes[0]
+	snap := testSnapshot(1 << 10)
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: snap}
+	out := n.stashState(m)
+	if len(out.GetSnapshot().GetData()) != 0 || out.GetSnapshot().GetMetadata().GetIndex() != snap.GetMetadata().GetIndex() {
+		t.Fatalf("raft gets a snapshot with %d bytes of state at %d", len(out.GetSnapshot().GetData()), out.GetSnapshot().GetMetadata().GetIndex())
+	}
+	got, err := n.stashed(out.GetSnapshot())
+	if err != nil || &got.GetData()[0] != &snap.GetData()[0] {
+		t.Fatalf("stashed: %v (want the state itself)", err)
+	}
+	if _, err := n.stashed(out.GetSnapshot()); err == nil {
+		t.Fatal("a state was taken back twice")
+	}
+	// Only the newest two are kept.
+	for i := range 3 {
+		s := testSnapshot(10)
+		s.Metadata.Index = proto.Uint64(1000 + uint64(i))
+		n.stashState(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: s})
+	}
+	n.stashMu.Lock()
+	kept := len(n.stash)
+	n.stashMu.Unlock()
+	if kept != stashMax {
+		t.Fatalf("%d states kept, want %d", kept, stashMax)
 	}
 }
