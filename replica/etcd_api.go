@@ -936,25 +936,17 @@ func (n *Node) diskBusy() bool {
 // and returns m without it, for raft, which copies a snapshot it takes in
 // whole, and again when it hands it over to be saved: two copies of tens
 // of megabytes, each a memmove no goroutine can be preempted in, on
-// raft's goroutine. installSnapshot takes the state back (stashed). The
-// two newest are kept, and none the node has applied past.
+// raft's goroutine. installSnapshot takes the state back (stashed). A
+// state stays only if raft takes its snapshot in: the drain that follows
+// the step pins it (pinStash) and drops the rest (dropUnpinned); so it is
+// raft that decides what is kept, and what it will ask for is there.
 func (n *Node) stashState(m *raftpb.Message) *raftpb.Message {
 	snap := m.GetSnapshot()
 	if m.GetType() != raftpb.MessageType_MsgSnap || len(snap.GetData()) == 0 {
 		return m
 	}
-	applied := n.fsm.AppliedIndex()
 	n.stashMu.Lock()
-	kept := n.stash[:0]
-	for _, s := range n.stash {
-		if s.GetMetadata().GetIndex() > applied && s.GetMetadata().GetIndex() != snap.GetMetadata().GetIndex() {
-			kept = append(kept, s)
-		}
-	}
-	if len(kept) >= stashMax {
-		kept = append(kept[:0], kept[len(kept)-stashMax+1:]...)
-	}
-	n.stash = append(kept, snap)
+	n.stash = append(n.stash, stashEntry{snap: snap})
 	n.stashMu.Unlock()
 	// m is the transport's, decoded for this call alone: raft gets it
 	// with a snapshot of the metadata only (a copy: raft fills in what
@@ -963,20 +955,47 @@ func (n *Node) stashState(m *raftpb.Message) *raftpb.Message {
 	return m
 }
 
-// stashMax is how many snapshots' states stashState keeps.
-const stashMax = 2
+// stashEntry is a snapshot's state kept aside from raft (stashState).
+type stashEntry struct {
+	snap   *raftpb.Snapshot
+	pinned bool // raft handed its snapshot to the append thread: installSnapshot takes it
+}
+
+// pinStash keeps the state of snap, which raft hands to the append thread
+// without it, for installSnapshot. Under mu.
+func (n *Node) pinStash(snap *raftpb.Snapshot) {
+	n.stashMu.Lock()
+	defer n.stashMu.Unlock()
+	for i := range n.stash {
+		e := &n.stash[i]
+		if !e.pinned && e.snap.GetMetadata().GetIndex() == snap.GetMetadata().GetIndex() && e.snap.GetMetadata().GetTerm() == snap.GetMetadata().GetTerm() {
+			e.pinned = true
+			return
+		}
+	}
+}
+
+// dropUnpinned drops the states of snapshots raft did not take in (it will
+// never ask for them). Under mu, after a step and its drain.
+func (n *Node) dropUnpinned() {
+	n.stashMu.Lock()
+	defer n.stashMu.Unlock()
+	n.stash = slices.DeleteFunc(n.stash, func(e stashEntry) bool { return !e.pinned })
+}
 
 // stashed returns snap, from raft, with the state stashState kept for it
-// (snap itself when it has its state).
+// (snap itself when it has its state). A state that is not there is a
+// bug: the install fails, and with it the node's appends (appendBatch).
 func (n *Node) stashed(snap *raftpb.Snapshot) (*raftpb.Snapshot, error) {
 	if len(snap.GetData()) > 0 {
 		return snap, nil
 	}
 	n.stashMu.Lock()
 	defer n.stashMu.Unlock()
-	for i, s := range n.stash {
-		if s.GetMetadata().GetIndex() == snap.GetMetadata().GetIndex() && s.GetMetadata().GetTerm() == snap.GetMetadata().GetTerm() {
-			n.stash = append(n.stash[:i], n.stash[i+1:]...)
+	for i, e := range n.stash {
+		s := e.snap
+		if e.pinned && s.GetMetadata().GetIndex() == snap.GetMetadata().GetIndex() && s.GetMetadata().GetTerm() == snap.GetMetadata().GetTerm() {
+			n.stash = slices.Delete(n.stash, i, i+1)
 			return &raftpb.Snapshot{Data: s.GetData(), Metadata: snap.GetMetadata()}, nil
 		}
 	}

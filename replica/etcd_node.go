@@ -107,7 +107,7 @@ type Node struct {
 	snapBytes   atomic.Uint64                // the size of the last snapshot's state (written by writeSnapshot)
 	slowUntil   atomic.Int64                 // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
 	stashMu     sync.Mutex
-	stash       []*raftpb.Snapshot              // states of snapshots from the leader, for installSnapshot (stashState)
+	stash       []stashEntry                    // states of snapshots from the leader, for installSnapshot (stashState)
 	writingSnap atomic.Int32                    // snapshots being written to disk (setWritingSnap)
 	snap        atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
 	logBytes    uint64                          // apply thread: bytes of entries applied since it
@@ -656,6 +656,9 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	}
 	n.proposeQueued()
 	later := n.drainReady()
+	if carriesSnap(ms) {
+		n.dropUnpinned()
+	}
 	n.mu.Unlock()
 	// A follower's reader writes what the leader sent itself (its next
 	// messages wait in the socket and join the next write); the leader's
@@ -866,6 +869,9 @@ func (n *Node) drainReady() (later []*raftpb.Message) {
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
+				if sn := m.GetSnapshot(); sn != nil && !raft.IsEmptySnap(sn) && len(sn.GetData()) == 0 {
+					n.pinStash(sn)
+				}
 				n.appQ.add(m) // kickAppend hands it out once mu is released
 			case raft.LocalApplyThread:
 				n.applyQ.add(m) // kickApply hands it out once mu is released

@@ -387,6 +387,7 @@ func cutSnapData(b []byte) (rest, data []byte, ok bool) {
 				return nil, nil, false
 			}
 			data, _ = protowire.ConsumeBytes(snap[i+n:])
+			data = data[:len(data):len(data)] // the rest of the frame is not the state's to grow into
 			if data == nil {
 				data = []byte{}
 			}
