@@ -940,6 +940,7 @@ func (n *Node) diskBusy() bool {
 // state stays only if raft takes its snapshot in: the drain that follows
 // the step pins it (pinStash) and drops the rest (dropUnpinned); so it is
 // raft that decides what is kept, and what it will ask for is there.
+// Under mu, with the step it is for.
 func (n *Node) stashState(m *raftpb.Message) *raftpb.Message {
 	snap := m.GetSnapshot()
 	if m.GetType() != raftpb.MessageType_MsgSnap || len(snap.GetData()) == 0 {

@@ -376,7 +376,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if n.tr.selfAddr == "" {
 		n.tr.selfAddr = st.ln.Addr().String()
 	}
-	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, n.stashState(m)) }
+	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
 	n.tr.report = func(id uint64, _ bool) {
 		n.do(func() { n.rn.ReportUnreachable(id) })
 	}
@@ -652,7 +652,10 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	}
 	n.mu.Lock()
 	for _, m := range ms {
-		_ = n.rn.Step(m)
+		// A snapshot's state goes aside, and comes back only if raft
+		// takes the snapshot in (stashState): both under mu, so that
+		// another reader's step cannot drop it in between.
+		_ = n.rn.Step(n.stashState(m))
 	}
 	n.proposeQueued()
 	later := n.drainReady()

@@ -285,7 +285,9 @@ func TestStashKeepsTheStateFromRaft(t *testing.T) {
 		return s
 	}
 	a, b := snapAt(1000), snapAt(2000)
+	n.mu.Lock()
 	out := n.stashState(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: a})
+	n.mu.Unlock()
 	if len(out.GetSnapshot().GetData()) != 0 || out.GetSnapshot().GetMetadata().GetIndex() != 1000 {
 		t.Fatalf("raft gets a snapshot with %d bytes of state at %d", len(out.GetSnapshot().GetData()), out.GetSnapshot().GetMetadata().GetIndex())
 	}
@@ -293,8 +295,8 @@ func TestStashKeepsTheStateFromRaft(t *testing.T) {
 	n.pinStash(out.GetSnapshot()) // raft took a in
 	n.dropUnpinned()
 	n.mu.Unlock()
-	outB := n.stashState(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: b})
 	n.mu.Lock()
+	outB := n.stashState(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: b})
 	n.dropUnpinned() // raft refused b
 	n.mu.Unlock()
 	if _, err := n.stashed(outB.GetSnapshot()); err == nil {
