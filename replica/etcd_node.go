@@ -99,13 +99,15 @@ type Node struct {
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
 	applyRun    sync.Mutex
-	answers     []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
-	answerRun   atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
-	ownerBuf    []answered                      // their owners, for the batch wait
-	applyMu     sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
-	snapIndex   uint64                          // apply thread
-	snapBytes   atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
-	slowUntil   atomic.Int64                    // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
+	answers     []pendingAnswer              // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
+	answerRun   atomic.Pointer[AnswerRunner] // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
+	ownerBuf    []answered                   // their owners, for the batch wait
+	applyMu     sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
+	snapIndex   uint64                       // apply thread
+	snapBytes   atomic.Uint64                // the size of the last snapshot's state (written by writeSnapshot)
+	slowUntil   atomic.Int64                 // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
+	stashMu     sync.Mutex
+	stash       []stashEntry                    // states of snapshots from the leader, for installSnapshot (stashState)
 	writingSnap atomic.Int32                    // snapshots being written to disk (setWritingSnap)
 	snap        atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
 	logBytes    uint64                          // apply thread: bytes of entries applied since it
@@ -650,10 +652,16 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	}
 	n.mu.Lock()
 	for _, m := range ms {
-		_ = n.rn.Step(m)
+		// A snapshot's state goes aside, and comes back only if raft
+		// takes the snapshot in (stashState): both under mu, so that
+		// another reader's step cannot drop it in between.
+		_ = n.rn.Step(n.stashState(m))
 	}
 	n.proposeQueued()
 	later := n.drainReady()
+	if carriesSnap(ms) {
+		n.dropUnpinned()
+	}
 	n.mu.Unlock()
 	// A follower's reader writes what the leader sent itself (its next
 	// messages wait in the socket and join the next write); the leader's
@@ -864,6 +872,9 @@ func (n *Node) drainReady() (later []*raftpb.Message) {
 		for _, m := range rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
+				if sn := m.GetSnapshot(); sn != nil && !raft.IsEmptySnap(sn) && len(sn.GetData()) == 0 {
+					n.pinStash(sn)
+				}
 				n.appQ.add(m) // kickAppend hands it out once mu is released
 			case raft.LocalApplyThread:
 				n.applyQ.add(m) // kickApply hands it out once mu is released
@@ -1127,6 +1138,10 @@ func (n *Node) appendFailed(err error) {
 // apply thread restore it (after what it is applying), and replaces the
 // in-memory log.
 func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
+	snap, serr := n.stashed(snap)
+	if serr != nil {
+		return serr
+	}
 	// This node's own snapshot may still be being written
 	// (writeSnapshot), and the apply thread may start another before it
 	// restores this one: harmless, so this thread does not wait for

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/latchd/latchd/engine"
 	"go.etcd.io/raft/v3/raftpb"
@@ -202,5 +203,170 @@ func TestSlowLogWriteMakesTheDiskBusy(t *testing.T) {
 	w.SetBusy(false)
 	if !w.Held() {
 		t.Fatal("not held once the disk is neither busy nor slow")
+	}
+}
+
+// A snapshot frame decodes to the message sent, its state left in the
+// frame's own bytes (no copy); anything else decodes as proto.Unmarshal
+// decodes it.
+func TestDecodeMessageLeavesTheStateInTheFrame(t *testing.T) {
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+		Term: proto.Uint64(7), Commit: proto.Uint64(99), Snapshot: withUnknown(testSnapshot(1 << 20))}
+	parts, err := snapMessageParts(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marshalled, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"parts": bytes.Join(parts, nil), "proto.Marshal": marshalled} {
+		got, err := decodeMessage(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !proto.Equal(got, m) {
+			t.Fatalf("%s: decoded a different message", name)
+		}
+		d := got.GetSnapshot().GetData()
+		if p := &d[0]; p == nil || !(uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(&b[0])) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(&b[0]))+uintptr(len(b))) {
+			t.Fatalf("%s: the state was copied out of the frame", name)
+		}
+	}
+	// A heartbeat, and a snapshot without state: as proto.Unmarshal.
+	for _, x := range []*raftpb.Message{
+		{Type: raftpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(2), Commit: proto.Uint64(5)},
+		{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(4)}}},
+	} {
+		b, _ := proto.Marshal(x)
+		got, err := decodeMessage(b)
+		if err != nil || !proto.Equal(got, x) {
+			t.Fatalf("decodeMessage(%v) = %v, %v", x, got, err)
+		}
+	}
+	if _, err := decodeMessage(marshalled[:len(marshalled)-3]); err == nil {
+		t.Fatal("a truncated frame decoded")
+	}
+}
+
+// FuzzDecodeMessage: whatever the bytes, decodeMessage accepts what
+// proto.Unmarshal accepts, with the same message, and refuses the rest.
+func FuzzDecodeMessage(f *testing.F) {
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2), Term: proto.Uint64(3),
+		Snapshot: withUnknown(testSnapshot(40))}
+	b, _ := proto.Marshal(m)
+	f.Add(b)
+	parts, _ := snapMessageParts(m)
+	f.Add(bytes.Join(parts, nil))
+	b, _ = proto.Marshal(&raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), Entries: []*raftpb.Entry{{Data: []byte("x")}}})
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := &raftpb.Message{}
+		werr := proto.Unmarshal(b, want)
+		got, err := decodeMessage(append([]byte(nil), b...))
+		if (werr == nil) != (err == nil) {
+			t.Fatalf("proto.Unmarshal: %v; decodeMessage: %v", werr, err)
+		}
+		if err == nil && !proto.Equal(got, want) {
+			t.Fatalf("decoded %v, proto.Unmarshal %v", got, want)
+		}
+	})
+}
+
+// A follower's raft never holds a snapshot's state: the transport reader
+// keeps it aside, and the install takes it back; a state is kept only
+// when raft takes its snapshot in.
+func TestStashKeepsTheStateFromRaft(t *testing.T) {
+	c := newDiskCluster(t, 1, nil)
+	n := c.nodes[0]
+	snapAt := func(idx uint64) *raftpb.Snapshot {
+		s := testSnapshot(1 << 10)
+		s.Metadata.Index = proto.Uint64(idx)
+		return s
+	}
+	a, b := snapAt(1000), snapAt(2000)
+	n.mu.Lock()
+	out := n.stashState(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: a})
+	n.mu.Unlock()
+	if len(out.GetSnapshot().GetData()) != 0 || out.GetSnapshot().GetMetadata().GetIndex() != 1000 {
+		t.Fatalf("raft gets a snapshot with %d bytes of state at %d", len(out.GetSnapshot().GetData()), out.GetSnapshot().GetMetadata().GetIndex())
+	}
+	n.mu.Lock()
+	n.pinStash(out.GetSnapshot()) // raft took a in
+	n.dropUnpinned()
+	n.mu.Unlock()
+	n.mu.Lock()
+	outB := n.stashState(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: b})
+	n.dropUnpinned() // raft refused b
+	n.mu.Unlock()
+	if _, err := n.stashed(outB.GetSnapshot()); err == nil {
+		t.Fatal("the state of a snapshot raft refused was kept")
+	}
+	got, err := n.stashed(out.GetSnapshot())
+	if err != nil || &got.GetData()[0] != &a.GetData()[0] {
+		t.Fatalf("stashed: %v (want the state itself)", err)
+	}
+	if _, err := n.stashed(out.GetSnapshot()); err == nil {
+		t.Fatal("a state was taken back twice")
+	}
+}
+
+// Snapshots raft takes in while the append thread is busy are all
+// installed, whatever else arrives meanwhile: three in a row, and a stale
+// one (an old leader's term) between two. (Keeping the newest two states
+// lost the third one back, and the node stopped appending.)
+func TestQueuedSnapshotsAllInstall(t *testing.T) {
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprint("stale=", stale), func(t *testing.T) {
+			c := newDiskCluster(t, 3, func(cfg *Config) {
+				cfg.SnapshotThreshold = 40
+				cfg.TrailingLogs = 5
+			})
+			li := c.leader(t, -1)
+			fi := (li + 1) % 3
+			l, f := c.nodes[li], c.nodes[fi]
+			all := func(uint64) bool { return true }
+			f.tr.cut.Store(&all) // the follower hears nothing of the leader's own
+			var snaps []*raftpb.Snapshot
+			for i := 0; len(snaps) < 3 && i < 2000; i++ {
+				o, err := acq(t, l, fmt.Sprint("k", i%7), engine.OwnerID(i+1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o.Result == engine.Granted {
+					_ = l.Release(t.Context(), []byte(fmt.Sprint("k", i%7)), o.Token)
+				}
+				if s := l.snap.Load(); s != nil && s.GetMetadata().GetIndex() > f.commit.Load()+2 &&
+					(len(snaps) == 0 || s.GetMetadata().GetIndex() > snaps[len(snaps)-1].GetMetadata().GetIndex()) {
+					snaps = append(snaps, s)
+				}
+			}
+			if len(snaps) < 3 {
+				t.Fatalf("only %d snapshots taken", len(snaps))
+			}
+			term := max(f.term.Load(), l.term.Load()) + 1
+			msg := func(term uint64, s *raftpb.Snapshot) *raftpb.Message {
+				return &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), From: proto.Uint64(l.id), To: proto.Uint64(f.id),
+					Term: proto.Uint64(term), Snapshot: proto.Clone(s).(*raftpb.Snapshot)}
+			}
+			f.appRun.Lock() // the append thread busy: the snapshots queue
+			f.tr.recv(msg(term, snaps[0]))
+			if stale {
+				old := msg(1, snaps[1]) // raft drops it: its term is past
+				old.Snapshot.Metadata.Index = proto.Uint64(snaps[0].GetMetadata().GetIndex() + 1)
+				f.tr.recv(old)
+			}
+			f.tr.recv(msg(term, snaps[1]))
+			f.tr.recv(msg(term, snaps[2]))
+			f.appRun.Unlock()
+			f.kickAppend(false)
+			want := snaps[2].GetMetadata().GetIndex()
+			poll(t, 10*time.Second, "the last snapshot installed", func() bool {
+				return f.appFailed.Load() || f.fsm.AppliedIndex() >= want
+			})
+			if f.appFailed.Load() {
+				t.Fatal("the follower stopped appending: a queued snapshot's state was gone")
+			}
+		})
 	}
 }

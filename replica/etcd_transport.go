@@ -162,8 +162,8 @@ func (t *transport) readLoop(c net.Conn) {
 		if _, err := io.ReadFull(r, b); err != nil {
 			return
 		}
-		m := &raftpb.Message{}
-		if err := proto.Unmarshal(b, m); err != nil {
+		m, err := decodeMessage(b)
+		if err != nil {
 			t.log.Warn("raft transport: bad message", zap.Error(err))
 			return
 		}
@@ -319,6 +319,92 @@ func (t *transport) writeFrame(p *peerStream, deadline time.Time, parts ...[]byt
 		}
 	}
 	return nil
+}
+
+// decodeMessage decodes a frame. A snapshot's state is left where it is
+// in b (the frame's own buffer, read for this message alone): decoding
+// copies a byte field, and a snapshot of a large state is tens of
+// megabytes, one long memmove no goroutine can be preempted in.
+func decodeMessage(b []byte) (*raftpb.Message, error) {
+	m := &raftpb.Message{}
+	rest, data, ok := cutSnapData(b)
+	if !ok {
+		return m, proto.Unmarshal(b, m)
+	}
+	if err := proto.Unmarshal(rest, m); err != nil {
+		return nil, err
+	}
+	if m.GetSnapshot() == nil {
+		return nil, errors.New("replica: a snapshot's state without its snapshot")
+	}
+	m.Snapshot.Data = data
+	return m, nil
+}
+
+// cutSnapData finds, in an encoded Message, the state of its snapshot
+// (field 9, then field 1 in it) and returns the encoding without it, and
+// the state (b's own bytes). ok is false when there is no snapshot state
+// to cut (the message decodes as it is) or the encoding is not what
+// snapMessageParts and proto.Marshal write: one snapshot field, whose state
+// is a single field too (a decoder then takes the whole of b).
+func cutSnapData(b []byte) (rest, data []byte, ok bool) {
+	var snapAt, snapEnd int = -1, -1
+	var snap []byte
+	for i := 0; i < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[i:])
+		if n < 0 {
+			return nil, nil, false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[i+n:])
+		if m < 0 {
+			return nil, nil, false
+		}
+		if num == 9 {
+			if snapAt >= 0 || typ != protowire.BytesType {
+				return nil, nil, false
+			}
+			v, _ := protowire.ConsumeBytes(b[i+n:])
+			snapAt, snapEnd, snap = i, i+n+m, v
+		}
+		i += n + m
+	}
+	if snapAt < 0 {
+		return nil, nil, false
+	}
+	// Within the snapshot: the state (field 1) once, and the rest.
+	var inner []byte
+	for i := 0; i < len(snap); {
+		num, typ, n := protowire.ConsumeTag(snap[i:])
+		if n < 0 {
+			return nil, nil, false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, snap[i+n:])
+		if m < 0 {
+			return nil, nil, false
+		}
+		if num == 1 {
+			if data != nil || typ != protowire.BytesType {
+				return nil, nil, false
+			}
+			data, _ = protowire.ConsumeBytes(snap[i+n:])
+			data = data[:len(data):len(data)] // the rest of the frame is not the state's to grow into
+			if data == nil {
+				data = []byte{}
+			}
+		} else {
+			inner = append(inner, snap[i:i+n+m]...)
+		}
+		i += n + m
+	}
+	if len(data) == 0 {
+		return nil, nil, false
+	}
+	rest = make([]byte, 0, len(b)-len(snap)+len(inner)+16)
+	rest = append(rest, b[:snapAt]...)
+	rest = append(rest, b[snapEnd:]...)
+	rest = protowire.AppendTag(rest, 9, protowire.BytesType)
+	rest = protowire.AppendBytes(rest, inner)
+	return rest, data, true
 }
 
 // snapMessageParts is m, a MsgSnap, encoded in pieces that leave the
