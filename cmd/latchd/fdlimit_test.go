@@ -123,6 +123,8 @@ func TestAcceptSurvivesFDExhaustion(t *testing.T) {
 	// answer, /healthz 200.
 	deadline = time.Now().Add(10 * time.Second)
 	var tcpOK, httpOK bool
+	var lastCode int
+	var lastErr error
 	for time.Now().Before(deadline) && !(tcpOK && httpOK) {
 		if !tcpOK {
 			if nc, err := dialTCP(c.tcp); err == nil {
@@ -134,13 +136,16 @@ func TestAcceptSurvivesFDExhaustion(t *testing.T) {
 		if !httpOK {
 			code, _, err := httpOnce(c.http, "GET", "/healthz", "", "", time.Second)
 			httpOK = err == nil && code == 200
+			lastCode, lastErr = code, err
 		}
 		if !(tcpOK && httpOK) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	if !tcpOK || !httpOK {
-		t.Fatalf("after the flood closed: new TCP served %v, new REST healthz 200 %v", tcpOK, httpOK)
+		code, body, err := health.do("GET", "/healthz", "", "", 2*time.Second)
+		t.Fatalf("after the flood closed: new TCP served %v, new REST healthz 200 %v (last: %d %v; on the kept connection: %d %s %v)",
+			tcpOK, httpOK, lastCode, lastErr, code, body, err)
 	}
 	t.Logf("accepting again %v after the flood closed", time.Since(start).Round(time.Millisecond))
 	if code, body, err := health.do("GET", "/healthz", "", "", 2*time.Second); code != 200 {
