@@ -822,6 +822,11 @@ func (n *Node) Ready() error {
 		return ErrClosed
 	default:
 	}
+	if n.appFailed.Load() {
+		// appendFailed: this node's log is no longer written, and the
+		// cluster goes on without it; an operator must see it.
+		return errors.New("a write of the raft log failed: this node no longer acknowledges entries (see the log; restart it once its disk is fixed)")
+	}
 	lead := n.lead.Load()
 	switch {
 	case lead == raft.None:

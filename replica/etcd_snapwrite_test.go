@@ -5,10 +5,12 @@ package replica
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -380,5 +382,18 @@ func TestQueuedSnapshotsAllInstall(t *testing.T) {
 				t.Fatal("the follower stopped appending: a queued snapshot's state was gone")
 			}
 		})
+	}
+}
+
+// A node whose log write failed says so on /readyz (Node.Ready): it no
+// longer acknowledges, and only its log said so before.
+func TestLogWriteFailureMakesTheNodeUnready(t *testing.T) {
+	c := newDiskCluster(t, 3, nil)
+	li := c.leader(t, -1)
+	f := c.nodes[(li+1)%3]
+	poll(t, 5*time.Second, "the follower ready", func() bool { return f.Ready() == nil })
+	f.appendFailed(errors.New("injected: no space left on device"))
+	if err := f.Ready(); err == nil || !strings.Contains(err.Error(), "raft log failed") {
+		t.Fatalf("Ready after a failed log write: %v", err)
 	}
 }
