@@ -348,55 +348,33 @@ func decodeMessage(b []byte) (*raftpb.Message, error) {
 // snapMessageParts and proto.Marshal write: one snapshot field, whose state
 // is a single field too (a decoder then takes the whole of b).
 func cutSnapData(b []byte) (rest, data []byte, ok bool) {
-	var snapAt, snapEnd int = -1, -1
+	snapAt, snapEnd := -1, -1
 	var snap []byte
-	for i := 0; i < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[i:])
-		if n < 0 {
-			return nil, nil, false
+	if !eachField(b, func(num protowire.Number, typ protowire.Type, at, end int, v []byte) bool {
+		if num != 9 {
+			return true
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[i+n:])
-		if m < 0 {
-			return nil, nil, false
+		if snapAt >= 0 || typ != protowire.BytesType {
+			return false
 		}
-		if num == 9 {
-			if snapAt >= 0 || typ != protowire.BytesType {
-				return nil, nil, false
-			}
-			v, _ := protowire.ConsumeBytes(b[i+n:])
-			snapAt, snapEnd, snap = i, i+n+m, v
-		}
-		i += n + m
-	}
-	if snapAt < 0 {
+		snapAt, snapEnd, snap = at, end, v
+		return true
+	}) || snapAt < 0 {
 		return nil, nil, false
 	}
 	// Within the snapshot: the state (field 1) once, and the rest.
 	var inner []byte
-	for i := 0; i < len(snap); {
-		num, typ, n := protowire.ConsumeTag(snap[i:])
-		if n < 0 {
-			return nil, nil, false
+	if !eachField(snap, func(num protowire.Number, typ protowire.Type, at, end int, v []byte) bool {
+		if num != 1 {
+			inner = append(inner, snap[at:end]...)
+			return true
 		}
-		m := protowire.ConsumeFieldValue(num, typ, snap[i+n:])
-		if m < 0 {
-			return nil, nil, false
+		if data != nil || typ != protowire.BytesType {
+			return false
 		}
-		if num == 1 {
-			if data != nil || typ != protowire.BytesType {
-				return nil, nil, false
-			}
-			data, _ = protowire.ConsumeBytes(snap[i+n:])
-			data = data[:len(data):len(data)] // the rest of the frame is not the state's to grow into
-			if data == nil {
-				data = []byte{}
-			}
-		} else {
-			inner = append(inner, snap[i:i+n+m]...)
-		}
-		i += n + m
-	}
-	if len(data) == 0 {
+		data = v[:len(v):len(v)] // the rest of the frame is not the state's to grow into
+		return true
+	}) || len(data) == 0 {
 		return nil, nil, false
 	}
 	rest = make([]byte, 0, len(b)-len(snap)+len(inner)+16)
@@ -405,6 +383,35 @@ func cutSnapData(b []byte) (rest, data []byte, ok bool) {
 	rest = protowire.AppendTag(rest, 9, protowire.BytesType)
 	rest = protowire.AppendBytes(rest, inner)
 	return rest, data, true
+}
+
+// eachField calls f with each field of the encoded message b: its number
+// and wire type, where it starts and ends in b, and, for a bytes field,
+// its value. It stops when f returns false, and reports whether it went
+// through the whole of b and b was well formed.
+func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, at, end int, v []byte) bool) bool {
+	for i := 0; i < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[i:])
+		if n < 0 {
+			return false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[i+n:])
+		if m < 0 {
+			return false
+		}
+		var v []byte
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(b[i+n:])
+			if v == nil {
+				v = []byte{}
+			}
+		}
+		if !f(num, typ, i, i+n+m, v) {
+			return false
+		}
+		i += n + m
+	}
+	return true
 }
 
 // snapMessageParts is m, a MsgSnap, encoded in pieces that leave the
