@@ -99,14 +99,14 @@ type Node struct {
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
 	applyRun    sync.Mutex
-	answers     []pendingAnswer              // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
-	answerRun   atomic.Pointer[AnswerRunner] // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
-	ownerBuf    []answered                   // their owners, for the batch wait
-	applyMu     sync.Mutex                   // an entry's application, against a snapshot taken meanwhile
-	snapIndex   uint64                       // apply thread
-	snapBytes   atomic.Uint64                // the size of the last snapshot's state (written by writeSnapshot)
-	slowUntil   atomic.Int64                 // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
-	stashMu     sync.Mutex
+	answers     []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
+	answerRun   atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
+	ownerBuf    []answered                      // their owners, for the batch wait
+	applyMu     sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
+	snapIndex   uint64                          // apply thread
+	snapBytes   atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
+	slowUntil   atomic.Int64                    // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
+	stashMu     sync.Mutex                      // guards stash
 	stash       []stashEntry                    // states of snapshots from the leader, for installSnapshot (stashState)
 	writingSnap atomic.Int32                    // snapshots being written to disk (setWritingSnap)
 	snap        atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
@@ -650,6 +650,7 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	if len(ms) == 0 {
 		return
 	}
+	snapIn := carriesSnap(ms)
 	n.mu.Lock()
 	for _, m := range ms {
 		// A snapshot's state goes aside, and comes back only if raft
@@ -659,14 +660,14 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	}
 	n.proposeQueued()
 	later := n.drainReady()
-	if carriesSnap(ms) {
+	if snapIn {
 		n.dropUnpinned()
 	}
 	n.mu.Unlock()
 	// A follower's reader writes what the leader sent itself (its next
 	// messages wait in the socket and join the next write); the leader's
 	// own writes stay on the append thread, beside its readers' acks.
-	n.kickAppend(inline && !n.isLeaderState() && !carriesSnap(ms))
+	n.kickAppend(inline && !n.isLeaderState() && !snapIn)
 	n.kickApply(inline)
 	n.sendAll(later)
 }
