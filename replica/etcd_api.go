@@ -907,14 +907,7 @@ func memSnapshot(snap *raftpb.Snapshot) *raftpb.Snapshot {
 // setWritingSnap marks the time this node writes a snapshot to its disk,
 // its own or the leader's (the two may overlap: calls nest): meanwhile
 // its disk is busy (diskBusy).
-func (n *Node) setWritingSnap(on bool) {
-	if on {
-		n.writingSnap.Add(1)
-	} else {
-		n.writingSnap.Add(-1)
-	}
-	n.st.wal.SetBusy(on)
-}
+func (n *Node) setWritingSnap(on bool) { n.st.wal.SetBusy(on) }
 
 // A write of the log that takes more than slowSync (a sync takes 0.1-10
 // ms on a healthy disk) makes the disk count as busy for slowFor after it
@@ -925,17 +918,12 @@ const (
 )
 
 // diskSlow marks the disk busy until t: a write of the log was slow.
-func (n *Node) diskSlow(t time.Time) {
-	n.slowUntil.Store(int64(t.Sub(monoBase)))
-	n.st.wal.SetSlowUntil(t)
-}
+func (n *Node) diskSlow(t time.Time) { n.st.wal.SetSlowUntil(t) }
 
 // diskBusy reports whether this node's disk is busy: it is writing a
 // snapshot, or a write of the log was slow lately. Meanwhile the log's
 // writes are the append thread's (kickAppend), and no sync is held (WAL).
-func (n *Node) diskBusy() bool {
-	return n.writingSnap.Load() > 0 || monoNow() < n.slowUntil.Load()
-}
+func (n *Node) diskBusy() bool { return n.st.wal.Busy() }
 
 // stashState keeps aside the state of a snapshot m brings from the leader
 // and returns m without it, for raft, which copies a snapshot it takes in

@@ -98,24 +98,22 @@ type Node struct {
 	// applyRun is held by whoever applies (the apply thread, or a
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.
-	applyRun    sync.Mutex
-	answers     []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
-	answerRun   atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
-	ownerBuf    []answered                      // their owners, for the batch wait
-	applyMu     sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
-	snapIndex   uint64                          // apply thread
-	snapBytes   atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
-	slowUntil   atomic.Int64                    // monoNow: a write of the log was slow; the disk counts as busy until then (diskSlow)
-	stashMu     sync.Mutex                      // guards stash
-	stash       []stashEntry                    // states of snapshots from the leader, for installSnapshot (stashState)
-	writingSnap atomic.Int32                    // snapshots being written to disk (setWritingSnap)
-	snap        atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
-	logBytes    uint64                          // apply thread: bytes of entries applied since it
-	snapMu      sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
-	encoding    atomic.Bool                     // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
-	snapNow     atomic.Bool                     // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
-	restored    chan error                      // the apply thread's answer to a snapshot to restore
-	forceSnap   atomic.Pointer[chan struct{}]
+	applyRun  sync.Mutex
+	answers   []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
+	answerRun atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
+	ownerBuf  []answered                      // their owners, for the batch wait
+	applyMu   sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
+	snapIndex uint64                          // apply thread
+	snapBytes atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
+	stashMu   sync.Mutex                      // guards stash
+	stash     []stashEntry                    // states of snapshots from the leader, for installSnapshot (stashState)
+	snap      atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
+	logBytes  uint64                          // apply thread: bytes of entries applied since it
+	snapMu    sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
+	encoding  atomic.Bool                     // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
+	snapNow   atomic.Bool                     // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
+	restored  chan error                      // the apply thread's answer to a snapshot to restore
+	forceSnap atomic.Pointer[chan struct{}]
 
 	stop      chan struct{}
 	wg        sync.WaitGroup

@@ -363,11 +363,15 @@ var monoBase = time.Now()
 // a deadline kept in it does not move when the wall clock is set.
 func monoNow() int64 { return int64(time.Since(monoBase)) }
 
-// Held reports whether syncs are held now: SetHeld's say, unless the
-// disk is busy (SetBusy) or was slow lately (SetSlowUntil).
-func (w *WAL) Held() bool {
-	return w != nil && w.held.Load() && w.busy.Load() == 0 && monoNow() >= w.slowUntil.Load()
+// Busy reports whether the disk is busy (SetBusy) or was slow lately
+// (SetSlowUntil).
+func (w *WAL) Busy() bool {
+	return w != nil && (w.busy.Load() > 0 || monoNow() < w.slowUntil.Load())
 }
+
+// Held reports whether syncs are held now: SetHeld's say, unless the
+// disk is busy (Busy).
+func (w *WAL) Held() bool { return w != nil && w.held.Load() && !w.Busy() }
 
 // StoreLog implements raft.LogStore.
 func (w *WAL) StoreLog(l *raft.Log) error { return w.StoreLogs([]*raft.Log{l}) }
