@@ -230,6 +230,13 @@ func TestAuthStreamLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pending.Close()
+	// Until the loop has accepted it, the connection sits in the kernel's
+	// backlog, and closing the listener resets it: wait for the handshake.
+	poll(t, 5*time.Second, "the handshake to start", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.pending) == 1
+	}, func() string { s.mu.Lock(); defer s.mu.Unlock(); return fmt.Sprint(len(s.pending), " pending") })
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
