@@ -363,7 +363,15 @@ func (n *Node) captureSnapshot() *snapCapture {
 // writeSnapshot writes snap durably, compacts the log behind it and
 // releases snapMu, which maybeSnapshot took for it.
 func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
-	defer n.snapMu.Unlock()
+	failed := false
+	defer func() {
+		n.snapMu.Unlock()
+		if failed {
+			// Due again only once snapMu is free: an apply (or a
+			// wake of the apply thread) that sees it due can take it.
+			n.snapNow.Store(true)
+		}
+	}()
 	start := time.Now()
 	data := c.eng.Finish(c.head)
 	n.encoding.Store(false)
@@ -397,7 +405,7 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 	n.setWritingSnap(false)
 	if err != nil {
 		n.log.Warn("snapshot write failed", zap.Error(err))
-		n.snapNow.Store(true)
+		failed = true
 		return
 	}
 	idx := c.idx
