@@ -219,7 +219,7 @@ func TestStatus(t *testing.T) {
 	slices.Sort(keys)
 	want := []string{"applied_index", "batch_wait_timeouts", "batch_waits", "commit_index", "last_log_index",
 		"leader_changes", "leader_client_addr", "leader_http_addr", "leader_id", "leader_raft_addr", "node_id",
-		"proposed_commands", "proposed_entries", "ready", "role", "term", "voters"}
+		"proposed_commands", "proposed_entries", "ready", "role", "snapshot_write_failures", "term", "voters"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("JSON keys %v; want %v", keys, want)
 	}

@@ -284,6 +284,9 @@ func firstReqID(data []byte) (uint64, uint64) {
 // for a snapshot to send that the last one cannot be (snapStorage), makes
 // one due at once.
 func (n *Node) snapshotDue() bool {
+	if at := n.snapRetry.Load(); at != 0 && monoNow() < at {
+		return false // the last write failed: the next waits (writeSnapshot)
+	}
 	if n.snapNow.Load() {
 		return true
 	}
@@ -297,6 +300,13 @@ func (n *Node) snapshotDue() bool {
 	size := n.snapBytes.Load()
 	return size <= snapSizeFloor || n.logBytes >= size
 }
+
+// snapRetryMin and snapRetryMax bound the pause before a snapshot write
+// that failed is tried again: it doubles with each failure in a row.
+const (
+	snapRetryMin = 50 * time.Millisecond
+	snapRetryMax = 5 * time.Second
+)
 
 // snapMaxSpan bounds the entries between two snapshots, in
 // SnapshotThresholds.
@@ -365,12 +375,23 @@ func (n *Node) captureSnapshot() *snapCapture {
 func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 	failed := false
 	defer func() {
-		n.snapMu.Unlock()
-		if failed {
-			// Due again only once snapMu is free: an apply (or a
-			// wake of the apply thread) that sees it due can take it.
-			n.snapNow.Store(true)
+		if !failed {
+			n.snapPause = 0
+			n.snapRetry.Store(0)
+			n.snapMu.Unlock()
+			return
 		}
+		// Due again after a pause that doubles with each failure in a
+		// row (a full or broken disk would otherwise have every apply
+		// copy the state for a write that fails), and only once snapMu
+		// is free, so that the wake finds it free; the wake comes
+		// whether or not entries arrive meanwhile.
+		pause := min(max(2*n.snapPause, snapRetryMin), snapRetryMax)
+		n.snapPause = pause
+		n.snapRetry.Store(monoNow() + int64(pause))
+		n.snapMu.Unlock()
+		n.snapNow.Store(true)
+		time.AfterFunc(pause, n.applyQ.signal)
 	}()
 	start := time.Now()
 	data := c.eng.Finish(c.head)
@@ -405,6 +426,7 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 	n.setWritingSnap(false)
 	if err != nil {
 		n.log.Warn("snapshot write failed", zap.Error(err))
+		n.snapFails.Add(1)
 		failed = true
 		return
 	}
@@ -790,6 +812,8 @@ func (n *Node) Status() Status {
 		ProposedCommands:  n.propCmds.Load(),
 		BatchWaits:        n.holds.Load(),
 		BatchWaitTimeouts: n.holdTimeouts.Load(),
+
+		SnapshotWriteFailures: n.snapFails.Load(),
 	}
 	select {
 	case <-n.stop:

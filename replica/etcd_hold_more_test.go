@@ -37,7 +37,13 @@ func holdOne(t *testing.T, l *Node) chan error {
 	poll(t, 5*time.Second, "x2 held by a batch wait", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		return l.hold.on && l.propQ.len() == 1
+		if !l.hold.on || l.propQ.len() != 1 {
+			return false
+		}
+		// Held until the test ends it: a slow test must not see the
+		// wait end at its deadline and x2 proposed.
+		l.hold.until = time.Now().Add(time.Hour)
+		return true
 	})
 	return x2
 }
@@ -62,7 +68,7 @@ func answeredOnce(t *testing.T, x2 chan error, within time.Duration) error {
 
 // TestBatchWaitShutdownAnswersHeld: Shutdown while a batch wait holds a
 // command answers it ErrClosed, once, without waiting for the deadline
-// (the wait is far longer than the test allows).
+// (holdOne makes it far longer than the test allows).
 func TestBatchWaitShutdownAnswersHeld(t *testing.T) {
 	c := newCluster(t, 3, func(cfg *Config) { cfg.BatchWait = 100 * time.Millisecond })
 	l := c.leader(t)

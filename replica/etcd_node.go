@@ -112,6 +112,9 @@ type Node struct {
 	snapMu    sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
 	encoding  atomic.Bool                     // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
 	snapNow   atomic.Bool                     // a snapshot is due at once: the last write failed, or raft needs one to send (snapStorage)
+	snapRetry atomic.Int64                    // after a failed write, no snapshot is due before this (monoNow); 0 after a good one
+	snapPause time.Duration                   // the wait before the next retry (writeSnapshot, under snapMu)
+	snapFails atomic.Uint64                   // snapshot writes that failed (Status)
 	restored  chan error                      // the apply thread's answer to a snapshot to restore
 	forceSnap atomic.Pointer[chan struct{}]
 

@@ -107,8 +107,10 @@ func TestSnapshotOfALargeStateFollowsTheLog(t *testing.T) {
 	}
 }
 
-// A snapshot whose write fails makes the next one due at once, and the
-// log behind it stays: nothing is compacted past what is on disk.
+// A snapshot whose write fails is tried again after a pause that doubles
+// with each failure in a row (a broken disk does not have every apply copy
+// the state), and the retry comes without further traffic; the log
+// behind it stays: nothing is compacted past what is on disk.
 func TestSnapshotWriteFailureRetries(t *testing.T) {
 	c := newCluster(t, 1, func(cfg *Config) { cfg.SnapshotThreshold = 16; cfg.TrailingLogs = 0 })
 	l := c.leader(t)
@@ -132,11 +134,23 @@ func TestSnapshotWriteFailureRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _ := l.mem.FirstIndex()
-	for i := 0; !l.snapNow.Load(); i++ {
+	for i := 0; l.Status().SnapshotWriteFailures == 0; i++ {
 		renew()
 		if i > 200 {
 			t.Fatal("no failed snapshot write after 200 entries (threshold 16)")
 		}
+	}
+	// Entries well past the threshold for 300 ms: the pauses (50, 100,
+	// 200 ms...) leave room for a few retries, not one per threshold.
+	start := time.Now()
+	entries := 0
+	for time.Since(start) < 300*time.Millisecond {
+		renew()
+		entries++
+	}
+	fails := l.Status().SnapshotWriteFailures
+	if fails > 5 || entries < 4*16 {
+		t.Fatalf("%d failed writes in 300 ms of %d entries; want the retries paused (at most 5)", fails, entries)
 	}
 	if now, _ := l.mem.FirstIndex(); now != first {
 		t.Fatalf("the log was compacted from %d to %d behind a snapshot that is not on disk", first, now)
@@ -147,18 +161,18 @@ func TestSnapshotWriteFailureRetries(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	// Due at once: the apply thread takes it, at the same index if no
-	// entry came since (the state in raft's storage already is that
-	// snapshot: it is written again).
-	l.applyQ.signal()
-	poll(t, 5*time.Second, "a snapshot on disk after the retry", func() bool {
+	// No more entries: the retry's own timer wakes the apply thread, which
+	// takes it at the same index if no entry came since (the state in
+	// raft's storage already is that snapshot: it is written again).
+	poll(t, 10*time.Second, "snapshot on disk after the retry", func() bool {
 		snap, err := l.st.loadSnapshot()
 		return err == nil && snap != nil && !l.snapNow.Load()
-	})
+	}, func() string { return fmt.Sprint(l.Status().SnapshotWriteFailures, " failed writes") })
 	poll(t, 5*time.Second, "the log compacted behind it", func() bool {
 		now, _ := l.mem.FirstIndex()
 		return now > first
 	})
+	poll(t, 5*time.Second, "the pause cleared by the good write", func() bool { return l.snapRetry.Load() == 0 })
 }
 
 // The snapshot raft sends a lagging follower is the last one taken, not

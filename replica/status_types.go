@@ -41,6 +41,11 @@ type Status struct {
 	ProposedCommands  uint64 `json:"proposed_commands"`
 	BatchWaits        uint64 `json:"batch_waits"`
 	BatchWaitTimeouts uint64 `json:"batch_wait_timeouts"`
+	// SnapshotWriteFailures counts this node's snapshot writes that
+	// failed (a full or broken disk): the log is not compacted behind
+	// them, and each is retried after a pause. Since start; zero on the
+	// hashicorp/raft build.
+	SnapshotWriteFailures uint64 `json:"snapshot_write_failures"`
 	// Voters is the latest configuration this node knows (it may not be
 	// committed yet): every server, voters and non-voters, in the
 	// configuration's order.

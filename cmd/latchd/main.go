@@ -191,7 +191,8 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 			return metrics.ClusterSample{Role: st.Role, Term: st.Term, CommitIndex: st.CommitIndex,
 				AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LeaderChanges: st.LeaderChanges,
 				ProposedEntries: st.ProposedEntries, ProposedCommands: st.ProposedCommands,
-				BatchWaits: st.BatchWaits, BatchWaitTimeouts: st.BatchWaitTimeouts}
+				BatchWaits: st.BatchWaits, BatchWaitTimeouts: st.BatchWaitTimeouts,
+				SnapshotWriteFailures: st.SnapshotWriteFailures}
 		}))
 	}
 	srv, err := server.New(scfg, eng, log.Named("tcp"), sopts...)

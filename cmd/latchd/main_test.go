@@ -143,12 +143,6 @@ func TestLogRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		logRefusals(stop, func() *engine.Engine { return eng }, 20*time.Millisecond, zap.New(core))
-	}()
-	defer func() { close(stop); <-done }()
 	acq := func(key string, owner engine.OwnerID) error {
 		_, err := eng.Acquire(0, engine.AcquireReq{Key: []byte(key), Owner: owner, Limit: 1, TTL: time.Minute, Timeout: time.Minute}, nopSink{})
 		return err
@@ -163,6 +157,15 @@ func TestLogRefusals(t *testing.T) {
 	if err := acq("a", 3); err != engine.ErrMaxWaiters {
 		t.Fatalf("a: %v", err)
 	}
+	// Started after the refusals, so that one interval has them all
+	// (a slow test could otherwise split them over two): the first tick
+	// counts from zero.
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		logRefusals(stop, func() *engine.Engine { return eng }, 20*time.Millisecond, zap.New(core))
+	}()
+	defer func() { close(stop); <-done }()
 	deadline := time.Now().Add(5 * time.Second)
 	for logs.FilterMessageSnippet("--max-waiters").Len() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

@@ -12,6 +12,8 @@ type ClusterSample struct {
 	LeaderChanges uint64
 	// Batching on the leader (replica.Status).
 	ProposedEntries, ProposedCommands, BatchWaits, BatchWaitTimeouts uint64
+	// Snapshot writes that failed (replica.Status).
+	SnapshotWriteFailures uint64
 }
 
 var roles = [...]string{"leader", "follower", "candidate", "shutdown"}
@@ -21,13 +23,14 @@ type clusterCollector struct {
 	read                                       func() ClusterSample
 	role, term, commit, applied, last, changes *prometheus.Desc
 	entries, commands, waits, waitTimeouts     *prometheus.Desc
+	snapFails                                  *prometheus.Desc
 }
 
 // NewClusterCollector returns a collector reporting what read returns, at
 // each scrape: latchd_raft_role{role} (1 for the current role), term,
 // commit, applied and last log index, leader changes seen, and the
 // leader's batching: entries and commands proposed, batch waits and those
-// that timed out.
+// that timed out; and the snapshot writes that failed.
 func NewClusterCollector(read func() ClusterSample) prometheus.Collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("latchd_raft_"+name, help, labels, nil)
@@ -43,13 +46,14 @@ func NewClusterCollector(read func() ClusterSample) prometheus.Collector {
 		commands:     d("proposed_commands_total", "Client commands in the entries this node proposed as leader."),
 		waits:        d("batch_waits_total", "Batch waits: the leader holding queued commands for the clients it just answered."),
 		waitTimeouts: d("batch_wait_timeouts_total", "Batch waits that ended at their deadline."),
+		snapFails:    d("snapshot_write_failures_total", "Snapshot writes that failed on this node (the log is not compacted behind them)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.role, c.term, c.commit, c.applied, c.last, c.changes,
-		c.entries, c.commands, c.waits, c.waitTimeouts} {
+		c.entries, c.commands, c.waits, c.waitTimeouts, c.snapFails} {
 		ch <- d
 	}
 }
@@ -73,4 +77,5 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(s.ProposedCommands))
 	ch <- prometheus.MustNewConstMetric(c.waits, prometheus.CounterValue, float64(s.BatchWaits))
 	ch <- prometheus.MustNewConstMetric(c.waitTimeouts, prometheus.CounterValue, float64(s.BatchWaitTimeouts))
+	ch <- prometheus.MustNewConstMetric(c.snapFails, prometheus.CounterValue, float64(s.SnapshotWriteFailures))
 }
