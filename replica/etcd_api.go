@@ -284,6 +284,9 @@ func firstReqID(data []byte) (uint64, uint64) {
 // for a snapshot to send that the last one cannot be (snapStorage), makes
 // one due at once.
 func (n *Node) snapshotDue() bool {
+	if n.snapWant.Load() {
+		return true
+	}
 	if at := n.snapRetry.Load(); at != 0 && monoNow() < at {
 		return false // the last write failed: the next waits (writeSnapshot)
 	}
@@ -338,6 +341,7 @@ func (n *Node) maybeSnapshot(force bool) {
 	c := n.captureSnapshot()
 	n.snapIndex, n.logBytes = c.idx, 0
 	n.snapNow.Store(false)
+	n.snapWant.Store(false)
 	go n.writeSnapshot(c, time.Since(start)) // unlocks snapMu
 	if force {
 		n.snapMu.Lock()
@@ -383,14 +387,14 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 		}
 		// Due again after a pause that doubles with each failure in a
 		// row (a full or broken disk would otherwise have every apply
-		// copy the state for a write that fails), and only once snapMu
-		// is free, so that the wake finds it free; the wake comes
-		// whether or not entries arrive meanwhile.
+		// copy the state for a write that fails). The wake comes at
+		// the pause's end whether or not entries arrive meanwhile, and
+		// after snapMu is free, so that it finds it free.
 		pause := min(max(2*n.snapPause, snapRetryMin), snapRetryMax)
 		n.snapPause = pause
 		n.snapRetry.Store(monoNow() + int64(pause))
+		n.snapNow.Store(true) // before the unlock: a forced snapshot that takes snapMu next clears it
 		n.snapMu.Unlock()
-		n.snapNow.Store(true)
 		time.AfterFunc(pause, n.applyQ.signal)
 	}()
 	start := time.Now()
@@ -1051,9 +1055,10 @@ func (n *Node) confIs(cs *raftpb.ConfState) bool {
 	return n.confState != nil && n.confState.Equivalent(cs) == nil
 }
 
-// wantSnapshot makes a snapshot due at once and wakes the apply thread,
-// which takes it.
+// wantSnapshot makes a snapshot due at once, even in the pause after a
+// failed write (raft sends it from memory whether or not it reaches the
+// disk), and wakes the apply thread, which takes it.
 func (n *Node) wantSnapshot() {
-	n.snapNow.Store(true)
+	n.snapWant.Store(true)
 	n.applyQ.signal()
 }

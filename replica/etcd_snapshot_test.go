@@ -4,6 +4,7 @@ package replica
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -140,17 +141,20 @@ func TestSnapshotWriteFailureRetries(t *testing.T) {
 			t.Fatal("no failed snapshot write after 200 entries (threshold 16)")
 		}
 	}
-	// Entries well past the threshold for 300 ms: the pauses (50, 100,
-	// 200 ms...) leave room for a few retries, not one per threshold.
+	// Entries for 300 ms (and at least 8: without the pause every apply
+	// tries again): the pauses (50, 100, 200 ms...) leave room for a few
+	// retries, about log2(elapsed/50 ms + 1) of them after the first.
 	start := time.Now()
 	entries := 0
-	for time.Since(start) < 300*time.Millisecond {
+	for time.Since(start) < 300*time.Millisecond || entries < 8 {
 		renew()
 		entries++
 	}
+	elapsed := time.Since(start)
 	fails := l.Status().SnapshotWriteFailures
-	if fails > 5 || entries < 4*16 {
-		t.Fatalf("%d failed writes in 300 ms of %d entries; want the retries paused (at most 5)", fails, entries)
+	allowed := 2 + uint64(math.Log2(float64(elapsed)/float64(snapRetryMin)+1))
+	if fails > allowed {
+		t.Fatalf("%d failed writes in %v of %d entries; want the retries paused (at most %d)", fails, elapsed, entries, allowed)
 	}
 	if now, _ := l.mem.FirstIndex(); now != first {
 		t.Fatalf("the log was compacted from %d to %d behind a snapshot that is not on disk", first, now)
@@ -173,6 +177,51 @@ func TestSnapshotWriteFailureRetries(t *testing.T) {
 		return now > first
 	})
 	poll(t, 5*time.Second, "the pause cleared by the good write", func() bool { return l.snapRetry.Load() == 0 })
+}
+
+// A snapshot raft asks for (to send: from memory, whether or not it
+// reaches the disk) is taken at once, even in the pause after a failed
+// write.
+func TestWantedSnapshotSkipsTheRetryPause(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) { cfg.SnapshotThreshold = 16; cfg.TrailingLogs = 0 })
+	l := c.leader(t)
+	ctx := ctxT(t, 30*time.Second)
+	out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1, TTL: time.Hour}, nil)
+	if err != nil || out.Result != engine.Granted {
+		t.Fatalf("Acquire: %v %v", out, err)
+	}
+	renew := func() {
+		t.Helper()
+		if _, err := l.Renew(ctx, []byte("k"), out.Token, time.Hour, 1); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+	}
+	dir := filepath.Join(l.st.dir, "snap")
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.snapMu.Lock()
+	l.snapPause = snapRetryMax // the next failure pauses for the longest
+	l.snapMu.Unlock()
+	for i := 0; l.Status().SnapshotWriteFailures == 0; i++ {
+		renew()
+		if i > 200 {
+			t.Fatal("no failed snapshot write after 200 entries (threshold 16)")
+		}
+	}
+	for range 20 {
+		renew()
+	}
+	applied := l.fsm.AppliedIndex()
+	l.wantSnapshot()
+	poll(t, snapRetryMax/2, "snapshot at the applied index, wanted in the pause", func() bool {
+		return l.snap.Load().GetMetadata().GetIndex() >= applied
+	}, func() string {
+		return fmt.Sprint("last taken at ", l.snap.Load().GetMetadata().GetIndex(), ", applied ", applied)
+	})
 }
 
 // The snapshot raft sends a lagging follower is the last one taken, not
