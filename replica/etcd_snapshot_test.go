@@ -108,32 +108,42 @@ func TestSnapshotOfALargeStateFollowsTheLog(t *testing.T) {
 	}
 }
 
-// A snapshot whose write fails is tried again after a pause that doubles
-// with each failure in a row (a broken disk does not have every apply copy
-// the state), and the retry comes without further traffic; the log
-// behind it stays: nothing is compacted past what is on disk.
-func TestSnapshotWriteFailureRetries(t *testing.T) {
+// brokenSnapshots starts a one-node cluster that snapshots every 16
+// entries, holding a lock k, whose snapshot directory is a file (every
+// snapshot write fails until dir is a directory again); renew adds an
+// entry.
+func brokenSnapshots(t *testing.T) (l *Node, renew func(), dir string) {
+	t.Helper()
 	c := newCluster(t, 1, func(cfg *Config) { cfg.SnapshotThreshold = 16; cfg.TrailingLogs = 0 })
-	l := c.leader(t)
+	l = c.leader(t)
 	ctx := ctxT(t, 30*time.Second)
 	out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1, TTL: time.Hour}, nil)
 	if err != nil || out.Result != engine.Granted {
 		t.Fatalf("Acquire: %v %v", out, err)
 	}
-	renew := func() {
+	renew = func() {
 		t.Helper()
 		if _, err := l.Renew(ctx, []byte("k"), out.Token, time.Hour, 1); err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
 	}
 	// The snapshot directory becomes a file: every write fails.
-	dir := filepath.Join(l.st.dir, "snap")
+	dir = filepath.Join(l.st.dir, "snap")
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(dir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return l, renew, dir
+}
+
+// A snapshot whose write fails is tried again after a pause that doubles
+// with each failure in a row (a broken disk does not have every apply copy
+// the state), and the retry comes without further traffic; the log
+// behind it stays: nothing is compacted past what is on disk.
+func TestSnapshotWriteFailureRetries(t *testing.T) {
+	l, renew, dir := brokenSnapshots(t)
 	first, _ := l.mem.FirstIndex()
 	for i := 0; l.Status().SnapshotWriteFailures == 0; i++ {
 		renew()
@@ -183,26 +193,7 @@ func TestSnapshotWriteFailureRetries(t *testing.T) {
 // reaches the disk) is taken at once, even in the pause after a failed
 // write.
 func TestWantedSnapshotSkipsTheRetryPause(t *testing.T) {
-	c := newCluster(t, 1, func(cfg *Config) { cfg.SnapshotThreshold = 16; cfg.TrailingLogs = 0 })
-	l := c.leader(t)
-	ctx := ctxT(t, 30*time.Second)
-	out, err := l.Acquire(ctx, engine.AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1, TTL: time.Hour}, nil)
-	if err != nil || out.Result != engine.Granted {
-		t.Fatalf("Acquire: %v %v", out, err)
-	}
-	renew := func() {
-		t.Helper()
-		if _, err := l.Renew(ctx, []byte("k"), out.Token, time.Hour, 1); err != nil {
-			t.Fatalf("Renew: %v", err)
-		}
-	}
-	dir := filepath.Join(l.st.dir, "snap")
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dir, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	l, renew, _ := brokenSnapshots(t)
 	l.snapMu.Lock()
 	l.snapPause = snapRetryMax // the next failure pauses for the longest
 	l.snapMu.Unlock()
