@@ -280,18 +280,15 @@ func firstReqID(data []byte) (uint64, uint64) {
 // a snapshot due whatever their size: raft's in-memory log keeps every
 // entry since the last one (about 130 bytes each besides its data), and
 // a state that shrank would otherwise keep the gap its old size set. A
-// restart replays at most that gap. A write that failed, or raft asking
-// for a snapshot to send that the last one cannot be (snapStorage), makes
-// one due at once.
+// restart replays at most that gap. Raft asking for a snapshot to send
+// that the last one cannot be (snapStorage) makes one due at once; a
+// write that failed makes one due at the end of its pause.
 func (n *Node) snapshotDue() bool {
 	if n.snapWant.Load() {
 		return true
 	}
-	if at := n.snapRetry.Load(); at != 0 && monoNow() < at {
-		return false // the last write failed: the next waits (writeSnapshot)
-	}
-	if n.snapNow.Load() {
-		return true
+	if at := n.snapRetry.Load(); at != 0 {
+		return monoNow() >= at // the last write failed: due once its pause is over (writeSnapshot)
 	}
 	since := n.fsm.AppliedIndex() - min(n.snapIndex, n.fsm.AppliedIndex())
 	switch {
@@ -340,7 +337,6 @@ func (n *Node) maybeSnapshot(force bool) {
 	start := time.Now()
 	c := n.captureSnapshot()
 	n.snapIndex, n.logBytes = c.idx, 0
-	n.snapNow.Store(false)
 	n.snapWant.Store(false)
 	go n.writeSnapshot(c, time.Since(start)) // unlocks snapMu
 	if force {
@@ -393,7 +389,6 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 		pause := min(max(2*n.snapPause, snapRetryMin), snapRetryMax)
 		n.snapPause = pause
 		n.snapRetry.Store(monoNow() + int64(pause))
-		n.snapNow.Store(true) // before the unlock: a forced snapshot that takes snapMu next clears it
 		n.snapMu.Unlock()
 		time.AfterFunc(pause, n.applyQ.signal)
 	}()

@@ -111,8 +111,7 @@ type Node struct {
 	logBytes  uint64                          // apply thread: bytes of entries applied since it
 	snapMu    sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
 	encoding  atomic.Bool                     // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
-	snapNow   atomic.Bool                     // a snapshot is due: the last write failed (once its pause is over)
-	snapRetry atomic.Int64                    // after a failed write, no snapshot is due before this (monoNow); 0 after a good one
+	snapRetry atomic.Int64                    // after a failed write, a snapshot is due at this time (monoNow) and not before; 0 after a good one
 	snapPause time.Duration                   // the wait before the next retry (writeSnapshot, under snapMu)
 	snapFails atomic.Uint64                   // snapshot writes that failed (Status)
 	snapWant  atomic.Bool                     // raft needs a snapshot to send (snapStorage): due at once, pause or not
