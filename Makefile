@@ -14,8 +14,7 @@ CMDS      := latchd latchctl latchd-bench
 # coordinator's own deadline in Go 1.26 (golang/go#75804) and fails with
 # "context deadline exceeded" on a loaded machine with no crasher.
 FUZZTIME  ?= 300000x
-# The fork of gnet (third_party/gnet, LATCHD.md) carries tests of its own.
-PKGS      := ./... github.com/panjf2000/gnet/v2/pkg/netpoll
+PKGS      := ./...
 
 .PHONY: all build dist run test fmtcheck vet leafcheck race fuzz bench lint soak chaos bench-cluster clean
 

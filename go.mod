@@ -64,5 +64,3 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 )
-
-replace github.com/panjf2000/gnet/v2 => ./third_party/gnet

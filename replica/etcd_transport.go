@@ -19,8 +19,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-
-	"github.com/latchd/latchd/internal/rawio"
 )
 
 // The etcd-raft transport: one outgoing TCP stream per peer, over the
@@ -460,11 +458,13 @@ func writeNow(c net.Conn, b []byte) (int, error) {
 	var werr error
 	err = rc.Write(func(fd uintptr) bool {
 		for n < len(b) {
-			m, err := rawio.Write(int(fd), b[n:])
+			m, err := unix.Write(int(fd), b[n:])
 			if m > 0 {
 				n += m
 			}
 			switch {
+			case err == unix.EINTR:
+				continue
 			case err == unix.EAGAIN:
 			case err != nil:
 				werr = err

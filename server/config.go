@@ -17,11 +17,6 @@ type Config struct {
 	// EventLoops is the number of gnet event loops; 0 means automatic:
 	// one per core but one (at least one), see Loops.
 	EventLoops int
-	// LoopRawWait has an idle event loop wait for I/O in a raw system
-	// call that keeps its processor, until the Go runtime signals it (see
-	// RawIdleWait). It applies only where it was measured to help: one
-	// event loop and at least two processors.
-	LoopRawWait bool
 	// ReadTimeout closes a connection that has sat on a partial request
 	// this long. A connection parked on a blocking request is not idle.
 	ReadTimeout time.Duration
@@ -100,7 +95,6 @@ func DefaultConfig() Config {
 		StatsConcurrency:      2,
 		SendBuffer:            256 << 10,
 		DirectHandOff:         true,
-		LoopRawWait:           true,
 	}
 }
 
@@ -117,28 +111,6 @@ func (c Config) Loops() int {
 	}
 	return max(1, runtime.GOMAXPROCS(0)-1)
 }
-
-// RawIdleWait reports whether the server's event loop waits for I/O in a
-// raw system call when idle (third_party/gnet's netpoll.SetRawIdleWait):
-// LoopRawWait, with one event loop, at least two processors and the
-// runtime's preemption signal on (not GODEBUG=asyncpreemptoff=1).
-//
-// Why: while an idle loop blocks in an ordinary epoll_wait, the runtime's
-// monitor (sysmon) takes its processor away whenever the other one is
-// busy, and each retake sets the monitor polling every 20 µs again; a
-// process can stay so for a whole run at 20-30% more CPU per operation.
-// A raw wait keeps the processor until I/O or the runtime's signal
-// (preemption 10-20 ms into an idle spell, a garbage collection); the rest
-// of the spell waits the ordinary way. With one processor it would stop
-// the rest of the process, with several loops the rest would share one
-// processor, and without the signal a garbage collection would wait for
-// the next I/O. docs/architecture.md, "The event loop's idle wait", and
-// third_party/gnet/LATCHD.md have the details.
-//
-// The setting is one per process, so the servers in it apply the rule to
-// their loops together (trackRawWait), at Start, at Stop and every sweep
-// (GOMAXPROCS may change at run time).
-func (c Config) RawIdleWait() bool { return rawIdleWait(c.Loops(), c.LoopRawWait) }
 
 // Validate reports the first field out of range.
 func (c Config) Validate() error {

@@ -35,7 +35,6 @@ type Server struct {
 	// set at the first connection, with one loop.
 	answerQ atomic.Pointer[answerQueue]
 	cli     *gnet.Client // the event loops plain TCP connections are enrolled in
-	nLoops  int          // its event loops (cfg.Loops() at Start)
 	addr    string
 	booted  chan struct{}
 	lnSet   *listen.Set // nil: accept errors are only retried
@@ -122,8 +121,6 @@ func (s *Server) Start() error {
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithLogger(s.log.Sugar()),
 	}
-	s.nLoops = s.cfg.Loops()
-	s.trackRawWait(1) // before the loops start waiting (rawwait.go)
 	if s.cfg.SendBuffer > 0 {
 		// Enroll applies it to each connection's descriptor.
 		opts = append(opts, gnet.WithSocketSendBuffer(s.cfg.SendBuffer))
@@ -133,7 +130,6 @@ func (s *Server) Start() error {
 		err = cli.Start()
 	}
 	if err != nil {
-		s.trackRawWait(-1)
 		_ = s.ln.Close()
 		return fmt.Errorf("server: start event loops: %w", err)
 	}
@@ -263,7 +259,6 @@ func (s *Server) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		s.trackRawWait(-1)
 		if q := s.answerQ.Load(); q != nil {
 			// After the loops: answers they never ran. A runner set by a
 			// racing OnOpen after this is refused by the closed queue.
@@ -473,9 +468,6 @@ func (s *Server) sweep() {
 		case <-t.C:
 		}
 		s.enforce()
-		if s.cfg.TLS == nil {
-			s.trackRawWait(0) // GOMAXPROCS may have changed
-		}
 		cutoff := now() - int64(s.cfg.ReadTimeout)
 		wcutoff := now() - int64(s.cfg.WriteTimeout)
 		s.reg.each(func(ss *session) {

@@ -16,7 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/soak"
@@ -158,13 +159,8 @@ func TestFDExhaustionSparesBystanders(t *testing.T) {
 
 // prlimitNoFile sets another process's RLIMIT_NOFILE, as prlimit(1) does.
 func prlimitNoFile(pid int, n uint64) error {
-	lim := syscall.Rlimit{Cur: n, Max: n}
-	_, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(syscall.RLIMIT_NOFILE),
-		uintptr(unsafe.Pointer(&lim)), 0, 0, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
+	lim := unix.Rlimit{Cur: n, Max: n}
+	return unix.Prlimit(pid, unix.RLIMIT_NOFILE, &lim, nil)
 }
 
 // openMany opens up to n connections to addr; the kernel completes them

@@ -102,7 +102,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.authToken, "auth-token", "", "shared secret clients must send with auth")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the shared secret")
 	fs.IntVar(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core but one, at least one)")
-	fs.BoolVar(&o.loopRawWait, "loop-raw-wait", true, "an idle event loop waits for I/O in a raw system call that keeps its processor, until the Go runtime signals it (10-20 ms into an idle spell, or for a garbage collection); applies on Linux with one event loop, two or more cores and no TLS")
+	fs.BoolVar(&o.loopRawWait, "loop-raw-wait", true, "no effect: accepted so that existing configurations still start (an idle event loop waits in gnet's ordinary epoll_wait)")
 	fs.IntVar(&o.shards, "shards", 64, "engine shards (a power of two)")
 	fs.BoolVar(&o.directHandOff, "direct-handoff", true, "write a grant to an idle waiter's socket from the granting goroutine instead of waking its event loop")
 	fs.IntVar(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
@@ -259,7 +259,6 @@ func (o *options) serverConfig() (server.Config, error) {
 	c := server.DefaultConfig()
 	c.Addr = hostPort(o.host, o.port)
 	c.EventLoops = o.eventLoops
-	c.LoopRawWait = o.loopRawWait
 	c.DirectHandOff = o.directHandOff
 	c.ReadTimeout = secs(o.readTimeout)
 	c.MaxConnections = o.maxConns

@@ -5,21 +5,16 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // prlimitNoFile sets another process's RLIMIT_NOFILE, as prlimit(1) does.
 func prlimitNoFile(pid int, n uint64) error {
-	lim := syscall.Rlimit{Cur: n, Max: n}
-	_, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(syscall.RLIMIT_NOFILE),
-		uintptr(unsafe.Pointer(&lim)), 0, 0, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
+	lim := unix.Rlimit{Cur: n, Max: n}
+	return unix.Prlimit(pid, unix.RLIMIT_NOFILE, &lim, nil)
 }
 
 // flood opens n connections to addr (the kernel completes them into the

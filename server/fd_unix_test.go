@@ -1,6 +1,6 @@
 //go:build unix
 
-package rawio
+package server
 
 import (
 	"bytes"
@@ -9,10 +9,10 @@ import (
 	"testing"
 )
 
-// TestWrite: one write(2) to a non-blocking socket: what fits is
+// TestWriteFd: one write(2) to a non-blocking socket: what fits is
 // written and arrives, a full socket answers EAGAIN at once (n < 0, as
-// server's writeClaimed expects), an empty line writes nothing.
-func TestWrite(t *testing.T) {
+// writeClaimed expects), an empty line writes nothing.
+func TestWriteFd(t *testing.T) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -22,11 +22,11 @@ func TestWrite(t *testing.T) {
 	if err := syscall.SetNonblock(fds[0], true); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := Write(fds[0], nil); n != 0 || err != nil {
-		t.Fatalf("Write(empty) = %d, %v", n, err)
+	if n, err := writeFd(fds[0], nil); n != 0 || err != nil {
+		t.Fatalf("writeFd(empty) = %d, %v", n, err)
 	}
-	if n, err := Write(fds[0], []byte("ok 5 30\n")); n != 8 || err != nil {
-		t.Fatalf("Write = %d, %v", n, err)
+	if n, err := writeFd(fds[0], []byte("ok 5 30\n")); n != 8 || err != nil {
+		t.Fatalf("writeFd = %d, %v", n, err)
 	}
 	buf := make([]byte, 64)
 	if n, err := syscall.Read(fds[1], buf); err != nil || string(buf[:n]) != "ok 5 30\n" {
@@ -35,10 +35,10 @@ func TestWrite(t *testing.T) {
 	chunk := bytes.Repeat([]byte{'x'}, 64<<10)
 	sent := 0
 	for i := 0; ; i++ {
-		n, err := Write(fds[0], chunk)
+		n, err := writeFd(fds[0], chunk)
 		if err != nil {
 			if n >= 0 || !errors.Is(err, syscall.EAGAIN) {
-				t.Fatalf("a full socket: Write = %d, %v; want a negative count and EAGAIN", n, err)
+				t.Fatalf("a full socket: writeFd = %d, %v; want a negative count and EAGAIN", n, err)
 			}
 			break
 		}
@@ -52,7 +52,7 @@ func TestWrite(t *testing.T) {
 	}
 	_ = syscall.Close(fds[0])
 	fds[0] = -1
-	if n, err := Write(-1, []byte("x")); n >= 0 || !errors.Is(err, syscall.EBADF) {
-		t.Fatalf("Write(-1) = %d, %v; want EBADF", n, err)
+	if n, err := writeFd(-1, []byte("x")); n >= 0 || !errors.Is(err, syscall.EBADF) {
+		t.Fatalf("writeFd(-1) = %d, %v; want EBADF", n, err)
 	}
 }
