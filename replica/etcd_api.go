@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -17,8 +16,6 @@ import (
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
 )
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 // applyLoop applies what the apply queue holds when woken (see kickApply).
 func (n *Node) applyLoop() {
@@ -606,7 +603,6 @@ func (n *Node) Shutdown() error {
 		if n.st.Close != nil {
 			n.closeErr = n.st.Close()
 		}
-		liveNodes.Add(-1)
 	})
 	return n.closeErr
 }

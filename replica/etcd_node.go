@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -311,7 +310,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	last, _ := st.wal.LastIndex()
+	last := st.wal.LastIndex()
 	if snap == nil && last == 0 && cfg.Bootstrap {
 		if snap, err = n.bootstrapSnapshot(); err != nil {
 			return nil, err
@@ -394,7 +393,6 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	}
 	n.bookMu.Unlock()
 	n.tr.start()
-	liveNodes.Add(1)
 	n.wg.Add(4)
 	go n.raftLoop()
 	go n.appendLoop()
@@ -581,7 +579,7 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	if d.bad {
 		return ErrBadSnapshot
 	}
-	if err := n.fsm.Restore(io.NopCloser(bytesReader(d.b))); err != nil {
+	if err := n.fsm.Restore(d.b); err != nil {
 		return err
 	}
 	if n.fsm.AppliedIndex() < snap.GetMetadata().GetIndex() {
@@ -997,9 +995,6 @@ func (n *Node) softState(ss *raft.SoftState) {
 	} else {
 		n.leadTerm.Store(0)
 	}
-	// A leader's syncs run beside its clients' work and must not hold a
-	// processor; a follower's are its commit path (WAL.SetHeld).
-	n.st.wal.SetHeld(!isLeader)
 	if wasLeader && !isLeader {
 		n.leadershipLost()
 	}

@@ -199,22 +199,20 @@ func TestSlowLogWriteMakesTheDiskBusy(t *testing.T) {
 	poll(t, 5*time.Second, "the follower's disk counted busy after a slow write", f.diskBusy)
 
 	w := &WAL{}
-	w.SetHeld(true)
-	if !w.Held() {
-		t.Fatal("SetHeld(true): not held")
-	}
 	w.SetSlowUntil(time.Now().Add(time.Hour))
-	if w.Held() {
-		t.Fatal("held while the disk was slow lately")
+	if !w.Busy() {
+		t.Fatal("not busy while the disk was slow lately")
 	}
 	w.SetSlowUntil(time.Time{})
 	w.SetBusy(true)
-	if w.Held() {
-		t.Fatal("held while the disk is busy")
+	w.SetBusy(true)
+	w.SetBusy(false)
+	if !w.Busy() {
+		t.Fatal("not busy while one of two writers is")
 	}
 	w.SetBusy(false)
-	if !w.Held() {
-		t.Fatal("not held once the disk is neither busy nor slow")
+	if w.Busy() {
+		t.Fatal("busy once the disk is neither busy nor slow")
 	}
 }
 

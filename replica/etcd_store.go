@@ -13,14 +13,13 @@ import (
 	"strings"
 	"time"
 
-	hraft "github.com/hashicorp/raft"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
 
-// The on-disk layout of an etcd-raft node's --raft-dir:
+// The on-disk layout of --raft-dir:
 //
 //	FORMAT      "latchd etcd-raft 1": written at creation, checked at start
 //	LOCK        flock'ed while a process uses the directory
@@ -28,8 +27,9 @@ import (
 //	hardstate   term, vote, commit and a CRC-32C, rewritten in place
 //	snap/       snapshots, %020d.snap by index, newest SnapshotRetain kept
 //
-// A directory written by the hashicorp/raft implementation (raft.db, no
-// FORMAT) is refused: see docs/cluster.md, "Moving to etcd raft".
+// A directory written by a latchd release from before etcd raft (raft.db,
+// snapshots/ or wal/ and no FORMAT) is refused with ErrOldRaftDir: its log
+// is not read, so nothing of it is lost or changed.
 const (
 	etcdFormat     = "latchd etcd-raft 1\n"
 	hardStateSize  = 28
@@ -37,9 +37,9 @@ const (
 	etcdDialTimout = 2 * time.Second
 )
 
-// ErrHashicorpDir means --raft-dir holds a hashicorp/raft node's data.
-var ErrHashicorpDir = errors.New("replica: raft dir was written by the hashicorp/raft implementation; " +
-	"this build uses etcd raft and cannot read it: see docs/cluster.md, \"Moving to etcd raft\"")
+// ErrOldRaftDir means --raft-dir holds the data of a latchd release from
+// before etcd raft, which this one cannot read.
+var ErrOldRaftDir = errors.New("replica: raft dir was written by a latchd release from before etcd raft; this release cannot read it")
 
 // Storage is what an etcd-raft Node keeps its state in and talks through:
 // the raft directory and the transport's listener. DiskStorage opens it.
@@ -106,9 +106,7 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 			return fail(err)
 		}
 		st.ln = a
-		st.dial = func(addr string, timeout time.Duration) (net.Conn, error) {
-			return a.Dial(hraft.ServerAddress(addr), timeout)
-		}
+		st.dial = a.Dial
 	} else {
 		ln, err := net.Listen("tcp", cfg.BindAddr)
 		if err != nil {
@@ -142,7 +140,7 @@ func (st *Storage) closeFiles() {
 	}
 }
 
-// checkFormat refuses a hashicorp/raft directory and marks a new one.
+// checkFormat refuses an old directory (ErrOldRaftDir) and marks a new one.
 func checkFormat(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "FORMAT"))
 	if err == nil {
@@ -156,7 +154,11 @@ func checkFormat(dir string) error {
 	}
 	for _, name := range []string{"raft.db", "snapshots", "wal"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			return fmt.Errorf("%w (found %s in %s)", ErrHashicorpDir, name, dir)
+			return fmt.Errorf("%w (found %s in %s). The directory is left as it is. "+
+				"If the other nodes run this release: remove this node from the cluster (DELETE /v1/admin/voters/{id} "+
+				"on the leader), move %s aside or empty it, start the node and add it back (POST /v1/admin/voters); "+
+				"it catches up from the leader's snapshot. If no node does: start a new cluster on empty directories "+
+				"(docs/cluster.md)", ErrOldRaftDir, name, dir, dir)
 		}
 	}
 	if err := writeFileSync(filepath.Join(dir, "FORMAT"), []byte(etcdFormat)); err != nil {
@@ -224,9 +226,6 @@ func (st *Storage) writeHardState(hs *raftpb.HardState, sync bool) error {
 			return err
 		}
 		return fdatasync(st.hs)
-	}
-	if st.wal.Held() { // a follower's commit index, after each entry
-		return pwriteHeld(st.hs, b[:], 0)
 	}
 	_, err := st.hs.WriteAt(b[:], 0)
 	return err
@@ -325,9 +324,8 @@ func (st *Storage) appendEntries(ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	first := ents[0].GetIndex()
-	last, _ := st.wal.LastIndex()
-	if lo, _ := st.wal.FirstIndex(); lo != 0 && first <= last {
+	first, last := ents[0].GetIndex(), st.wal.LastIndex()
+	if lo := st.wal.FirstIndex(); lo != 0 && first <= last {
 		if first <= lo {
 			if err := st.wal.DeleteRange(lo, last); err != nil {
 				return err
@@ -336,32 +334,31 @@ func (st *Storage) appendEntries(ents []*raftpb.Entry) error {
 			return err
 		}
 	}
-	logs := make([]*hraft.Log, len(ents))
+	recs := make([]walRecord, len(ents))
 	for i, e := range ents {
 		b, err := proto.Marshal(e)
 		if err != nil {
 			return err
 		}
-		logs[i] = &hraft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: hraft.LogCommand, Data: b}
+		recs[i] = walRecord{Index: e.GetIndex(), Term: e.GetTerm(), Data: b}
 	}
-	return st.wal.StoreLogs(logs)
+	return st.wal.Append(recs)
 }
 
 // readEntries reads the WAL's entries above after.
 func (st *Storage) readEntries(after uint64) ([]*raftpb.Entry, error) {
-	first, _ := st.wal.FirstIndex()
-	last, _ := st.wal.LastIndex()
+	first, last := st.wal.FirstIndex(), st.wal.LastIndex()
 	if first == 0 {
 		return nil, nil
 	}
 	var ents []*raftpb.Entry
 	for i := max(first, after+1); i <= last; i++ {
-		var l hraft.Log
-		if err := st.wal.GetLog(i, &l); err != nil {
+		r, err := st.wal.Get(i)
+		if err != nil {
 			return nil, err
 		}
 		e := &raftpb.Entry{}
-		if err := proto.Unmarshal(l.Data, e); err != nil {
+		if err := proto.Unmarshal(r.Data, e); err != nil {
 			return nil, fmt.Errorf("%w: entry %d: %w", errWALCorrupt, i, err)
 		}
 		ents = append(ents, e)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -379,18 +378,6 @@ func TestEtcdMembership(t *testing.T) {
 		}
 	}
 	c.same(t, rest...)
-}
-
-func TestEtcdRefusesHashicorpDir(t *testing.T) {
-	cfg := testConfig("n1")
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.RaftDir = t.TempDir()
-	if err := os.WriteFile(filepath.Join(cfg.RaftDir, "raft.db"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := DiskStorage(cfg, nil); !errors.Is(err, ErrHashicorpDir) {
-		t.Fatalf("got %v", err)
-	}
 }
 
 // TestEtcdRaftLogLevels: etcd raft's lines reach zap at their own levels,

@@ -126,7 +126,7 @@ func (t *transport) readLoop(c net.Conn) {
 		delete(t.conns, c)
 		t.mu.Unlock()
 	}()
-	r := bufio.NewReaderSize(newSockReader(c), 64<<10)
+	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [4]byte
 	// The hello: the dialer's raft ID and address, so that a node that
 	// does not know its peers yet (one just added, empty) can answer.

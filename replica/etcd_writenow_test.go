@@ -3,6 +3,7 @@ package replica
 import (
 	"bytes"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -30,4 +31,29 @@ func TestWriteNowNeverWaits(t *testing.T) {
 	if err != nil || len(got) != n || strings.Trim(string(got), "x") != "" {
 		t.Fatalf("read %d bytes (%v), want %d x's", len(got), err, n)
 	}
+}
+
+// tcpPair is a connected loopback TCP pair.
+func tcpPair(t *testing.T) (a, b net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		acc <- c
+	}()
+	a, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = <-acc
+	if b == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	return a, b
 }

@@ -13,15 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
-)
-
-// Raft transport parameters, as raft.NewTCPTransport is given them.
-const (
-	transportMaxPool = 3
-	transportTimeout = 10 * time.Second
 )
 
 // The raft transport handshake (see authStreamLayer).
@@ -45,38 +37,9 @@ var (
 	errAuthProof = errors.New("wrong auth token (bad proof)")
 )
 
-// newTransport builds the raft TCP transport of an on-disk node: raft's
-// own without cfg.AuthToken, else one over an authStreamLayer.
-func newTransport(cfg Config, hl hclog.Logger, log *zap.Logger) (*raft.NetworkTransport, error) {
-	var adv net.Addr
-	if cfg.AdvertiseAddr != "" {
-		var err error
-		if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
-			return nil, fmt.Errorf("replica: advertise address: %w", err)
-		}
-	}
-	if cfg.AuthToken == "" {
-		trans, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, transportMaxPool, transportTimeout, hl.Named("transport"))
-		if err != nil {
-			return nil, fmt.Errorf("replica: transport: %w", err)
-		}
-		return trans, nil
-	}
-	stream, err := listenAuth(cfg.BindAddr, adv, cfg.AuthToken, authTimeout, log.With(zap.String("node_id", cfg.NodeID)))
-	if err != nil {
-		return nil, err
-	}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  stream,
-		MaxPool: transportMaxPool,
-		Timeout: transportTimeout,
-		Logger:  hl.Named("transport"),
-	}), nil
-}
-
-// authStreamLayer is a raft.StreamLayer over TCP that hands raft only
-// connections whose peer has proved it knows the cluster's auth token, and
-// proves it in turn to every peer it dials.
+// authStreamLayer is a TCP listener (and dialer) that hands the raft
+// transport only connections whose peer has proved it knows the cluster's
+// auth token, and proves it in turn to every peer it dials.
 //
 // The handshake, before any raft byte, on every connection:
 //
@@ -94,7 +57,8 @@ func newTransport(cfg Config, hl hclog.Logger, log *zap.Logger) (*raft.NetworkTr
 // This authenticates connections, it does not encrypt or sign the raft
 // traffic that follows: an on-path attacker can still read or alter it.
 //
-// Accept never fails for a bad peer (raft's accept loop would back off):
+// Accept never fails for a bad peer (the transport's accept loop would
+// back off):
 // handshakes run on their own goroutines, at most authMaxPending at once,
 // each bounded by authTimeout; a failed one is closed and logged at warn
 // once per remote host, and Accept waits for the next good connection.
@@ -182,13 +146,14 @@ func (s *authStreamLayer) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-// Dial implements raft.StreamLayer: it connects and runs the dialer's half
-// of the handshake, all within timeout.
-func (s *authStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+// Dial connects to address and runs the dialer's half of the handshake,
+// all within timeout.
+func (s *authStreamLayer) Dial(address string, timeout time.Duration) (net.Conn, error) {
 	if timeout <= 0 {
 		timeout = s.timeout
 	}
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial("tcp", address)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +183,7 @@ func (s *authStreamLayer) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			// Out of file descriptors and the like: back off as raft would.
+			// Out of file descriptors and the like: back off.
 			delay = min(max(2*delay, 5*time.Millisecond), authAcceptBackoff)
 			s.log.Warn("raft transport: accept failed", zap.Error(err), zap.Duration("retry_in", delay))
 			select {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -132,7 +131,7 @@ func TestAuthStreamLayer(t *testing.T) {
 	}
 	defer silent.Close()
 
-	good, err := peer.Dial(raft.ServerAddress(addr), 2*time.Second)
+	good, err := peer.Dial(addr, 2*time.Second)
 	if err != nil {
 		t.Fatalf("Dial with the same token: %v", err)
 	}
@@ -166,7 +165,7 @@ func TestAuthStreamLayer(t *testing.T) {
 	}
 	readsEOF(t, junk, 5*time.Second)
 
-	if c, err := wrong.Dial(raft.ServerAddress(addr), 2*time.Second); err == nil {
+	if c, err := wrong.Dial(addr, 2*time.Second); err == nil {
 		_ = c.Close()
 		t.Fatal("Dial with a wrong token succeeded")
 	}
