@@ -2,7 +2,10 @@
 
 package replica
 
-import "os"
+import (
+	"os"
+	"sync"
+)
 
 // fdatasync is f.Sync where the system has no fdatasync.
 func fdatasync(f *os.File) error { return f.Sync() }

@@ -1,5 +1,13 @@
 package replica
 
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+)
+
 // Status is one node's view of itself and the cluster, for the stats
 // command and the HTTP admin API. Every field is read from this node
 // alone, without a round trip to the leader, so a follower's view may lag
@@ -65,3 +73,86 @@ type Member struct {
 // behind, which must not make /readyz flap; one replaying a long log (a
 // restart, a snapshot install) is well past it.
 const ReadyLag = 64
+
+// Status returns this node's view; see Status.
+func (n *Node) Status() Status {
+	l := n.Leader()
+	li, _ := n.mem.LastIndex()
+	st := Status{
+		NodeID:           n.cfg.NodeID,
+		Role:             roleOf(raft.StateType(n.role.Load())),
+		Ready:            n.IsLeader(),
+		Term:             n.term.Load(),
+		CommitIndex:      n.commit.Load(),
+		AppliedIndex:     n.fsm.AppliedIndex(),
+		LastLogIndex:     li,
+		LeaderID:         l.LeaderID,
+		LeaderRaftAddr:   l.RaftAddr,
+		LeaderClientAddr: l.ClientAddr,
+		LeaderHTTPAddr:   l.HTTPAddr,
+		LeaderChanges:    n.leaderChg.Load(),
+		Voters:           []Member{},
+
+		ProposedEntries:   n.propEntries.Load(),
+		ProposedCommands:  n.propCmds.Load(),
+		BatchWaits:        n.holds.Load(),
+		BatchWaitTimeouts: n.holdTimeouts.Load(),
+
+		SnapshotWriteFailures: n.snapFails.Load(),
+	}
+	select {
+	case <-n.stop:
+		st.Role, st.Ready = "shutdown", false
+	default:
+	}
+	n.bookMu.Lock()
+	for _, m := range n.book {
+		st.Voters = append(st.Voters, m)
+	}
+	n.bookMu.Unlock()
+	slices.SortFunc(st.Voters, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return st
+}
+
+func roleOf(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateFollower:
+		return "follower"
+	}
+	return "candidate"
+}
+
+// Ready reports whether this node can serve, for /readyz.
+func (n *Node) Ready() error {
+	select {
+	case <-n.stop:
+		return ErrClosed
+	default:
+	}
+	if n.appFailed.Load() {
+		// appendFailed: this node's log is no longer written, and the
+		// cluster goes on without it; an operator must see it.
+		return errors.New("a write of the raft log failed: this node no longer acknowledges entries (see the log; restart it once its disk is fixed)")
+	}
+	lead := n.lead.Load()
+	switch {
+	case lead == raft.None:
+		return errors.New("no known leader")
+	case lead == n.id && !n.IsLeader():
+		return errors.New("elected, still taking over")
+	}
+	if commit, applied := n.commit.Load(), n.fsm.AppliedIndex(); applied+ReadyLag < commit {
+		return fmt.Errorf("log not caught up: applied %d of %d committed", applied, commit)
+	}
+	return nil
+}

@@ -1,0 +1,399 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/internal/clock"
+)
+
+// Node is one member of a latchd cluster over go.etcd.io/raft/v3 with
+// asynchronous storage writes (the default build; -tags hashicorpraft
+// builds the hashicorp/raft one instead). Its API is the
+// hashicorp-backed Node's.
+//
+// Goroutines: whoever has input for raft steps the RawNode under mu and
+// hands out the Ready (the transport's readers, the append and apply
+// threads with their responses, a proposer when raft is free); the raft
+// loop ticks, runs closures (do, call) and proposes what waited in the
+// queue; the append thread writes entries, hard state and snapshots, one
+// fdatasync per batch of MsgStorageAppend, then delivers their responses;
+// the apply thread applies committed entries to the FSM, answers
+// proposers and takes snapshots; the transport's writers; and run
+// (restamp, expiry), as in the hashicorp Node.
+type Node struct {
+	cfg    Config
+	log    *zap.Logger
+	fsm    *FSM
+	st     Storage
+	mem    *raft.MemoryStorage
+	tr     *transport
+	id     uint64
+	origin uint64
+	seq    atomic.Uint64
+	now    func() int64
+
+	// mu guards rn. Whoever has input for raft (the transport's readers,
+	// the append and apply threads with their responses, a proposer, the
+	// ticker) steps it and hands out the Ready itself: no hop through a
+	// loop goroutine on the commit path.
+	mu sync.Mutex
+	rn *raft.RawNode
+
+	// Published by the raft loop.
+	lead      atomic.Uint64
+	role      atomic.Uint32 // raft.StateType
+	term      atomic.Uint64
+	commit    atomic.Uint64
+	leadTerm  atomic.Uint64 // term this node leads in (0 when it does not)
+	leaderChg atomic.Uint64
+
+	readyMu sync.Mutex
+	ready   chan struct{}
+	isReady atomic.Bool
+
+	propQ propQueue
+	hold  batchHold // under mu
+	// Counted on the leader as it proposes (Status).
+	propEntries, propCmds, holds, holdTimeouts atomic.Uint64
+	fnc                                        chan func()
+	appQ                                       msgQueue // to the append thread
+	applyQ                                     msgQueue // to the apply thread
+
+	// Membership, as applied: raft ID -> member.
+	bookMu    sync.Mutex
+	book      map[uint64]Member
+	confState *raftpb.ConfState
+
+	waitMu  sync.Mutex
+	waiters map[uint64]*waiter // by the ReqID of the entry's first command
+	// waitShut: Shutdown has answered the waiters; a proposal that gets
+	// here later is answered ErrClosed at once (under waitMu).
+	waitShut bool
+	ccWait   map[uint64]chan error
+
+	// appRun is held by whoever writes the log (the append thread, or a
+	// follower's transport reader: see kickAppend); it guards lastHS and
+	// the order of the append queue's batches.
+	appRun    sync.Mutex
+	lastHS    raftpb.HardState
+	appFailed atomic.Bool // a write failed: nothing more is written or acknowledged
+
+	// applyRun is held by whoever applies (the apply thread, or a
+	// goroutine applying inline: see kickApply); it guards answers,
+	// snapIndex and the order of the apply queue's batches.
+	applyRun  sync.Mutex
+	answers   []pendingAnswer                 // applied entries' proposers, answered (or handed to answerRun) before raft hears of the apply (applyBatch)
+	answerRun atomic.Pointer[AnswerRunner]    // runs ProposeFunc's answers (SetAnswerRunner); nil: applyRun's holder does
+	ownerBuf  []answered                      // their owners, for the batch wait
+	applyMu   sync.Mutex                      // an entry's application, against a snapshot taken meanwhile
+	snapIndex uint64                          // apply thread
+	snapBytes atomic.Uint64                   // the size of the last snapshot's state (written by writeSnapshot)
+	stashMu   sync.Mutex                      // guards stash
+	stash     []stashEntry                    // states of snapshots from the leader, for installSnapshot (stashState)
+	snap      atomic.Pointer[raftpb.Snapshot] // the newest snapshot taken or installed, state and all: what raft sends (snapStorage); never changed once stored
+	logBytes  uint64                          // apply thread: bytes of entries applied since it
+	snapMu    sync.Mutex                      // held from a snapshot's copy to the end of its write (maybeSnapshot, writeSnapshot)
+	encoding  atomic.Bool                     // a snapshot's state is being encoded (captureSnapshot to writeSnapshot's Finish)
+	snapRetry atomic.Int64                    // after a failed write, a snapshot is due at this time (monoNow) and not before; 0 after a good one
+	snapPause time.Duration                   // the wait before the next retry (writeSnapshot, under snapMu)
+	snapFails atomic.Uint64                   // snapshot writes that failed (Status)
+	snapWant  atomic.Bool                     // raft needs a snapshot to send (snapStorage): due at once, pause or not
+	restored  chan error                      // the apply thread's answer to a snapshot to restore
+	forceSnap atomic.Pointer[chan struct{}]
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type waiter struct {
+	batch  []*proposal // nil for a single command proposed by apply
+	single chan proposalResult
+}
+
+type pendingAnswer struct {
+	w   *waiter
+	res any
+}
+
+// maxInflightEntries bounds the entries this leader has proposed and not
+// yet applied; proposals that arrive meanwhile wait and leave together in
+// the next entry. The leader's own write still runs beside its followers'
+// (that is what AsyncStorageWrites buys); more entries in flight only
+// made each one carry fewer commands. bench/cluster.sh on the 2-core VM,
+// 1 / 10 / 100 workers, acquire+release/s: 1 in flight 715-738 / 3,414-3,803
+// / 16,465-18,132; 2 in flight 597-768 / 2,237-3,187 / 10,682-13,353;
+// 4 and 16 lower still at 10 and 100 workers. Measured again after the
+// commit path lost its hand-offs (docs/cluster.md, "How a commit
+// flows"), alternating, at 10 / 100 workers: 1 in flight 4,314-4,374 /
+// 22,218-23,586; 2 in flight 3,815-3,998 / 20,828-22,044; 3 in flight
+// 3,852-3,906 / 19,639-19,867. With the batch wait (etcd_hold.go), 2 in
+// flight at 10 / 100 workers: 8,369 / 34,037 against 8,533 / 36,302.
+const maxInflightEntries = 1
+
+// raftID maps a node ID to etcd raft's numeric ID.
+func raftID(id string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	if v := h.Sum64(); v != 0 && v != raft.LocalAppendThread && v != raft.LocalApplyThread {
+		return v
+	}
+	return 1
+}
+
+// New starts a node on st (see DiskStorage). With cfg.Bootstrap, an empty
+// directory gets cfg.Peers as its first configuration, as a snapshot at
+// index 1 that every bootstrapping peer writes alike.
+func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	origin := clock.Salt() | 1
+	fsm, err := NewFSM(cfg.Engine, origin)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: log, fsm: fsm, st: st, mem: raft.NewMemoryStorage(), id: raftID(cfg.NodeID),
+		origin: origin, now: clock.Now, ready: make(chan struct{}), fnc: make(chan func(), 16),
+		book: make(map[uint64]Member), waiters: make(map[uint64]*waiter), ccWait: make(map[uint64]chan error),
+		stop: make(chan struct{}), restored: make(chan error, 1), confState: &raftpb.ConfState{}}
+	n.appQ.init()
+	n.applyQ.init()
+	n.propQ.wake = make(chan struct{}, 1)
+
+	snap, err := st.loadSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	hs, err := st.readHardState()
+	if err != nil {
+		return nil, err
+	}
+	last := st.wal.LastIndex()
+	if snap == nil && last == 0 && cfg.Bootstrap {
+		if snap, err = n.bootstrapSnapshot(); err != nil {
+			return nil, err
+		}
+		if err := st.saveSnapshot(snap, cfg.SnapshotRetain); err != nil {
+			return nil, fmt.Errorf("replica: bootstrap: %w", err)
+		}
+	}
+	if snap != nil {
+		if err := n.restoreSnapshot(snap); err != nil {
+			return nil, err
+		}
+		if err := n.mem.ApplySnapshot(memSnapshot(snap)); err != nil {
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+		n.keepSnap(snap)
+		n.snapIndex = snap.GetMetadata().GetIndex()
+		n.snapBytes.Store(uint64(len(snap.GetData())))
+	}
+	ents, err := st.readEntries(n.snapIndex)
+	if err != nil {
+		return nil, err
+	}
+	if len(ents) > 0 && ents[0].GetIndex() != n.snapIndex+1 {
+		// Entries that do not follow the snapshot (a crash between a
+		// snapshot install and the log's reset left older ones): the
+		// leader sends what follows.
+		ents = nil
+	}
+	if err := n.mem.Append(ents); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	li, _ := n.mem.LastIndex()
+	hs.Commit = new(min(max(hs.GetCommit(), n.snapIndex), li))
+	if err := n.mem.SetHardState(hs); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	rc := &raft.Config{
+		ID:                        n.id,
+		ElectionTick:              10,
+		HeartbeatTick:             2,
+		Storage:                   snapStorage{MemoryStorage: n.mem, n: n},
+		Applied:                   n.snapIndex,
+		AsyncStorageWrites:        true,
+		MaxSizePerMsg:             1 << 20,
+		MaxInflightMsgs:           256,
+		MaxCommittedSizePerReady:  16 << 20,
+		MaxUncommittedEntriesSize: 256 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    raftLog(cfg, log),
+	}
+	if n.rn, err = raft.NewRawNode(rc); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	n.tr = newTransport2(&n.st, log)
+	n.tr.self = n.id
+	n.tr.selfAddr = cfg.AdvertiseAddr
+	if n.tr.selfAddr == "" {
+		n.tr.selfAddr = st.ln.Addr().String()
+	}
+	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
+	n.tr.report = func(id uint64, _ bool) {
+		n.do(func() { n.rn.ReportUnreachable(id) })
+	}
+	n.tr.snapDone = func(id uint64, ok bool) {
+		s := raft.SnapshotFinish
+		if !ok {
+			s = raft.SnapshotFailure
+		}
+		n.do(func() { n.rn.ReportSnapshot(id, s) })
+	}
+	n.bookMu.Lock()
+	for id, m := range n.book {
+		if id != n.id {
+			n.tr.setPeer(id, m.RaftAddr)
+		}
+	}
+	n.bookMu.Unlock()
+	n.tr.start()
+	n.wg.Add(4)
+	go n.raftLoop()
+	go n.appendLoop()
+	go n.applyLoop()
+	go n.run()
+	return n, nil
+}
+
+// do runs f on the raft loop without waiting (dropped once stopping).
+func (n *Node) do(f func()) {
+	select {
+	case n.fnc <- f:
+	case <-n.stop:
+	default:
+		go func() {
+			select {
+			case n.fnc <- f:
+			case <-n.stop:
+			}
+		}()
+	}
+}
+
+// call runs f on the raft loop and waits for it.
+func (n *Node) call(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case n.fnc <- func() { f(); close(done) }:
+	case <-n.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-n.stop:
+		return ErrClosed
+	}
+}
+
+// FSM returns the node's state machine.
+func (n *Node) FSM() *FSM { return n.fsm }
+
+// ID returns the node's ID.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// IsLeader reports whether this node is the leader and ready for commands.
+func (n *Node) IsLeader() bool { return n.isReady.Load() && n.isLeaderState() }
+
+func (n *Node) isLeaderState() bool {
+	return raft.StateType(n.role.Load()) == raft.StateLeader
+}
+
+func (n *Node) memberName(id uint64) string {
+	n.bookMu.Lock()
+	defer n.bookMu.Unlock()
+	return n.book[id].ID
+}
+
+// Leader returns what this node knows of the leader (empty if none).
+func (n *Node) Leader() NotLeaderError {
+	lead := n.lead.Load()
+	if lead == raft.None {
+		return NotLeaderError{}
+	}
+	n.bookMu.Lock()
+	m := n.book[lead]
+	n.bookMu.Unlock()
+	e := NotLeaderError{LeaderID: m.ID, RaftAddr: m.RaftAddr}
+	if e.LeaderID == "" {
+		return e
+	}
+	e.ClientAddr = n.fsm.LeaderClientAddr(e.LeaderID)
+	e.HTTPAddr = n.fsm.LeaderHTTPAddr(e.LeaderID)
+	if e.HTTPAddr == "" && e.LeaderID == n.cfg.NodeID {
+		e.HTTPAddr = n.cfg.HTTPAddr
+	}
+	if e.ClientAddr == "" {
+		for _, p := range n.cfg.Peers {
+			if p.ID == e.LeaderID {
+				e.ClientAddr = p.ClientAddr
+			}
+		}
+	}
+	return e
+}
+
+func (n *Node) notLeader() error {
+	e := n.Leader()
+	return &e
+}
+
+// Shutdown stops the node (a leader stops without handing over) and
+// closes its storage.
+func (n *Node) Shutdown() error {
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		n.wg.Wait()
+		n.snapMu.Lock() // a snapshot still being written (writeSnapshot)
+		n.snapMu.Unlock()
+		n.tr.close()
+		n.setReady(false)
+		n.waitMu.Lock()
+		ws := n.waiters
+		n.waiters = make(map[uint64]*waiter)
+		n.waitShut = true
+		n.waitMu.Unlock()
+		for _, w := range ws {
+			n.finish(w, nil, ErrClosed)
+		}
+		// What was still queued (behind the entry in flight, or submitted
+		// meanwhile) never reached raft: ProposeFunc's callers hear of it
+		// too, as Propose's do through stop.
+		n.failQueuedIfStopping()
+		if n.st.Close != nil {
+			n.closeErr = n.st.Close()
+		}
+	})
+	return n.closeErr
+}
+
+// stopping reports whether Shutdown has begun: the threads that write and
+// apply are gone or going, and nothing is done inline any more.
+func (n *Node) stopping() bool {
+	select {
+	case <-n.stop:
+		return true
+	default:
+		return false
+	}
+}
