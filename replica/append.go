@@ -31,61 +31,9 @@ func (n *Node) appendBatch(ms []*raftpb.Message) {
 	if n.appFailed.Load() || len(ms) == 0 {
 		return
 	}
-	var ents []*raftpb.Entry
-	var hs *raftpb.HardState
-	syncHS := false
-	flush := func() error {
-		if len(ents) == 0 {
-			return nil
-		}
-		start := time.Now()
-		err := n.st.appendEntries(ents)
-		if took := time.Since(start); took > slowSync {
-			n.diskSlow(start.Add(took + slowFor))
-		}
-		if err == nil {
-			err = n.mem.Append(ents)
-		}
-		ents = nil
-		return err
-	}
-	var err error
-	for _, m := range ms {
-		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
-			if err = flush(); err != nil {
-				break
-			}
-			if err = n.installSnapshot(snap); err != nil {
-				break
-			}
-		}
-		if es := m.GetEntries(); len(es) > 0 {
-			if len(ents) > 0 && es[0].GetIndex() != ents[len(ents)-1].GetIndex()+1 {
-				if err = flush(); err != nil {
-					break
-				}
-			}
-			ents = append(ents, es...)
-		}
-		if m.Term != nil {
-			hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-			if hs.GetTerm() != n.lastHS.GetTerm() || hs.GetVote() != n.lastHS.GetVote() {
-				syncHS = true
-			}
-		}
-	}
-	if err == nil {
-		err = flush()
-	}
-	writeHS := func() error {
-		if err := n.st.writeHardState(hs, syncHS); err != nil {
-			return err
-		}
-		n.lastHS = raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
-		return n.mem.SetHardState(hs)
-	}
+	hs, syncHS, err := n.writeEntries(ms)
 	if err == nil && hs != nil && syncHS {
-		err = writeHS() // a term or vote: on disk before anything acts on it
+		err = n.saveHardState(hs, true) // a term or vote: on disk before anything acts on it
 	}
 	if err != nil {
 		n.appendFailed(err)
@@ -104,14 +52,72 @@ func (n *Node) appendBatch(ms []*raftpb.Message) {
 		}
 	}
 	if hs != nil && !syncHS {
-		// A commit index alone is not synced (see etcd_store.go), so
+		// A commit index alone is not synced (see writeHardState), so
 		// its write need not delay the acks.
-		if err := writeHS(); err != nil {
+		if err := n.saveHardState(hs, false); err != nil {
 			n.appendFailed(err)
 			return
 		}
 	}
 	n.step(local...)
+}
+
+// writeEntries writes the entries and snapshots ms carry, consecutive
+// entries with one fdatasync, and returns the newest hard state among
+// them (nil if none) and whether it changed the term or vote (then it
+// must be synced before anything acts on it).
+func (n *Node) writeEntries(ms []*raftpb.Message) (hs *raftpb.HardState, syncHS bool, err error) {
+	var ents []*raftpb.Entry
+	flush := func() error {
+		if len(ents) == 0 {
+			return nil
+		}
+		start := time.Now()
+		err := n.st.appendEntries(ents)
+		if took := time.Since(start); took > slowSync {
+			n.diskSlow(start.Add(took + slowFor))
+		}
+		if err == nil {
+			err = n.mem.Append(ents)
+		}
+		ents = nil
+		return err
+	}
+	for _, m := range ms {
+		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
+			if err := flush(); err != nil {
+				return nil, false, err
+			}
+			if err := n.installSnapshot(snap); err != nil {
+				return nil, false, err
+			}
+		}
+		if es := m.GetEntries(); len(es) > 0 {
+			if len(ents) > 0 && es[0].GetIndex() != ents[len(ents)-1].GetIndex()+1 {
+				if err := flush(); err != nil {
+					return nil, false, err
+				}
+			}
+			ents = append(ents, es...)
+		}
+		if m.Term != nil {
+			hs = &raftpb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+			if hs.GetTerm() != n.lastHS.GetTerm() || hs.GetVote() != n.lastHS.GetVote() {
+				syncHS = true
+			}
+		}
+	}
+	return hs, syncHS, flush()
+}
+
+// saveHardState writes hs (synced or not: see writeHardState) and hands
+// it to MemoryStorage. Under appRun.
+func (n *Node) saveHardState(hs *raftpb.HardState, sync bool) error {
+	if err := n.st.writeHardState(hs, sync); err != nil {
+		return err
+	}
+	n.lastHS = raftpb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
+	return n.mem.SetHardState(hs)
 }
 
 // appendFailed stops the append thread after a failed write: the log's

@@ -173,30 +173,48 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	n.appQ.init()
 	n.applyQ.init()
 	n.propQ.wake = make(chan struct{}, 1)
+	if err := n.loadState(); err != nil {
+		return nil, err
+	}
+	if n.rn, err = raft.NewRawNode(n.raftConfig()); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	n.startTransport()
+	n.wg.Add(4)
+	go n.raftLoop()
+	go n.appendLoop()
+	go n.applyLoop()
+	go n.run()
+	return n, nil
+}
 
+// loadState reads the raft directory back: the newest snapshot (or, for a
+// new bootstrapping node, the first one) restored into the FSM, the log
+// entries that follow it and the hard state, into MemoryStorage.
+func (n *Node) loadState() error {
+	st := &n.st
 	snap, err := st.loadSnapshot()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	hs, err := st.readHardState()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	last := st.wal.LastIndex()
-	if snap == nil && last == 0 && cfg.Bootstrap {
+	if snap == nil && st.wal.LastIndex() == 0 && n.cfg.Bootstrap {
 		if snap, err = n.bootstrapSnapshot(); err != nil {
-			return nil, err
+			return err
 		}
-		if err := st.saveSnapshot(snap, cfg.SnapshotRetain); err != nil {
-			return nil, fmt.Errorf("replica: bootstrap: %w", err)
+		if err := st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
+			return fmt.Errorf("replica: bootstrap: %w", err)
 		}
 	}
 	if snap != nil {
 		if err := n.restoreSnapshot(snap); err != nil {
-			return nil, err
+			return err
 		}
 		if err := n.mem.ApplySnapshot(memSnapshot(snap)); err != nil {
-			return nil, fmt.Errorf("replica: %w", err)
+			return fmt.Errorf("replica: %w", err)
 		}
 		n.keepSnap(snap)
 		n.snapIndex = snap.GetMetadata().GetIndex()
@@ -204,7 +222,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	}
 	ents, err := st.readEntries(n.snapIndex)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(ents) > 0 && ents[0].GetIndex() != n.snapIndex+1 {
 		// Entries that do not follow the snapshot (a crash between a
@@ -213,14 +231,20 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		ents = nil
 	}
 	if err := n.mem.Append(ents); err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
+		return fmt.Errorf("replica: %w", err)
 	}
 	li, _ := n.mem.LastIndex()
 	hs.Commit = new(min(max(hs.GetCommit(), n.snapIndex), li))
 	if err := n.mem.SetHardState(hs); err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
+		return fmt.Errorf("replica: %w", err)
 	}
-	rc := &raft.Config{
+	return nil
+}
+
+// raftConfig is the RawNode's configuration, from the state loadState
+// read.
+func (n *Node) raftConfig() *raft.Config {
+	return &raft.Config{
 		ID:                        n.id,
 		ElectionTick:              10,
 		HeartbeatTick:             2,
@@ -235,16 +259,18 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		PreVote:                   true,
 		DisableProposalForwarding: true,
 		StepDownOnRemoval:         true,
-		Logger:                    raftLog(cfg, log),
+		Logger:                    raftLog(n.cfg, n.log),
 	}
-	if n.rn, err = raft.NewRawNode(rc); err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
-	}
-	n.tr = newTransport2(&n.st, log)
+}
+
+// startTransport connects the transport to raft and starts it, with a
+// stream to every member the restored configuration names.
+func (n *Node) startTransport() {
+	n.tr = newTransport(&n.st, n.log)
 	n.tr.self = n.id
-	n.tr.selfAddr = cfg.AdvertiseAddr
+	n.tr.selfAddr = n.cfg.AdvertiseAddr
 	if n.tr.selfAddr == "" {
-		n.tr.selfAddr = st.ln.Addr().String()
+		n.tr.selfAddr = n.st.ln.Addr().String()
 	}
 	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
 	n.tr.report = func(id uint64, _ bool) {
@@ -265,12 +291,6 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	}
 	n.bookMu.Unlock()
 	n.tr.start()
-	n.wg.Add(4)
-	go n.raftLoop()
-	go n.appendLoop()
-	go n.applyLoop()
-	go n.run()
-	return n, nil
 }
 
 // do runs f on the raft loop without waiting (dropped once stopping).

@@ -78,7 +78,7 @@ type transport struct {
 	wg     sync.WaitGroup
 }
 
-func newTransport2(st *Storage, log *zap.Logger) *transport {
+func newTransport(st *Storage, log *zap.Logger) *transport {
 	return &transport{st: st, log: log, peers: make(map[uint64]*peerStream), conns: make(map[net.Conn]struct{})}
 }
 
@@ -402,71 +402,87 @@ func (t *transport) writeLoop(p *peerStream) {
 			return
 		case <-p.wake:
 		}
-		p.wmu.Lock()
-		for {
-			p.qmu.Lock()
-			q := p.q
-			p.q = nil
-			p.qmu.Unlock()
-			if len(q) == 0 && len(p.rest) == 0 {
-				break
+		if !t.drain(p) {
+			return
+		}
+	}
+}
+
+// drain sends what is queued for p until the queue is empty, dialing
+// when needed; it reports false when p was cut meanwhile.
+func (t *transport) drain(p *peerStream) bool {
+	p.wmu.Lock()
+	for {
+		p.qmu.Lock()
+		q := p.q
+		p.q = nil
+		p.qmu.Unlock()
+		if len(q) == 0 && len(p.rest) == 0 {
+			break
+		}
+		if p.c == nil {
+			select {
+			case <-p.stop: // cut: what is queued goes nowhere
+				p.wmu.Unlock()
+				t.snapsFailed(p, q)
+				return false
+			default:
 			}
-			if p.c == nil {
-				select {
-				case <-p.stop: // cut: what is queued goes nowhere
-					p.wmu.Unlock()
-					t.snapsFailed(p, q)
-					return
-				default:
-				}
-				if err := t.dial(p); err != nil {
-					t.report(p.id, false)
-					t.snapsFailed(p, q)
-					p.wmu.Unlock()
-					select {
-					case <-p.stop:
-						return
-					case <-time.After(redialPause):
-					}
-					p.wmu.Lock()
-					continue
-				}
-			}
-			var err error
-			if len(p.rest) > 0 {
-				_ = p.c.SetWriteDeadline(time.Now().Add(writeTimeout))
-				_, err = p.w.Write(p.rest)
-				p.rest = nil
-			}
-			for _, f := range q {
-				if f.snap == nil {
-					if err == nil {
-						err = t.writeFrame(p, time.Now().Add(writeTimeout), f.b)
-					}
-					continue
-				}
-				sent := false
-				if err == nil {
-					if parts, perr := snapMessageParts(f.snap); perr == nil {
-						err = t.writeFrame(p, time.Now().Add(writeTimeout), parts...)
-						if err == nil {
-							err = p.w.Flush()
-						}
-						sent = err == nil
-					}
-				}
-				t.snapDone(p.id, sent)
-			}
-			if err == nil {
-				err = p.w.Flush()
-			}
-			if err != nil {
-				t.dropConn(p)
+			if err := t.dial(p); err != nil {
 				t.report(p.id, false)
+				t.snapsFailed(p, q)
+				p.wmu.Unlock()
+				select {
+				case <-p.stop:
+					return false
+				case <-time.After(redialPause):
+				}
+				p.wmu.Lock()
+				continue
 			}
 		}
-		p.wmu.Unlock()
+		if err := t.writeQueued(p, q); err != nil {
+			t.dropConn(p)
+			t.report(p.id, false)
+		}
 	}
+	p.wmu.Unlock()
+	return true
+}
+
+// writeQueued writes the tail of a half-sent frame, then q, to p's
+// connection and flushes it; each snapshot in q is reported sent or
+// failed (p.wmu held).
+func (t *transport) writeQueued(p *peerStream, q []frame) error {
+	var err error
+	if len(p.rest) > 0 {
+		_ = p.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err = p.w.Write(p.rest)
+		p.rest = nil
+	}
+	for _, f := range q {
+		if f.snap == nil {
+			if err == nil {
+				err = t.writeFrame(p, time.Now().Add(writeTimeout), f.b)
+			}
+			continue
+		}
+		sent := false
+		if err == nil {
+			if parts, perr := snapMessageParts(f.snap); perr == nil {
+				err = t.writeFrame(p, time.Now().Add(writeTimeout), parts...)
+				if err == nil {
+					err = p.w.Flush()
+				}
+				sent = err == nil
+			}
+		}
+		t.snapDone(p.id, sent)
+	}
+	if err == nil {
+		err = p.w.Flush()
+	}
+	return err
 }
 
 // close stops every stream and connection and waits for the goroutines.

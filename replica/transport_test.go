@@ -51,7 +51,7 @@ func TestSendNeverWaitsForAStalledPeer(t *testing.T) {
 	}()
 
 	st := dialOnlyStorage(t)
-	tr := newTransport2(st, zap.NewNop())
+	tr := newTransport(st, zap.NewNop())
 	var unreachable atomic.Int32
 	tr.report = func(uint64, bool) { unreachable.Add(1) }
 	tr.snapDone = func(uint64, bool) {}
@@ -145,7 +145,7 @@ func TestSendSplitFrameArrivesWhole(t *testing.T) {
 	}()
 
 	st := dialOnlyStorage(t)
-	tr := newTransport2(st, zap.NewNop())
+	tr := newTransport(st, zap.NewNop())
 	tr.report = func(uint64, bool) {}
 	tr.snapDone = func(uint64, bool) {}
 	tr.setPeer(2, ln.Addr().String())
@@ -220,7 +220,7 @@ func TestSendLeavesASnapshotToTheWriter(t *testing.T) {
 	}()
 
 	st := dialOnlyStorage(t)
-	tr := newTransport2(st, zap.NewNop())
+	tr := newTransport(st, zap.NewNop())
 	tr.report = func(uint64, bool) {}
 	done := make(chan bool, 1)
 	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
@@ -290,7 +290,7 @@ func TestSnapshotQueuedForARemovedPeerFails(t *testing.T) {
 		}
 	}()
 	st := dialOnlyStorage(t)
-	tr := newTransport2(st, zap.NewNop())
+	tr := newTransport(st, zap.NewNop())
 	tr.report = func(uint64, bool) {}
 	done := make(chan bool, 4)
 	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
