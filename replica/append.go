@@ -141,7 +141,7 @@ func (n *Node) diskSlow(t time.Time) { n.st.wal.SetSlowUntil(t) }
 
 // diskBusy reports whether this node's disk is busy: it is writing a
 // snapshot, or a write of the log was slow lately. Meanwhile the log's
-// writes are the append thread's (kickAppend), and no sync is held (WAL).
+// writes are the append thread's (kickAppend), not a transport reader's.
 func (n *Node) diskBusy() bool { return n.st.wal.Busy() }
 
 // setWritingSnap marks the time this node writes a snapshot to its disk,

@@ -52,7 +52,7 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 		// The answers first, then raft (which proposes what queued
 		// meanwhile): measured, the other order was no faster at 10 or
 		// 100 workers and slower at 1. The batch wait starts before the
-		// answers leave (etcd_hold.go).
+		// answers leave (batchwait.go).
 		n.ownerBuf = n.answeredOwners(n.ownerBuf[:0])
 		n.startHold(n.ownerBuf)
 		n.answerApplied()
@@ -60,15 +60,14 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 	}
 }
 
-// AnswerRunners: this build's Node takes an AnswerRunner.
+// AnswerRunners reports that Node takes an AnswerRunner (SetAnswerRunner).
 const AnswerRunners = true
 
 // SetAnswerRunner has r run the answers to applied entries' ProposeFunc
 // callbacks instead of the goroutine that applied them; nil puts them
 // back on that goroutine. Propose's answers (the REST API's, the leader's
 // own restamp and expiry) stay there either way. The server runs them on
-// its event loop (server/answers.go). It reports true: this build has
-// runners.
+// its event loop (server/answers.go). It reports true.
 func (n *Node) SetAnswerRunner(r AnswerRunner) bool {
 	if r == nil {
 		n.answerRun.Store(nil)

@@ -1,7 +1,9 @@
 package replica
 
-// The batch entry format, shared by both raft implementations: see
-// batcher.
+// A batch entry carries the commands proposed together (group commit:
+// Node.proposeQueued): batchVersion, their count as a uvarint, then each
+// command length-prefixed. Applying it answers a batchReply, one Reply per
+// command.
 
 const (
 	batchVersion = 2    // first byte of a batch entry (a command's is commandVersion)

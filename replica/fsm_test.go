@@ -323,8 +323,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{name: "defaults with an ID", edit: func(*Config) {}, ok: true},
 		{name: "no ID", edit: func(c *Config) { c.NodeID = "" }},
-		{name: "lease above heartbeat", edit: func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }},
-		{name: "too many append entries", edit: func(c *Config) { c.MaxAppendEntries = 2000 }},
+		{name: "election timeout too short", edit: func(c *Config) { c.ElectionTimeout = time.Millisecond }},
+		{name: "no snapshot threshold", edit: func(c *Config) { c.SnapshotThreshold = 0 }},
 		{name: "fence limit", edit: func(c *Config) { c.Engine.FenceLimit = 5 }},
 		{name: "bad log level", edit: func(c *Config) { c.RaftLogLevel = "loud" }},
 		{name: "bootstrap without self", edit: func(c *Config) { c.Bootstrap = true; c.Peers = []Peer{{ID: "x", RaftAddr: "a"}} }},

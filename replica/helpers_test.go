@@ -17,11 +17,7 @@ func testConfig(id string) Config {
 	cfg.NodeID = id
 	cfg.ClientAddr = "client-" + id
 	cfg.HTTPAddr = "http-" + id
-	cfg.HeartbeatTimeout = 100 * time.Millisecond
 	cfg.ElectionTimeout = 100 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 50 * time.Millisecond
-	cfg.CommitTimeout = 2 * time.Millisecond
-	cfg.SnapshotInterval = time.Hour // tests snapshot on demand
 	cfg.SnapshotThreshold = 1 << 20
 	cfg.ExpireEvery = 5 * time.Millisecond
 	cfg.ApplyTimeout = 2 * time.Second

@@ -16,9 +16,7 @@ import (
 )
 
 // Node is one member of a latchd cluster over go.etcd.io/raft/v3 with
-// asynchronous storage writes (the default build; -tags hashicorpraft
-// builds the hashicorp/raft one instead). Its API is the
-// hashicorp-backed Node's.
+// asynchronous storage writes.
 //
 // Goroutines: whoever has input for raft steps the RawNode under mu and
 // hands out the Ready (the transport's readers, the append and apply
@@ -28,7 +26,7 @@ import (
 // fdatasync per batch of MsgStorageAppend, then delivers their responses;
 // the apply thread applies committed entries to the FSM, answers
 // proposers and takes snapshots; the transport's writers; and run
-// (restamp, expiry), as in the hashicorp Node.
+// (restamp, expiry: leader.go).
 type Node struct {
 	cfg    Config
 	log    *zap.Logger
@@ -137,7 +135,7 @@ type pendingAnswer struct {
 // commit path lost its hand-offs (docs/cluster.md, "How a commit
 // flows"), alternating, at 10 / 100 workers: 1 in flight 4,314-4,374 /
 // 22,218-23,586; 2 in flight 3,815-3,998 / 20,828-22,044; 3 in flight
-// 3,852-3,906 / 19,639-19,867. With the batch wait (etcd_hold.go), 2 in
+// 3,852-3,906 / 19,639-19,867. With the batch wait (batchwait.go), 2 in
 // flight at 10 / 100 workers: 8,369 / 34,037 against 8,533 / 36,302.
 const maxInflightEntries = 1
 

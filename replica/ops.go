@@ -9,9 +9,8 @@ import (
 	"github.com/latchd/latchd/fence"
 )
 
-// The engine's operations as proposals, the same for both raft
-// implementations (etcd raft by default, hashicorp/raft with
-// -tags hashicorpraft): each builds a Command and goes through Propose.
+// The engine's operations as proposals: each builds a Command and goes
+// through Propose.
 
 // Acquire proposes engine.Acquire; req.Salt is replaced by the leader's.
 func (n *Node) Acquire(ctx context.Context, req engine.AcquireReq, sink engine.Sink) (engine.Outcome, error) {

@@ -36,7 +36,23 @@ type proposalResult struct {
 	err error
 }
 
-// Propose: see the hashicorp Node's Propose; the contract is the same.
+// Propose stamps c (Now from the leader's clock, a fresh Salt for Acquire
+// and Enqueue, this node's Origin and a new ReqID), appends it to the log
+// (in one entry with other proposals that wait at the same time:
+// proposeQueued), and returns what applying it answered, the engine's
+// error included.
+//
+// sink, for an Acquire or Wait, hears the final Outcome of a request that
+// came back Queued, once, on the goroutine that applies entries; it may
+// hear it before Propose returns. It must not block.
+//
+// A node that is not the leader returns a *NotLeaderError; so does a new
+// leader that has not yet restamped when ctx ends. ErrUnknownOutcome (the
+// entry was logged, then leadership was lost) and ErrClosed leave the
+// command's fate unknown: it may still be applied. ctx bounds the wait for
+// a new leader's restamp and is checked once more before the command is
+// queued; after that the wait ends when the entry is applied, leadership
+// is lost or the node stops.
 func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply, error) {
 	p, err := n.newProposal(ctx, c, sink)
 	if err != nil {
@@ -83,7 +99,7 @@ func (n *Node) EndSessionAsync(owner engine.OwnerID) {
 	n.submit(&proposal{c: c, done: make(chan proposalResult, 1)})
 }
 
-// newProposal is the part of Propose both raft builds share: it refuses
+// newProposal is the part of Propose and ProposeFunc they share: it refuses
 // a command that is not a client's (a Restamp is the node's own
 // business), answers not_leader on a follower, waits (within ctx) for a
 // new leader's restamp, stamps the leader's time, salt and request id,
@@ -125,8 +141,8 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 	return p, nil
 }
 
-// setReady publishes whether this node may take commands (both raft
-// builds): a leader once restamped, not after losing leadership.
+// setReady publishes whether this node may take commands: a leader once
+// restamped, not after losing leadership.
 func (n *Node) setReady(ok bool) {
 	n.readyMu.Lock()
 	defer n.readyMu.Unlock()

@@ -114,13 +114,11 @@ func TestSaveSnapshotDoesNotCopyTheState(t *testing.T) {
 // snapshots; appending on their readers, they stopped hearing the leader,
 // and it stepped down.
 func TestFollowersWritingSnapshotsKeepHearingTheLeader(t *testing.T) {
-	// Heartbeats far apart from the election timeout: a follower that
-	// only runs late (a loaded machine, the race detector) keeps hearing
-	// the leader in time; one stuck in a sync for three election
+	// A long election timeout (heartbeats every fifth of it): a follower
+	// that only runs late (a loaded machine, the race detector) keeps
+	// hearing the leader in time; one stuck in a sync for three election
 	// timeouts does not.
 	c := newDiskCluster(t, 3, func(cfg *Config) {
-		cfg.HeartbeatTimeout = 25 * time.Millisecond
-		cfg.LeaderLeaseTimeout = 25 * time.Millisecond
 		cfg.ElectionTimeout = 300 * time.Millisecond
 	})
 	li := c.leader(t, -1)

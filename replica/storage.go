@@ -41,7 +41,7 @@ const (
 // before etcd raft, which this one cannot read.
 var ErrOldRaftDir = errors.New("replica: raft dir was written by a latchd release from before etcd raft; this release cannot read it")
 
-// Storage is what an etcd-raft Node keeps its state in and talks through:
+// Storage is what a Node keeps its state in and talks through:
 // the raft directory and the transport's listener. DiskStorage opens it.
 type Storage struct {
 	dir  string

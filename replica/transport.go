@@ -18,7 +18,7 @@ import (
 	"github.com/latchd/latchd/internal/rawio"
 )
 
-// The etcd-raft transport: one outgoing TCP stream per peer, over the
+// The raft transport: one outgoing TCP stream per peer, over the
 // listener and dialer of Storage (so with an auth token every connection
 // has passed authStreamLayer's handshake before a message crosses it).
 // A frame is a u32 little-endian length and a marshalled raftpb.Message.
