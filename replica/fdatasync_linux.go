@@ -8,7 +8,8 @@ import (
 
 // fdatasync flushes f's data and the metadata needed to read it back (its
 // size), not its timestamps: what a log write must have on disk before it
-// is acknowledged. The wrapper retries a call a signal interrupted.
+// is acknowledged. unix.Fdatasync returns EINTR as it gets it; like
+// os.File.Sync, this retries it.
 func fdatasync(f *os.File) error {
 	for {
 		err := unix.Fdatasync(int(f.Fd()))

@@ -77,7 +77,7 @@ func NewFSM(cfg engine.Config, origin uint64) (*FSM, error) {
 }
 
 // Engine returns the current engine, for reads (stats, NextDeadline). It
-// must not be mutated outside Apply, and a Restore replaces it.
+// must not be mutated outside applyEntry, and a Restore replaces it.
 func (f *FSM) Engine() *engine.Engine { return f.eng.Load() }
 
 // AppliedIndex returns the index of the last log entry applied.
@@ -141,7 +141,7 @@ type routeSink struct {
 	id uint64
 }
 
-// Deliver implements engine.Sink. It runs on raft's FSM goroutine.
+// Deliver implements engine.Sink. It runs on the goroutine that applies.
 func (s *routeSink) Deliver(o engine.Outcome) {
 	s.f.pendMu.Lock()
 	sink := s.f.pending[s.id]

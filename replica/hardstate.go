@@ -8,6 +8,21 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
+// The hard state (raft's term, vote and commit index) is the file
+// <raft-dir>/hardstate, 28 bytes:
+//
+//	u64 term | u64 vote | u64 commit | u32 CRC-32C of the 24 bytes before
+//
+// all little-endian, rewritten in place at offset 0. One write of 28 bytes
+// at the start of a file lies in one disk sector, which a disk writes
+// whole or not at all, so the file holds the old state or the new one; the
+// CRC makes any other outcome a refusal to start (errWALCorrupt), never a
+// wrong term or vote. In place rather than a new file renamed over it: a
+// follower rewrites its commit index after every entry, and a new file
+// and a rename each time would add directory updates to its commit path.
+// A term or vote is synced before raft acts on it (writeHardState's sync).
+const hardStateSize = 28
+
 // readHardState reads term, vote and commit (zero for a new directory).
 func (st *Storage) readHardState() (*raftpb.HardState, error) {
 	b := make([]byte, hardStateSize)
@@ -25,10 +40,9 @@ func (st *Storage) readHardState() (*raftpb.HardState, error) {
 	}, nil
 }
 
-// writeHardState rewrites the hard state in place (28 bytes, one sector:
-// a torn write is not expected; the CRC would catch it). It syncs only
-// when sync is set: a term or vote change must be durable before raft
-// acts on it, a commit index need not (it is learnt again from the leader).
+// writeHardState rewrites the hard state in place. It syncs only when
+// sync is set: a term or vote change must be durable before raft acts on
+// it, a commit index need not (it is learnt again from the leader).
 func (st *Storage) writeHardState(hs *raftpb.HardState, sync bool) error {
 	var b [hardStateSize]byte
 	binary.LittleEndian.PutUint64(b[:], hs.GetTerm())

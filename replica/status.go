@@ -53,8 +53,7 @@ type Status struct {
 	// them, and each is retried after a pause. Since start.
 	SnapshotWriteFailures uint64 `json:"snapshot_write_failures"`
 	// Voters is the latest configuration this node knows (it may not be
-	// committed yet): every server, voters and non-voters, in the
-	// configuration's order.
+	// committed yet): every server, voters and non-voters, sorted by ID.
 	Voters []Member `json:"voters"`
 }
 
@@ -62,7 +61,7 @@ type Status struct {
 type Member struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
-	// Suffrage is "voter", "nonvoter" or "staging".
+	// Suffrage is "voter" or "nonvoter" (a learner).
 	Suffrage string `json:"suffrage"`
 }
 

@@ -31,10 +31,9 @@ import (
 // snapshots/ or wal/ and no FORMAT) is refused with ErrOldRaftDir: its log
 // is not read, so nothing of it is lost or changed.
 const (
-	etcdFormat     = "latchd etcd-raft 1\n"
-	hardStateSize  = 28
-	snapFileExt    = ".snap"
-	etcdDialTimout = 2 * time.Second
+	etcdFormat  = "latchd etcd-raft 1\n"
+	snapFileExt = ".snap"
+	dialTimeout = 2 * time.Second
 )
 
 // ErrOldRaftDir means --raft-dir holds the data of a latchd release from

@@ -366,7 +366,7 @@ func (p *peerStream) cut() {
 
 // dial connects p and sends the hello (p.wmu held).
 func (t *transport) dial(p *peerStream) error {
-	c, err := t.st.dial(p.addr, etcdDialTimout)
+	c, err := t.st.dial(p.addr, dialTimeout)
 	if err != nil {
 		return err
 	}

@@ -25,21 +25,21 @@ import (
 //
 //	u32 body length | u32 CRC-32C of index and body | u64 index | body
 //
-// where body is a walRecord's encoding (encodeRecord). A segment grows past walSegmentSize
-// only by one batch; the next batch opens a new one.
+// where body is a walRecord's encoding (encodeRecord). A segment grows
+// past walSegmentSize only by one batch; the next batch opens a new one.
 //
 // Recovery: Open reads every record. A bad record (short, bad checksum,
 // out of sequence) at the tail of the newest segment is a write that never
 // completed, so never acknowledged: the file is cut there. Damage anywhere
 // else, or a gap between segments, is corruption and Open refuses.
 //
-// Deletion is what the node asks for: a prefix (compaction after a snapshot:
-// whole segments below the new first index are removed), a suffix
-// (a follower's conflicting tail: the file is truncated and fsynced), or
-// everything (after a snapshot install; the WAL is monotonic, so raft
-// clears it rather than leaving a gap). A prefix inside a segment is only
-// remembered in memory: after a restart those already-compacted entries
-// are back below the snapshot, which raft ignores.
+// Deletion is what the node asks for: a prefix (compaction after a
+// snapshot: whole segments below the new first index are removed), a
+// suffix (a follower's conflicting tail: the file is truncated and
+// fsynced), or everything (after a snapshot install: the log has no gaps,
+// so it is cleared rather than left with one). A prefix inside a segment
+// is only remembered in memory: after a restart those already-compacted
+// entries are back below the snapshot, which the node skips.
 type WAL struct {
 	dir  string
 	max  int64 // roll to a new segment once the active one is this big
