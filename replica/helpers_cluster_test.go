@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// cluster is an in-process cluster of etcd-raft nodes on disk (temporary
+// cluster is an in-process cluster of nodes on disk (temporary
 // directories) over loopback TCP.
 type cluster struct {
 	t     testing.TB

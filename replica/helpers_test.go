@@ -88,8 +88,8 @@ func lockHolder(n *Node, key string, now int64) (engine.LockStat, bool) {
 	return engine.LockStat{}, false
 }
 
-// The in-process cluster is defined per raft build; both keep their
-// nodes in c.nodes (nil once shut down), and these work on either.
+// The in-process cluster (helpers_cluster_test.go) keeps its nodes in
+// c.nodes, nil once shut down.
 
 func (c *cluster) shutdown() {
 	for i, n := range c.nodes {

@@ -19,7 +19,7 @@ import (
 	"github.com/latchd/latchd/internal/testport"
 )
 
-// diskCluster is n etcd-raft nodes on disk, talking over loopback TCP.
+// diskCluster is n nodes on disk, talking over loopback TCP.
 type diskCluster struct {
 	t     testing.TB
 	cfgs  []Config
