@@ -8,6 +8,11 @@ import (
 	"go.uber.org/zap"
 )
 
+// The append thread persists what raft hands to LocalAppendThread
+// (entries, hard state, snapshots from the leader) and then delivers
+// raft's responses; a follower's transport reader may do it inline
+// (kickAppend).
+
 // appendLoop writes what kickAppend left to it: all the MsgStorageAppends
 // queued at once, with one fdatasync (appendBatch).
 func (n *Node) appendLoop() {

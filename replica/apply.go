@@ -7,6 +7,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// The apply thread takes committed entries to the FSM, their answers to
+// the proposers, configuration changes to the member book; a goroutine
+// that just stepped raft may do it inline (kickApply).
+
 // applyLoop applies what the apply queue holds when woken (see kickApply).
 func (n *Node) applyLoop() {
 	defer n.wg.Done()

@@ -9,6 +9,11 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
+// A frame on the raft transport is a u32 little-endian length and a
+// marshalled raftpb.Message. A snapshot's state is written from where it
+// lies and read into the frame's own buffer, never copied
+// (snapMessageParts, decodeMessage).
+
 // encodeFrame encodes m after room for its length.
 func encodeFrame(m *raftpb.Message) ([]byte, bool) {
 	buf := make([]byte, 4, 4+proto.Size(m))

@@ -6,6 +6,9 @@ import (
 	"github.com/latchd/latchd/fence"
 )
 
+// What only the leader does: a Restamp at the start of each leadership,
+// and Expire entries when a deadline is due.
+
 // run restamps on every new leadership and proposes expiry while leader.
 func (n *Node) run() {
 	defer n.wg.Done()

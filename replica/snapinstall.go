@@ -8,6 +8,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// A snapshot from the leader: its state is kept aside while raft decides
+// whether to take it in (stashState, pinStash), then written and restored
+// (installSnapshot).
+
 // installSnapshot persists a snapshot received from the leader, has the
 // apply thread restore it (after what it is applying), and replaces the
 // in-memory log.

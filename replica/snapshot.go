@@ -18,6 +18,9 @@ import (
 // uvarint, node ID, raft address, suffrage), then the FSM's state.
 const etcdSnapMagic = "LTCHETCD\x01"
 
+// bootstrapSnapshot is a bootstrapping node's first snapshot: index 1,
+// term 1, cfg.Peers as the voters and an empty state. Every initial peer
+// writes the same one.
 func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
 	cs := &raftpb.ConfState{}
 	peers := slices.Clone(n.cfg.Peers)
