@@ -14,8 +14,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
-
-	"github.com/latchd/latchd/internal/rawio"
 )
 
 // The raft transport: one outgoing TCP stream per peer, over the
@@ -324,11 +322,13 @@ func writeNow(c net.Conn, b []byte) (int, error) {
 	var werr error
 	err = rc.Write(func(fd uintptr) bool {
 		for n < len(b) {
-			m, err := rawio.Write(int(fd), b[n:])
+			m, err := unix.Write(int(fd), b[n:])
 			if m > 0 {
 				n += m
 			}
 			switch {
+			case err == unix.EINTR:
+				continue
 			case err == unix.EAGAIN:
 			case err != nil:
 				werr = err
