@@ -10,7 +10,7 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
-// benchLeader starts a 3-node cluster (either raft build) and returns its
+// benchLeader starts a 3-node cluster and returns its
 // ready leader.
 func benchLeader(b *testing.B) *Node {
 	c := newCluster(b, 3, nil)

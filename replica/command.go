@@ -65,7 +65,7 @@ type Command struct {
 	// optional: entries written before it existed decode unchanged.
 	HTTPAddr string
 	// Client is who sent the command to this node (the TCP connection),
-	// for the proposing leader's batch wait (etcd_hold.go): whom it
+	// for the proposing leader's batch wait (batchwait.go): whom it
 	// answered, and who is back. Not replicated; 0 (the REST API, the
 	// node's own commands) takes no part in the wait. It is not Owner,
 	// which a release leaves 0.

@@ -45,7 +45,7 @@ type Config struct {
 	// ClientAddr, so a follower's REST API can name the leader's
 	// (NotLeaderError.HTTPAddr).
 	HTTPAddr string
-	// RaftDir holds the log (raft.db) and the snapshots (on-disk nodes).
+	// RaftDir holds the raft log, hard state and snapshots (see DiskStorage).
 	RaftDir string
 	// Bootstrap makes this node write the initial configuration, Peers
 	// (which must include the node itself), when its storage is empty.
@@ -56,28 +56,29 @@ type Config struct {
 	// same Shards (ReadState refuses another) and limits.
 	Engine engine.Config
 
-	HeartbeatTimeout   time.Duration
-	ElectionTimeout    time.Duration
-	LeaderLeaseTimeout time.Duration
-	CommitTimeout      time.Duration
-	// MaxAppendEntries bounds one log write and one AppendEntries RPC:
-	// with batching on, concurrent proposals share a write (group commit).
-	MaxAppendEntries  int
-	SnapshotInterval  time.Duration
+	// ElectionTimeout is raft's election timeout: a follower that hears
+	// nothing from a leader for 1-2 times it calls an election; a leader
+	// sends heartbeats every fifth of it and steps down when a quorum has
+	// not answered for as long (CheckQuorum).
+	ElectionTimeout time.Duration
+	// SnapshotThreshold is how many applied entries make a snapshot due
+	// (Node.snapshotDue), TrailingLogs how many entries the log keeps
+	// behind one for followers a little behind, SnapshotRetain how many
+	// snapshot files stay on disk.
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 	SnapshotRetain    int
 	// BatchWait bounds how long a leader, having answered an entry's
 	// proposers, holds the commands queued meanwhile for those
-	// proposers' next ones, so that they share one entry (etcd raft
-	// build; docs/cluster.md "Batch wait"). 0 proposes at once.
+	// proposers' next ones, so that they share one entry (batchwait.go).
+	// 0 proposes at once.
 	BatchWait time.Duration
 	// ExpireEvery is how often the leader checks for due deadlines.
 	ExpireEvery time.Duration
 	// ApplyTimeout bounds how long a proposal waits to enter the log when
 	// its context has no deadline.
 	ApplyTimeout time.Duration
-	// RaftLogLevel is hashicorp/raft's log level: "off", "error", "warn",
+	// RaftLogLevel is etcd raft's log level: "off", "error", "warn",
 	// "info", "debug".
 	RaftLogLevel string
 	// FenceFloor, when this node leads, is a floor for the fences the
@@ -88,26 +89,20 @@ type Config struct {
 	FenceFloor uint64
 }
 
-// DefaultConfig returns production defaults: half raft's LAN timings (a
-// follower calls an election 0.5-1 s after the leader's last heartbeat, so
-// a new leader serves within about 2 s of the old one's death), batches
-// of up to 256 entries, a snapshot every 8192 entries.
+// DefaultConfig returns production defaults: a follower calls an election
+// 0.5-1 s after the leader's last heartbeat, so a new leader serves within
+// about 2 s of the old one's death; a snapshot every 8192 entries.
 func DefaultConfig() Config {
 	return Config{
-		Engine:             engine.DefaultConfig(),
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
-		CommitTimeout:      50 * time.Millisecond,
-		MaxAppendEntries:   256,
-		SnapshotInterval:   2 * time.Minute,
-		SnapshotThreshold:  8192,
-		TrailingLogs:       10240,
-		SnapshotRetain:     2,
-		BatchWait:          2 * time.Millisecond,
-		ExpireEvery:        10 * time.Millisecond,
-		ApplyTimeout:       5 * time.Second,
-		RaftLogLevel:       "warn",
+		Engine:            engine.DefaultConfig(),
+		ElectionTimeout:   500 * time.Millisecond,
+		SnapshotThreshold: 8192,
+		TrailingLogs:      10240,
+		SnapshotRetain:    2,
+		BatchWait:         2 * time.Millisecond,
+		ExpireEvery:       10 * time.Millisecond,
+		ApplyTimeout:      5 * time.Second,
+		RaftLogLevel:      "warn",
 	}
 }
 
@@ -125,16 +120,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.NodeID == "":
 		return fmt.Errorf("replica: node ID is empty")
-	case c.HeartbeatTimeout < 5*time.Millisecond || c.ElectionTimeout < c.HeartbeatTimeout:
-		return fmt.Errorf("replica: heartbeat timeout %v and election timeout %v out of range", c.HeartbeatTimeout, c.ElectionTimeout)
-	case c.LeaderLeaseTimeout < 5*time.Millisecond || c.LeaderLeaseTimeout > c.HeartbeatTimeout:
-		return fmt.Errorf("replica: leader lease timeout %v out of range", c.LeaderLeaseTimeout)
-	case c.CommitTimeout < time.Millisecond:
-		return fmt.Errorf("replica: commit timeout %v too low", c.CommitTimeout)
-	case c.MaxAppendEntries < 1 || c.MaxAppendEntries > 1024:
-		return fmt.Errorf("replica: max append entries must be 1..1024, got %d", c.MaxAppendEntries)
-	case c.SnapshotInterval < 5*time.Millisecond || c.SnapshotThreshold < 1:
-		return fmt.Errorf("replica: snapshot interval %v and threshold %d out of range", c.SnapshotInterval, c.SnapshotThreshold)
+	case c.ElectionTimeout < 10*time.Millisecond:
+		return fmt.Errorf("replica: election timeout %v below 10ms", c.ElectionTimeout)
+	case c.SnapshotThreshold < 1:
+		return fmt.Errorf("replica: snapshot threshold must be >= 1, got %d", c.SnapshotThreshold)
 	case c.SnapshotRetain < 1:
 		return fmt.Errorf("replica: snapshot retain must be >= 1, got %d", c.SnapshotRetain)
 	case c.BatchWait < 0 || c.BatchWait > 100*time.Millisecond:

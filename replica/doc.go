@@ -1,26 +1,33 @@
-// Package replica makes latchd's engine the replicated state machine of a
-// hashicorp/raft group.
+// Package replica makes latchd's engine the replicated state machine of an
+// etcd raft group (go.etcd.io/raft/v3).
 //
 // Every mutating engine call (acquire, enqueue, wait, release, renew,
 // disconnect, expiry, sessions) becomes a Command in the raft log, stamped
 // by the leader with its clock and, for grants, a salt from its CSPRNG.
 // Every node's FSM applies the same Commands in the same order to an engine
 // built with the same Config, so every node holds the same locks, queues,
-// leases and fence counter. Snapshots are the engine's WriteState.
+// leases and fence counter. A snapshot is the members and the engine's state.
 //
-// A Node wraps raft and the FSM. Only the leader takes commands (others
-// answer a *NotLeaderError naming the leader) and only the leader runs
-// expiry, by proposing Expire commands when a deadline is due. A new leader
-// first proposes a Restamp, which restarts every lease clock from its own
-// clock with no less time left than at the last applied command.
+// A Node drives a raft.RawNode with asynchronous storage writes: the
+// goroutine that has input for raft steps it and hands out what it makes
+// ready (raftloop.go); the append thread writes the log and hard state to
+// the raft directory (append.go, storage.go, wal.go); the apply thread
+// applies committed entries and answers their proposers (apply.go);
+// proposals that wait together share one entry (propose.go, batchwait.go).
+// Only the leader takes commands (others answer a *NotLeaderError naming
+// the leader) and only the leader runs expiry, by proposing Expire commands
+// when a deadline is due. A new leader first proposes a Restamp, which
+// restarts every lease clock from its own clock with no less time left than
+// at the last applied command (leader.go).
 //
 // A Sink for a parked request lives only on the node that proposed it: the
 // FSM there routes the engine's delivery to it by the request's ID; other
 // nodes apply the entry with no Sink.
 //
 // A Node also offers membership changes and leadership transfer (leader
-// only) and a Status for observation. With Config.AuthToken, DiskStorage's
-// raft transport admits only peers that prove they share the token.
+// only, membership.go) and a Status for observation. Peers talk over one
+// TCP stream each way (transport.go); with Config.AuthToken every
+// connection first passes a challenge-response handshake (auth.go).
 //
 // The package never reads flags or the environment and logs only through
 // the *zap.Logger it is given. See docs/cluster.md.

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
 )
@@ -84,7 +82,7 @@ func TestRestampFloorReplay(t *testing.T) {
 	index := uint64(0)
 	apply := func(c Command) {
 		index++
-		f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: AppendCommand(nil, &c)})
+		f.applyEntry(index, AppendCommand(nil, &c))
 	}
 	apply(Command{Op: OpRestamp, Now: 1e9, Key: []byte("n0")})
 	if got := f.Engine().LastFence(); got != 0 {

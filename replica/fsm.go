@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/latchd/latchd/engine"
 )
 
@@ -23,7 +21,7 @@ type Reply struct {
 	Err     error          // the engine's error, or ErrBadCommand
 }
 
-// FSM is the engine as a raft.FSM (and raft.BatchingFSM). Every node
+// FSM is the engine as the raft group's state machine. Every node
 // applies the same entries in the same order to an engine built with the
 // same Config, so every node holds the same state.
 //
@@ -48,8 +46,8 @@ type Reply struct {
 // incarnation (Origin) proposed it; that node registered the caller's Sink
 // under the entry's ReqID. Other nodes apply it with no Sink.
 //
-// Apply, ApplyBatch, Snapshot and Restore are called by raft one at a time;
-// the other methods are safe for concurrent use.
+// The Node applies entries and restores snapshots one at a time; the
+// other methods are safe for concurrent use.
 type FSM struct {
 	mu       sync.Mutex // held while applying, snapshotting or reading state
 	cfg      engine.Config
@@ -79,7 +77,7 @@ func NewFSM(cfg engine.Config, origin uint64) (*FSM, error) {
 }
 
 // Engine returns the current engine, for reads (stats, NextDeadline). It
-// must not be mutated outside Apply, and a Restore replaces it.
+// must not be mutated outside applyEntry, and a Restore replaces it.
 func (f *FSM) Engine() *engine.Engine { return f.eng.Load() }
 
 // AppliedIndex returns the index of the last log entry applied.
@@ -143,7 +141,7 @@ type routeSink struct {
 	id uint64
 }
 
-// Deliver implements engine.Sink. It runs on raft's FSM goroutine.
+// Deliver implements engine.Sink. It runs on the goroutine that applies.
 func (s *routeSink) Deliver(o engine.Outcome) {
 	s.f.pendMu.Lock()
 	sink := s.f.pending[s.id]
@@ -154,34 +152,17 @@ func (s *routeSink) Deliver(o engine.Outcome) {
 	}
 }
 
-// Apply implements raft.FSM.
-func (f *FSM) Apply(l *raft.Log) any {
+// applyEntry applies one log entry's data (a Command or a batch entry) at
+// index and returns its Reply (a batchReply for a batch).
+func (f *FSM) applyEntry(index uint64, data []byte) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.applyLocked(l)
-}
-
-// ApplyBatch implements raft.BatchingFSM: one lock for a batch.
-func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
-	out := make([]any, len(logs))
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i, l := range logs {
-		out[i] = f.applyLocked(l)
-	}
-	return out
-}
-
-func (f *FSM) applyLocked(l *raft.Log) any {
-	f.index.Store(l.Index)
-	if l.Type != raft.LogCommand {
-		return nil
-	}
-	if len(l.Data) > 0 && l.Data[0] == batchVersion {
-		return f.applyBatch(l.Data)
+	f.index.Store(index)
+	if len(data) > 0 && data[0] == batchVersion {
+		return f.applyBatch(data)
 	}
 	var c Command
-	if err := DecodeCommand(l.Data, &c); err != nil {
+	if err := DecodeCommand(data, &c); err != nil {
 		return Reply{Err: err}
 	}
 	return f.applyCommand(&c)
@@ -244,19 +225,6 @@ func (f *FSM) applyCommand(c *Command) Reply {
 		r.Err = ErrBadCommand
 	}
 	return r
-}
-
-// Snapshot implements raft.FSM: it copies the state into memory (raft
-// runs no Apply meanwhile) and lets Persist write it out concurrently with
-// later Applies.
-func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var buf bytes.Buffer
-	if err := f.writeLocked(&buf); err != nil {
-		return nil, err
-	}
-	return &fsmSnapshot{b: buf.Bytes()}, nil
 }
 
 // Snapshot header versions. Version 1 lists each leader's ID and client
@@ -328,16 +296,11 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// Restore implements raft.FSM: it replaces the state with a snapshot's.
-// The requests this node had parked lose their Sinks (the restored
-// entries have none): each hears Canceled now, and its entry, if still
-// queued, is granted or times out unheard (see engine.ReadState).
-func (f *FSM) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	all, err := io.ReadAll(rc)
-	if err != nil {
-		return err
-	}
+// Restore replaces the state with the one all holds (as WriteState
+// writes it). The requests this node had parked lose their Sinks (the
+// restored entries have none): each hears Canceled now, and its entry, if
+// still queued, is granted or times out unheard (see engine.ReadState).
+func (f *FSM) Restore(all []byte) error {
 	e, err := engine.New(f.cfg)
 	if err != nil {
 		return err
@@ -393,28 +356,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		lost[id].Deliver(engine.Outcome{Result: engine.Canceled})
 	}
 	return nil
-}
-
-type fsmSnapshot struct{ b []byte }
-
-// Persist implements raft.FSMSnapshot.
-func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.b); err != nil {
-		_ = sink.Cancel() // the write error is the one to report
-		return err
-	}
-	return sink.Close()
-}
-
-// Release implements raft.FSMSnapshot.
-func (s *fsmSnapshot) Release() {}
-
-// applyEntry applies one log entry's data (a Command or a batch entry) at
-// index, for a raft implementation that does not call Apply.
-func (f *FSM) applyEntry(index uint64, data []byte) any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.applyLocked(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
 }
 
 // skipEntry records index as applied for an entry that carries no command

@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
@@ -112,7 +109,7 @@ func FuzzDecodeCommand(f *testing.F) {
 // fsmApply applies c to f as log entry index and returns its Reply.
 func fsmApply(t *testing.T, f *FSM, index uint64, c Command) Reply {
 	t.Helper()
-	r, ok := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: AppendCommand(nil, &c)}).(Reply)
+	r, ok := f.applyEntry(index, AppendCommand(nil, &c)).(Reply)
 	if !ok {
 		t.Fatalf("Apply(%v) returned no Reply", c.Op)
 	}
@@ -234,19 +231,12 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	fsmApply(t, src, 2, Command{Op: OpAcquire, Now: sec, Owner: 2, Key: []byte("a"), Limit: 1, Timeout: time.Minute, Salt: 2})
 	fsmApply(t, src, 3, Command{Op: OpOpenSession, Now: 2 * sec, Owner: 9, TTL: time.Minute})
 	fsmApply(t, src, 4, Command{Op: OpRestamp, Now: 3 * sec, Key: []byte("n0"), Addr: "c0", HTTPAddr: "h0"})
-	snap, err := src.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
+	state := src.appendState(nil)
 
 	dst := newTestFSM(t, 2)
 	parked := newChanSink()
 	dst.register(77, parked)
-	if err := dst.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+	if err := dst.Restore(state); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
 	if got := parked.wait(t, time.Second); got.Result != engine.Canceled {
@@ -261,7 +251,7 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	if dst.LeaderClientAddr("n0") != "c0" || dst.LeaderHTTPAddr("n0") != "h0" || dst.Restores() != 1 {
 		t.Fatalf("restored leader addresses %q %q, restores %d", dst.LeaderClientAddr("n0"), dst.LeaderHTTPAddr("n0"), dst.Restores())
 	}
-	if v := sink.Bytes()[len(snapMagic)]; v != snapVersionV2 {
+	if v := state[len(snapMagic)]; v != snapVersionV2 {
 		t.Fatalf("snapshot with an HTTP address has version %d; want %d", v, snapVersionV2)
 	}
 	// Both continue alike.
@@ -276,9 +266,9 @@ func TestFSMSnapshotRestore(t *testing.T) {
 		t.Fatal("source and restored FSM differ after one more command")
 	}
 
-	bad := bytes.Clone(sink.Bytes())
+	bad := bytes.Clone(state)
 	bad[len(bad)-1] ^= 1
-	if err := newTestFSM(t, 3).Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
+	if err := newTestFSM(t, 3).Restore(bad); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("Restore of a damaged snapshot = %v; want ErrBadSnapshot", err)
 	}
 }
@@ -289,15 +279,7 @@ func TestFSMSnapshotRestore(t *testing.T) {
 func TestFSMSnapshotVersions(t *testing.T) {
 	snapshot := func(f *FSM) []byte {
 		t.Helper()
-		snap, err := f.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sink := &memSink{}
-		if err := snap.Persist(sink); err != nil {
-			t.Fatal(err)
-		}
-		return sink.Bytes()
+		return f.appendState(nil)
 	}
 	src := newTestFSM(t, 1)
 	fsmApply(t, src, 1, Command{Op: OpRestamp, Now: sec, Key: []byte("n1"), Addr: "c1"})
@@ -311,13 +293,13 @@ func TestFSMSnapshotVersions(t *testing.T) {
 		t.Fatalf("snapshot with an HTTP address has version %d; want %d", v, snapVersionV2)
 	}
 	dst := newTestFSM(t, 2)
-	if err := dst.Restore(io.NopCloser(bytes.NewReader(v1))); err != nil {
+	if err := dst.Restore(v1); err != nil {
 		t.Fatalf("Restore(version 1): %v", err)
 	}
 	if dst.LeaderClientAddr("n1") != "c1" || dst.LeaderHTTPAddr("n1") != "" || dst.LeaderClientAddr("n2") != "" {
 		t.Fatalf("version 1 restored n1 %q %q, n2 %q", dst.LeaderClientAddr("n1"), dst.LeaderHTTPAddr("n1"), dst.LeaderClientAddr("n2"))
 	}
-	if err := dst.Restore(io.NopCloser(bytes.NewReader(v2))); err != nil {
+	if err := dst.Restore(v2); err != nil {
 		t.Fatalf("Restore(version 2): %v", err)
 	}
 	if dst.LeaderClientAddr("n1") != "c1" || dst.LeaderHTTPAddr("n1") != "" ||
@@ -327,19 +309,10 @@ func TestFSMSnapshotVersions(t *testing.T) {
 	}
 	bad := bytes.Clone(v2)
 	bad[len(snapMagic)] = snapVersionV2 + 1
-	if err := newTestFSM(t, 3).Restore(io.NopCloser(bytes.NewReader(bad))); !errors.Is(err, ErrBadSnapshot) {
+	if err := newTestFSM(t, 3).Restore(bad); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("Restore of an unknown version = %v; want ErrBadSnapshot", err)
 	}
 }
-
-type memSink struct {
-	bytes.Buffer
-	canceled bool
-}
-
-func (s *memSink) ID() string    { return "mem" }
-func (s *memSink) Cancel() error { s.canceled = true; return nil }
-func (s *memSink) Close() error  { return nil }
 
 func TestConfigValidate(t *testing.T) {
 	base := testConfig("n0")
@@ -350,8 +323,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{name: "defaults with an ID", edit: func(*Config) {}, ok: true},
 		{name: "no ID", edit: func(c *Config) { c.NodeID = "" }},
-		{name: "lease above heartbeat", edit: func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }},
-		{name: "too many append entries", edit: func(c *Config) { c.MaxAppendEntries = 2000 }},
+		{name: "election timeout too short", edit: func(c *Config) { c.ElectionTimeout = time.Millisecond }},
+		{name: "no snapshot threshold", edit: func(c *Config) { c.SnapshotThreshold = 0 }},
 		{name: "fence limit", edit: func(c *Config) { c.Engine.FenceLimit = 5 }},
 		{name: "bad log level", edit: func(c *Config) { c.RaftLogLevel = "loud" }},
 		{name: "bootstrap without self", edit: func(c *Config) { c.Bootstrap = true; c.Peers = []Peer{{ID: "x", RaftAddr: "a"}} }},

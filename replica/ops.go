@@ -1,80 +1,87 @@
-//go:build hashicorpraft
-
 package replica
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"io"
 	"time"
 
-	"github.com/hashicorp/raft"
-	"go.uber.org/zap"
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/fence"
 )
 
-// Ready reports whether this node can serve, for /readyz: nil when it
-// knows a leader (itself, ready for commands, or another node) and has
-// applied what it knows committed, but for at most ReadyLag entries; else
-// why not.
-func (n *Node) Ready() error {
-	select {
-	case <-n.stop:
-		return ErrClosed
-	default:
-	}
-	_, id := n.raft.LeaderWithID()
-	switch {
-	case id == "":
-		return errors.New("no known leader")
-	case string(id) == n.cfg.NodeID && !n.IsLeader():
-		return errors.New("elected, still taking over")
-	}
-	if commit, applied := n.raft.CommitIndex(), n.raft.AppliedIndex(); applied+ReadyLag < commit {
-		return fmt.Errorf("log not caught up: applied %d of %d committed", applied, commit)
-	}
-	return nil
+// The engine's operations as proposals: each builds a Command and goes
+// through Propose.
+
+// Acquire proposes engine.Acquire; req.Salt is replaced by the leader's.
+func (n *Node) Acquire(ctx context.Context, req engine.AcquireReq, sink engine.Sink) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpAcquire, Owner: req.Owner, Key: req.Key, Limit: req.Limit,
+		TTL: req.TTL, Timeout: req.Timeout}, sink)
+	return r.Outcome, err
 }
 
-// HandOff transfers leadership to another voter before this node stops,
-// so the cluster does not wait an election timeout for a new leader. It
-// does nothing on a follower or on a leader with no other voter. It gives
-// up after timeout (the node then stops as leader, as before) and logs
-// either way; the caller stops the node next.
-func (n *Node) HandOff(timeout time.Duration) {
-	if n.raft.State() != raft.Leader || !n.hasOtherVoter() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	start := time.Now()
-	if err := n.TransferLeadership(ctx, ""); err != nil {
-		n.log.Warn("leadership not handed off before stopping", zap.String("node_id", n.cfg.NodeID), zap.Error(err))
-		return
-	}
-	// Name the new leader once this node hears of it (its first heartbeat).
-	_, id := n.raft.LeaderWithID()
-	for id == "" && ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-time.After(10 * time.Millisecond):
-		}
-		_, id = n.raft.LeaderWithID()
-	}
-	n.log.Info("leadership handed off before stopping", zap.String("node_id", n.cfg.NodeID),
-		zap.String("new_leader", string(id)), zap.Duration("took", time.Since(start)))
+// Enqueue proposes engine.Enqueue.
+func (n *Node) Enqueue(ctx context.Context, req engine.AcquireReq) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpEnqueue, Owner: req.Owner, Key: req.Key, Limit: req.Limit,
+		TTL: req.TTL}, nil)
+	return r.Outcome, err
 }
 
-// hasOtherVoter reports whether the configuration has a voter besides
-// this node.
-func (n *Node) hasOtherVoter() bool {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return false
-	}
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
-			return true
-		}
-	}
-	return false
+// Wait proposes engine.Wait.
+func (n *Node) Wait(ctx context.Context, key []byte, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) (engine.Outcome, error) {
+	r, err := n.Propose(ctx, Command{Op: OpWait, Owner: owner, Key: key, Timeout: timeout}, sink)
+	return r.Outcome, err
 }
+
+// Release proposes engine.Release.
+func (n *Node) Release(ctx context.Context, key []byte, tok fence.Token) error {
+	_, err := n.Propose(ctx, Command{Op: OpRelease, Key: key, Token: tok}, nil)
+	return err
+}
+
+// Renew proposes engine.Renew and returns the lease length.
+func (n *Node) Renew(ctx context.Context, key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error) {
+	r, err := n.Propose(ctx, Command{Op: OpRenew, Key: key, Token: tok, TTL: ttl, Owner: owner}, nil)
+	return r.TTL, err
+}
+
+// Disconnect proposes engine.Disconnect.
+func (n *Node) Disconnect(ctx context.Context, owner engine.OwnerID, release bool) error {
+	_, err := n.Propose(ctx, Command{Op: OpDisconnect, Owner: owner, Release: release}, nil)
+	return err
+}
+
+// CancelWait proposes engine.CancelWait: owner's parked request on key
+// leaves the queue and its Sink (on the node that proposed it) hears
+// Canceled. It reports false when the request was already answered.
+func (n *Node) CancelWait(ctx context.Context, key []byte, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpCancelWait, Owner: owner, Key: key}, nil)
+	return r.OK, err
+}
+
+// OpenSession proposes engine.OpenSessionKeyed (no cap); key is the
+// opener's secret for the session (0 for none), replicated with it.
+func (n *Node) OpenSession(ctx context.Context, owner engine.OwnerID, ttl time.Duration, key uint64) error {
+	_, err := n.Propose(ctx, Command{Op: OpOpenSession, Owner: owner, TTL: ttl, Salt: key}, nil)
+	return err
+}
+
+// CloseSession proposes engine.CloseSession.
+func (n *Node) CloseSession(ctx context.Context, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpCloseSession, Owner: owner}, nil)
+	return r.OK, err
+}
+
+// BeginSession proposes engine.BeginSession.
+func (n *Node) BeginSession(ctx context.Context, owner engine.OwnerID) (bool, error) {
+	r, err := n.Propose(ctx, Command{Op: OpBeginSession, Owner: owner}, nil)
+	return r.OK, err
+}
+
+// EndSession proposes engine.EndSession.
+func (n *Node) EndSession(ctx context.Context, owner engine.OwnerID) error {
+	_, err := n.Propose(ctx, Command{Op: OpEndSession, Owner: owner}, nil)
+	return err
+}
+
+// WriteState writes the FSM's state; see FSM.WriteState.
+func (n *Node) WriteState(w io.Writer) (uint64, error) { return n.fsm.WriteState(w) }

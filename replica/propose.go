@@ -2,12 +2,104 @@ package replica
 
 import (
 	"context"
+	"encoding/binary"
+
+	"go.etcd.io/raft/v3"
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/clock"
 )
 
-// newProposal is the part of Propose both raft builds share: it refuses
+// proposal is one command waiting to be proposed.
+type proposal struct {
+	c     Command
+	parks bool
+	done  chan proposalResult
+	cb    func(Reply, error) // instead of done: ProposeFunc's
+	raw   bool               // a single-command entry (Restamp, Expire), not a batch
+}
+
+// answer hands p its result: to its callback, or to Propose waiting on done.
+func (p *proposal) answer(r Reply, err error) {
+	if p.cb == nil {
+		p.done <- proposalResult{r: r, err: err}
+		return
+	}
+	if err == nil {
+		err = r.Err
+	}
+	p.cb(r, err)
+}
+
+type proposalResult struct {
+	r   Reply
+	err error
+}
+
+// Propose stamps c (Now from the leader's clock, a fresh Salt for Acquire
+// and Enqueue, this node's Origin and a new ReqID), appends it to the log
+// (in one entry with other proposals that wait at the same time:
+// proposeQueued), and returns what applying it answered, the engine's
+// error included.
+//
+// sink, for an Acquire or Wait, hears the final Outcome of a request that
+// came back Queued, once, on the goroutine that applies entries; it may
+// hear it before Propose returns. It must not block.
+//
+// A node that is not the leader returns a *NotLeaderError; so does a new
+// leader that has not yet restamped when ctx ends. ErrUnknownOutcome (the
+// entry was logged, then leadership was lost) and ErrClosed leave the
+// command's fate unknown: it may still be applied. ctx bounds the wait for
+// a new leader's restamp and is checked once more before the command is
+// queued; after that the wait ends when the entry is applied, leadership
+// is lost or the node stops.
+func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply, error) {
+	p, err := n.newProposal(ctx, c, sink)
+	if err != nil {
+		return Reply{}, err
+	}
+	n.submit(p)
+	select {
+	case res := <-p.done:
+		if res.err != nil {
+			return Reply{}, res.err
+		}
+		return res.r, res.r.Err
+	case <-n.stop:
+		return Reply{}, ErrClosed
+	}
+}
+
+// ProposeFunc proposes c like Propose, without blocking: done gets the
+// outcome (Propose's Reply and error) exactly once, on one of the node's
+// goroutines (usually the apply thread, possibly while raft's lock is
+// held) or, for an applied entry, the AnswerRunner's (SetAnswerRunner),
+// so it must not block or call back into the node synchronously.
+// A leader still taking over (its restamp not applied) answers
+// *NotLeaderError at once rather than wait, as does a follower; then done
+// is not called. Once Shutdown has begun, a proposal not yet in the log
+// or not yet applied hears ErrClosed. Propose costs a goroutine per waiting caller; a server's
+// event loop uses this instead and hears the answer with no hop.
+func (n *Node) ProposeFunc(c Command, sink engine.Sink, done func(Reply, error)) error {
+	p, err := n.newProposal(nil, c, sink)
+	if err != nil {
+		return err
+	}
+	p.cb = done
+	n.submit(p)
+	return nil
+}
+
+// EndSessionAsync proposes engine.EndSession and returns at once.
+func (n *Node) EndSessionAsync(owner engine.OwnerID) {
+	if !n.isReady.Load() {
+		return
+	}
+	c := Command{Op: OpEndSession, Owner: owner, Now: n.now(), Origin: n.origin, ReqID: n.seq.Add(1)}
+	n.submit(&proposal{c: c, done: make(chan proposalResult, 1)})
+}
+
+// newProposal is the part of Propose and ProposeFunc they share: it refuses
 // a command that is not a client's (a Restamp is the node's own
 // business), answers not_leader on a follower, waits (within ctx) for a
 // new leader's restamp, stamps the leader's time, salt and request id,
@@ -49,8 +141,8 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 	return p, nil
 }
 
-// setReady publishes whether this node may take commands (both raft
-// builds): a leader once restamped, not after losing leadership.
+// setReady publishes whether this node may take commands: a leader once
+// restamped, not after losing leadership.
 func (n *Node) setReady(ok bool) {
 	n.readyMu.Lock()
 	defer n.readyMu.Unlock()
@@ -70,4 +162,170 @@ func (n *Node) readyCh() chan struct{} {
 	n.readyMu.Lock()
 	defer n.readyMu.Unlock()
 	return n.ready
+}
+
+// submit queues a proposal and proposes at once if raft is free; else the
+// goroutine holding it, or the raft loop, takes it with the others queued
+// meanwhile (one entry for all of them: group commit).
+func (n *Node) submit(p *proposal) {
+	n.propQ.push(p)
+	if n.mu.TryLock() {
+		n.proposeQueued()
+		later := n.drainReady()
+		n.mu.Unlock()
+		n.kickAppend(false)
+		n.kickApply(true)
+		n.sendAll(later)
+		n.failQueuedIfStopping()
+		return
+	}
+	select {
+	case n.propQ.wake <- struct{}{}:
+	default:
+	}
+	n.failQueuedIfStopping()
+}
+
+// failQueuedIfStopping answers ErrClosed to every proposal still queued
+// once Shutdown has begun: the raft loop that would take them is gone or
+// going. A proposal whose submit overlaps Shutdown's is answered by
+// whichever of the two takes it from the queue.
+func (n *Node) failQueuedIfStopping() {
+	if !n.stopping() {
+		return
+	}
+	for _, p := range n.propQ.take() {
+		n.finish(&waiter{batch: []*proposal{p}}, nil, ErrClosed)
+	}
+}
+
+// proposeQueued puts the queued proposals into the log: the commands that
+// wait together share one entry (group commit), up to maxBatch each.
+func (n *Node) proposeQueued() {
+	if n.hold.on {
+		// Counted in place: a wait sees every arrival, and taking
+		// and putting back the queue each time copies it. An empty
+		// queue is judged too: a wait past its deadline ends there
+		// (the timer's wake), not when the next command arrives.
+		if !n.holdOver() {
+			return
+		}
+	}
+	ps := n.propQ.take()
+	for len(ps) > 0 {
+		if n.inflightBusy() {
+			// Wait for an entry to apply (whoever applies it then steps
+			// raft, which comes back here): fewer, fuller entries.
+			n.propQ.putBack(ps)
+			return
+		}
+		if ps[0].raw {
+			n.propose([]*proposal{ps[0]})
+			ps = ps[1:]
+			continue
+		}
+		k := 0
+		for k < len(ps) && k < maxBatch && !ps[k].raw {
+			k++
+		}
+		n.propose(ps[:k])
+		ps = ps[k:]
+	}
+}
+
+// inflightBusy reports whether maxInflightEntries entries proposed here
+// are not applied yet. Under mu.
+func (n *Node) inflightBusy() bool {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	return len(n.waiters) >= maxInflightEntries
+}
+
+func (n *Node) propose(batch []*proposal) {
+	var data []byte
+	if batch[0].raw {
+		data = AppendCommand(nil, &batch[0].c)
+	} else {
+		data = make([]byte, 0, 1+binary.MaxVarintLen64+64*len(batch))
+		data = append(data, batchVersion)
+		data = binary.AppendUvarint(data, uint64(len(batch)))
+		var one []byte
+		for _, p := range batch {
+			one = AppendCommand(one[:0], &p.c)
+			data = binary.AppendUvarint(data, uint64(len(one)))
+			data = append(data, one...)
+		}
+	}
+	key := batch[0].c.ReqID
+	n.waitMu.Lock()
+	if n.waitShut {
+		// Shutdown has answered the waiters already: no one would
+		// answer this one.
+		n.waitMu.Unlock()
+		n.finish(&waiter{batch: batch}, nil, ErrClosed)
+		return
+	}
+	n.waiters[key] = &waiter{batch: batch}
+	n.waitMu.Unlock()
+	if n.rn.BasicStatus().RaftState != raft.StateLeader {
+		n.failWaiter(key, n.notLeader())
+		return
+	}
+	if err := n.rn.Propose(data); err != nil {
+		n.failWaiter(key, n.notLeader())
+		return
+	}
+	if !batch[0].raw { // the node's own Restamp and Expire are not counted
+		n.propEntries.Add(1)
+		n.propCmds.Add(uint64(len(batch)))
+	}
+}
+
+func (n *Node) failWaiter(key uint64, err error) {
+	n.waitMu.Lock()
+	w := n.waiters[key]
+	delete(n.waiters, key)
+	n.waitMu.Unlock()
+	if w != nil {
+		n.finish(w, nil, err)
+	}
+}
+
+// finish answers a batch's proposers with replies (one per command) or err.
+func (n *Node) finish(w *waiter, res any, err error) { n.finishTo(w, res, err, nil) }
+
+// laterAnswer is a ProposeFunc proposal's answer left to the AnswerRunner.
+type laterAnswer struct {
+	p *proposal
+	r Reply
+}
+
+// finishTo is finish, with the callbacks' answers (ProposeFunc's) appended
+// to *later instead of run when later is not nil.
+func (n *Node) finishTo(w *waiter, res any, err error, later *[]laterAnswer) {
+	var replies batchReply
+	switch r := res.(type) {
+	case batchReply:
+		replies = r
+	case Reply:
+		replies = batchReply{r}
+	}
+	for i, p := range w.batch {
+		var r Reply
+		if err == nil {
+			if i < len(replies) {
+				r = replies[i]
+			} else {
+				r.Err = ErrBadCommand
+			}
+		}
+		if p.parks && (err != nil || r.Err != nil || r.Outcome.Result != engine.Queued) {
+			n.fsm.unregister(p.c.ReqID)
+		}
+		if later != nil && p.cb != nil {
+			*later = append(*later, laterAnswer{p: p, r: r})
+			continue
+		}
+		p.answer(r, err)
+	}
 }

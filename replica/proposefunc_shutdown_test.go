@@ -1,5 +1,3 @@
-//go:build !hashicorpraft
-
 package replica
 
 import (

@@ -1,108 +1,155 @@
-//go:build hashicorpraft
-
 package replica
 
 import (
-	"github.com/hashicorp/raft"
-	"go.uber.org/zap"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
 )
 
-// Status returns this node's view; see Status. It does not block on raft.
+// Status is one node's view of itself and the cluster, for the stats
+// command and the HTTP admin API. Every field is read from this node
+// alone, without a round trip to the leader, so a follower's view may lag
+// and a partitioned node may still name a deposed leader.
+type Status struct {
+	NodeID string `json:"node_id"`
+	// Role is "leader", "follower", "candidate" or "shutdown".
+	Role string `json:"role"`
+	// Ready is IsLeader: this node leads and takes commands.
+	Ready bool `json:"ready"`
+	// Term is the current raft term.
+	Term uint64 `json:"term"`
+	// CommitIndex is the last log index this node knows committed.
+	CommitIndex uint64 `json:"commit_index"`
+	// AppliedIndex is the last log index the FSM has applied.
+	AppliedIndex uint64 `json:"applied_index"`
+	// LastLogIndex is the last index in this node's log or snapshot.
+	LastLogIndex uint64 `json:"last_log_index"`
+	// LeaderID, LeaderRaftAddr, LeaderClientAddr and LeaderHTTPAddr (its
+	// REST API) are what this node knows of the leader (see Leader);
+	// empty when none is known. LeaderHTTPAddr is also empty when the
+	// leader serves no REST API or announced none.
+	LeaderID         string `json:"leader_id"`
+	LeaderRaftAddr   string `json:"leader_raft_addr"`
+	LeaderClientAddr string `json:"leader_client_addr"`
+	LeaderHTTPAddr   string `json:"leader_http_addr"`
+	// LeaderChanges counts the leaders this node has observed since it
+	// started (itself included): each election won, by anyone, that
+	// reached it. A steady cluster's count does not move.
+	LeaderChanges uint64 `json:"leader_changes"`
+	// ProposedEntries and ProposedCommands count the log entries of
+	// clients' commands this node proposed while it led (not its own
+	// Restamp and Expire entries) and the commands they carried (their
+	// ratio is the group commit's batch size); BatchWaits counts
+	// the leader's batch waits (Config.BatchWait) and BatchWaitTimeouts
+	// those that ended at their deadline rather than full. Since start.
+	ProposedEntries   uint64 `json:"proposed_entries"`
+	ProposedCommands  uint64 `json:"proposed_commands"`
+	BatchWaits        uint64 `json:"batch_waits"`
+	BatchWaitTimeouts uint64 `json:"batch_wait_timeouts"`
+	// SnapshotWriteFailures counts this node's snapshot writes that
+	// failed (a full or broken disk): the log is not compacted behind
+	// them, and each is retried after a pause. Since start.
+	SnapshotWriteFailures uint64 `json:"snapshot_write_failures"`
+	// Voters is the latest configuration this node knows (it may not be
+	// committed yet): every server, voters and non-voters, sorted by ID.
+	Voters []Member `json:"voters"`
+}
+
+// Member is one server of the raft configuration.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	// Suffrage is "voter" or "nonvoter" (a learner).
+	Suffrage string `json:"suffrage"`
+}
+
+// ReadyLag is how many committed entries a ready node may still have to
+// apply: under steady traffic a follower is always an entry or two
+// behind, which must not make /readyz flap; one replaying a long log (a
+// restart, a snapshot install) is well past it.
+const ReadyLag = 64
+
+// Status returns this node's view; see Status.
 func (n *Node) Status() Status {
 	l := n.Leader()
+	li, _ := n.mem.LastIndex()
 	st := Status{
 		NodeID:           n.cfg.NodeID,
-		Role:             roleName(n.raft.State()),
+		Role:             roleOf(raft.StateType(n.role.Load())),
 		Ready:            n.IsLeader(),
-		Term:             n.raft.CurrentTerm(),
-		CommitIndex:      n.raft.CommitIndex(),
+		Term:             n.term.Load(),
+		CommitIndex:      n.commit.Load(),
 		AppliedIndex:     n.fsm.AppliedIndex(),
-		LastLogIndex:     n.raft.LastIndex(),
+		LastLogIndex:     li,
 		LeaderID:         l.LeaderID,
 		LeaderRaftAddr:   l.RaftAddr,
 		LeaderClientAddr: l.ClientAddr,
 		LeaderHTTPAddr:   l.HTTPAddr,
-		LeaderChanges:    n.leaderChanges.Load(),
+		LeaderChanges:    n.leaderChg.Load(),
 		Voters:           []Member{},
+
+		ProposedEntries:   n.propEntries.Load(),
+		ProposedCommands:  n.propCmds.Load(),
+		BatchWaits:        n.holds.Load(),
+		BatchWaitTimeouts: n.holdTimeouts.Load(),
+
+		SnapshotWriteFailures: n.snapFails.Load(),
 	}
 	select {
 	case <-n.stop:
-		// raft's own state can still read follower after Shutdown: a
-		// candidate or follower loop that was mid-transition may set it
-		// after Shutdown set it to shutdown.
 		st.Role, st.Ready = "shutdown", false
 	default:
 	}
-	// GetConfiguration reads raft's latest configuration without going
-	// through its main loop: it never blocks, even after Shutdown.
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			st.Voters = append(st.Voters, Member{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: suffrageName(s.Suffrage)})
-		}
+	n.bookMu.Lock()
+	for _, m := range n.book {
+		st.Voters = append(st.Voters, m)
 	}
+	n.bookMu.Unlock()
+	slices.SortFunc(st.Voters, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
 	return st
 }
 
-func roleName(s raft.RaftState) string {
+func roleOf(s raft.StateType) string {
 	switch s {
-	case raft.Leader:
+	case raft.StateLeader:
 		return "leader"
-	case raft.Follower:
+	case raft.StateFollower:
 		return "follower"
-	case raft.Candidate:
-		return "candidate"
 	}
-	return "shutdown"
+	return "candidate"
 }
 
-func suffrageName(s raft.ServerSuffrage) string {
-	switch s {
-	case raft.Voter:
-		return "voter"
-	case raft.Nonvoter:
-		return "nonvoter"
+// Ready reports whether this node can serve, for /readyz.
+func (n *Node) Ready() error {
+	select {
+	case <-n.stop:
+		return ErrClosed
+	default:
 	}
-	return "staging"
-}
-
-// watchLeader counts the leaders raft reports (LeaderObservation, sent on
-// every change of the known leader, "none" included) until the node stops.
-// A leader counts when it differs from the last one seen, so the same node
-// re-elected after a spell without a leader counts again. The observer
-// does not block raft: if obs is full an observation is dropped (raft
-// counts it), which a buffer of 64 and this loop make unlikely.
-func (n *Node) watchLeader(obs <-chan raft.Observation) {
-	defer close(n.watchDone)
-	last := ""
-	seen := func(id string) {
-		if id != "" && id != last {
-			n.leaderChanges.Add(1)
-			l := n.Leader()
-			n.log.Info("raft leader", zap.String("node_id", n.cfg.NodeID), zap.String("leader_id", id),
-				zap.String("leader_raft_addr", l.RaftAddr), zap.Uint64("term", n.raft.CurrentTerm()),
-				zap.Bool("this_node", id == n.cfg.NodeID))
-		}
-		if id == "" && last != "" {
-			n.log.Warn("raft leader lost", zap.String("node_id", n.cfg.NodeID), zap.String("was", last),
-				zap.Uint64("term", n.raft.CurrentTerm()))
-		}
-		last = id
+	if n.appFailed.Load() {
+		// appendFailed: this node's log is no longer written, and the
+		// cluster goes on without it; an operator must see it.
+		return errors.New("a write of the raft log failed: this node no longer acknowledges entries (see the log; restart it once its disk is fixed)")
 	}
-	// A leader raft learned before the observer was registered.
-	_, id := n.raft.LeaderWithID()
-	seen(string(id))
-	for {
-		select {
-		case <-n.stop:
-			return
-		case o := <-obs:
-			switch d := o.Data.(type) {
-			case raft.LeaderObservation:
-				seen(string(d.LeaderID))
-			case raft.RaftState:
-				n.log.Info("raft role", zap.String("node_id", n.cfg.NodeID), zap.String("role", roleName(d)),
-					zap.Uint64("term", n.raft.CurrentTerm()))
-			}
-		}
+	lead := n.lead.Load()
+	switch {
+	case lead == raft.None:
+		return errors.New("no known leader")
+	case lead == n.id && !n.IsLeader():
+		return errors.New("elected, still taking over")
 	}
+	if commit, applied := n.commit.Load(), n.fsm.AppliedIndex(); applied+ReadyLag < commit {
+		return fmt.Errorf("log not caught up: applied %d of %d committed", applied, commit)
+	}
+	return nil
 }

@@ -1,381 +1,502 @@
 package replica
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
+	"bufio"
+	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
-// Raft transport parameters, as raft.NewTCPTransport is given them.
+// The raft transport: one outgoing TCP stream per peer, over the
+// listener and dialer of Storage (so with an auth token every connection
+// has passed authStreamLayer's handshake before a message crosses it).
+// A frame is a u32 little-endian length and a marshalled raftpb.Message.
+// Messages to a peer whose queue is full, or whose connection failed, are
+// dropped and the peer is reported unreachable: raft retransmits.
 const (
-	transportMaxPool = 3
-	transportTimeout = 10 * time.Second
+	peerQueue    = 4096
+	maxFrame     = 256 << 20
+	redialPause  = 50 * time.Millisecond
+	writeTimeout = 5 * time.Second
 )
 
-// The raft transport handshake (see authStreamLayer).
-const (
-	authMagic         = "LTCHRAFT"
-	authVersion       = 1
-	authNonceLen      = 32
-	authHelloLen      = len(authMagic) + 1 + authNonceLen
-	authProofLen      = sha256.Size
-	authLabelDialer   = "latchd raft v1 dialer"
-	authLabelAccept   = "latchd raft v1 acceptor"
-	authTimeout       = 5 * time.Second // the acceptor's bound on one handshake
-	authMaxPending    = 64              // handshakes in progress at once
-	authMaxWarned     = 1024            // hosts remembered as already logged
-	authMinTokenLen   = 16
-	authAcceptBackoff = time.Second // the most the accept loop waits after an error
-)
+type peerStream struct {
+	id   uint64
+	addr string
+	stop chan struct{}
+	wake chan struct{} // the writer has queued frames to send
 
-var (
-	errAuthHello = errors.New("not a latchd raft peer with an auth token (bad hello)")
-	errAuthProof = errors.New("wrong auth token (bad proof)")
-)
+	qmu sync.Mutex
+	q   []frame // frames waiting for the writer
 
-// newTransport builds the raft TCP transport of an on-disk node: raft's
-// own without cfg.AuthToken, else one over an authStreamLayer.
-func newTransport(cfg Config, hl hclog.Logger, log *zap.Logger) (*raft.NetworkTransport, error) {
-	var adv net.Addr
-	if cfg.AdvertiseAddr != "" {
-		var err error
-		if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
-			return nil, fmt.Errorf("replica: advertise address: %w", err)
-		}
-	}
-	if cfg.AuthToken == "" {
-		trans, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, transportMaxPool, transportTimeout, hl.Named("transport"))
-		if err != nil {
-			return nil, fmt.Errorf("replica: transport: %w", err)
-		}
-		return trans, nil
-	}
-	stream, err := listenAuth(cfg.BindAddr, adv, cfg.AuthToken, authTimeout, log.With(zap.String("node_id", cfg.NodeID)))
-	if err != nil {
-		return nil, err
-	}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  stream,
-		MaxPool: transportMaxPool,
-		Timeout: transportTimeout,
-		Logger:  hl.Named("transport"),
-	}), nil
+	wmu sync.Mutex // the connection; held by whoever writes to it
+	c   net.Conn
+	w   *bufio.Writer
+	// rest is the tail of a frame that send began on c and the socket
+	// did not take at once; the writer sends it before anything else.
+	rest []byte
+	// live is c, for close and removePeer to cut a write stuck on a
+	// peer that stopped reading without waiting for wmu.
+	live atomic.Pointer[net.Conn]
 }
 
-// authStreamLayer is a raft.StreamLayer over TCP that hands raft only
-// connections whose peer has proved it knows the cluster's auth token, and
-// proves it in turn to every peer it dials.
-//
-// The handshake, before any raft byte, on every connection:
-//
-//	dialer   -> acceptor: magic "LTCHRAFT", version 1, nonce Nd (32 random bytes)
-//	acceptor -> dialer:   magic, version, nonce Na (32 random bytes)
-//	dialer   -> acceptor: HMAC-SHA256(token, "latchd raft v1 dialer"   | Nd | Na)
-//	acceptor -> dialer:   HMAC-SHA256(token, "latchd raft v1 acceptor" | Nd | Na)
-//
-// The acceptor sends its proof only after checking the dialer's (in
-// constant time); either side closes the connection on a bad hello or a
-// bad proof. The token never crosses the wire; a recorded proof is useless
-// on another connection (the other side's nonce is fresh), and the two
-// directions use different labels, so a proof cannot be reflected.
-//
-// This authenticates connections, it does not encrypt or sign the raft
-// traffic that follows: an on-path attacker can still read or alter it.
-//
-// Accept never fails for a bad peer (raft's accept loop would back off):
-// handshakes run on their own goroutines, at most authMaxPending at once,
-// each bounded by authTimeout; a failed one is closed and logged at warn
-// once per remote host, and Accept waits for the next good connection.
-type authStreamLayer struct {
-	ln        net.Listener
-	advertise net.Addr
-	key       []byte
-	timeout   time.Duration
-	log       *zap.Logger
-
-	conns     chan net.Conn // authenticated, waiting for Accept
-	closed    chan struct{}
-	closeOnce sync.Once
-	closeErr  error
-	sem       chan struct{} // one slot per handshake in progress
-	wg        sync.WaitGroup
-
-	mu       sync.Mutex
-	pending  map[net.Conn]struct{} // connections in a handshake, closed by Close
-	isClosed bool
-	warned   map[string]struct{} // hosts whose refusal has been logged
-
-	refused atomic.Uint64 // connections refused, for tests
+// frame is a message queued for a peer's writer: its encoding, or a
+// snapshot, which the writer encodes (the copy of a large state is not
+// made on raft's goroutine, which sends it).
+type frame struct {
+	b    []byte
+	snap *raftpb.Message
 }
 
-// listenAuth listens on bind and starts accepting; timeout bounds each
-// handshake.
-func listenAuth(bind string, advertise net.Addr, token string, timeout time.Duration, log *zap.Logger) (*authStreamLayer, error) {
-	ln, err := net.Listen("tcp", bind)
-	if err != nil {
-		return nil, fmt.Errorf("replica: transport: %w", err)
-	}
-	addr, ok := ln.Addr().(*net.TCPAddr)
-	if advertise != nil {
-		addr, ok = advertise.(*net.TCPAddr)
-	}
-	if !ok || addr.IP == nil || addr.IP.IsUnspecified() {
-		_ = ln.Close() // the address error is the one to report
-		return nil, fmt.Errorf("replica: transport: %v is not an advertisable TCP address; set an advertise address", addr)
-	}
-	if log == nil {
-		log = zap.NewNop()
-	}
-	s := &authStreamLayer{ln: ln, advertise: advertise, key: []byte(token), timeout: timeout, log: log,
-		conns: make(chan net.Conn), closed: make(chan struct{}), sem: make(chan struct{}, authMaxPending),
-		pending: make(map[net.Conn]struct{}), warned: make(map[string]struct{})}
-	s.wg.Add(1)
-	go s.acceptLoop()
-	return s, nil
+type transport struct {
+	self     uint64 // this node's raft ID and address, sent in each stream's hello
+	selfAddr string
+	st       *Storage
+	log      *zap.Logger
+	recv     func(*raftpb.Message)    // delivers an incoming message to the node
+	report   func(id uint64, ok bool) // a peer is unreachable (ok false)
+	snapDone func(id uint64, ok bool)
+	// cut, when set, drops the messages to and from the peers it names:
+	// a network partition, for tests.
+	cut atomic.Pointer[func(peer uint64) bool]
+
+	mu     sync.Mutex
+	peers  map[uint64]*peerStream
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
 }
 
-// Accept implements net.Listener: the next authenticated connection. It
-// fails only once the layer is closed.
-func (s *authStreamLayer) Accept() (net.Conn, error) {
-	select {
-	case c := <-s.conns:
-		return c, nil
-	case <-s.closed:
-		return nil, net.ErrClosed
-	}
+func newTransport(st *Storage, log *zap.Logger) *transport {
+	return &transport{st: st, log: log, peers: make(map[uint64]*peerStream), conns: make(map[net.Conn]struct{})}
 }
 
-// Close implements net.Listener: it stops listening, ends the handshakes
-// in progress and waits for their goroutines.
-func (s *authStreamLayer) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.closed)
-		s.closeErr = s.ln.Close()
-		s.mu.Lock()
-		s.isClosed = true
-		for c := range s.pending {
-			_ = c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
-	return s.closeErr
+// start begins accepting connections.
+func (t *transport) start() {
+	t.wg.Add(1)
+	go t.acceptLoop()
 }
 
-// Addr implements net.Listener: the advertised address if set.
-func (s *authStreamLayer) Addr() net.Addr {
-	if s.advertise != nil {
-		return s.advertise
-	}
-	return s.ln.Addr()
-}
-
-// Dial implements raft.StreamLayer: it connects and runs the dialer's half
-// of the handshake, all within timeout.
-func (s *authStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	if timeout <= 0 {
-		timeout = s.timeout
-	}
-	c, err := net.DialTimeout("tcp", string(address), timeout)
-	if err != nil {
-		return nil, err
-	}
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if err := dialHandshake(c, s.key); err != nil {
-		_ = c.Close() // the handshake error is the one to report
-		return nil, fmt.Errorf("replica: raft handshake with %s: %w", address, err)
-	}
-	if err := c.SetDeadline(time.Time{}); err != nil {
-		_ = c.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-func (s *authStreamLayer) acceptLoop() {
-	defer s.wg.Done()
-	var delay time.Duration
+func (t *transport) acceptLoop() {
+	defer t.wg.Done()
 	for {
-		c, err := s.ln.Accept()
+		c, err := t.st.ln.Accept()
 		if err != nil {
-			select {
-			case <-s.closed:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			// Out of file descriptors and the like: back off as raft would.
-			delay = min(max(2*delay, 5*time.Millisecond), authAcceptBackoff)
-			s.log.Warn("raft transport: accept failed", zap.Error(err), zap.Duration("retry_in", delay))
-			select {
-			case <-s.closed:
-				return
-			case <-time.After(delay):
-			}
+			time.Sleep(redialPause)
 			continue
 		}
-		delay = 0
-		select {
-		case s.sem <- struct{}{}:
-		case <-s.closed:
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
 			_ = c.Close()
 			return
 		}
-		s.mu.Lock()
-		if s.isClosed {
-			s.mu.Unlock()
-			_ = c.Close()
-			return
-		}
-		s.pending[c] = struct{}{}
-		s.wg.Add(1) // the loop's own count keeps the group above zero
-		s.mu.Unlock()
-		go s.serve(c)
+		t.conns[c] = struct{}{}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.readLoop(c)
 	}
 }
 
-// serve runs the acceptor's half of the handshake on c and hands c to
-// Accept, or closes it.
-func (s *authStreamLayer) serve(c net.Conn) {
-	defer s.wg.Done()
-	_ = c.SetDeadline(time.Now().Add(s.timeout))
-	err := acceptHandshake(c, s.key)
-	if err == nil {
-		err = c.SetDeadline(time.Time{})
-	}
-	s.mu.Lock()
-	delete(s.pending, c)
-	s.mu.Unlock()
-	<-s.sem
-	if err != nil {
+func (t *transport) readLoop(c net.Conn) {
+	defer t.wg.Done()
+	defer func() {
 		_ = c.Close()
-		s.refuse(c.RemoteAddr(), err)
+		t.mu.Lock()
+		delete(t.conns, c)
+		t.mu.Unlock()
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	var hdr [4]byte
+	// The hello: the dialer's raft ID and address, so that a node that
+	// does not know its peers yet (one just added, empty) can answer.
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return
+	}
+	hello := make([]byte, min(binary.LittleEndian.Uint32(hdr[:]), 1024))
+	if _, err := io.ReadFull(r, hello); err != nil {
+		return
+	}
+	d := decoder{b: hello}
+	from, addr := d.uvarint(), string(d.bytes())
+	if d.bad || len(d.b) != 0 {
+		return
+	}
+	t.mu.Lock()
+	known := t.peers[from] != nil
+	t.mu.Unlock()
+	if !known && from != t.self && addr != "" {
+		t.setPeer(from, addr)
+	}
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return
+		}
+		n := binary.LittleEndian.Uint32(hdr[:])
+		if n > maxFrame {
+			return
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return
+		}
+		m, err := decodeMessage(b)
+		if err != nil {
+			t.log.Warn("raft transport: bad message", zap.Error(err))
+			return
+		}
+		if f := t.cut.Load(); f != nil && (*f)(m.GetFrom()) {
+			continue
+		}
+		t.recv(m)
+	}
+}
+
+// setPeer makes id reachable at addr (a new stream if the address changed).
+func (t *transport) setPeer(id uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	if p := t.peers[id]; p != nil {
+		if p.addr == addr {
+			return
+		}
+		p.cut()
+	}
+	p := &peerStream{id: id, addr: addr, stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go t.writeLoop(p)
+}
+
+// removePeer stops the stream to id.
+func (t *transport) removePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[id]; p != nil {
+		p.cut()
+		delete(t.peers, id)
+	}
+}
+
+// send sends m to its peer. When the connection is up and nothing is
+// queued or half-sent, the caller writes the frame itself, without
+// waiting: a message on the commit path does not wait for the writer
+// goroutine to be scheduled, and a peer that stopped reading (a follower
+// stuck in a slow fsync) never stalls the caller, raft's goroutines
+// among them. What the socket does not take at once is left to the
+// writer. Otherwise the frame is queued for the writer; a full queue
+// drops it (raft sends again) and reports the peer unreachable.
+func (t *transport) send(m *raftpb.Message) {
+	if f := t.cut.Load(); f != nil && (*f)(m.GetTo()) {
+		return
+	}
+	t.mu.Lock()
+	p := t.peers[m.GetTo()]
+	t.mu.Unlock()
+	if p == nil {
+		return
+	}
+	snap := m.GetType() == raftpb.MessageType_MsgSnap
+	f := frame{snap: m}
+	if !snap {
+		buf, ok := encodeFrame(m)
+		if !ok || t.sendNow(p, buf) {
+			return
+		}
+		f = frame{b: buf[4:]}
+	}
+	p.qmu.Lock()
+	full := len(p.q) >= peerQueue
+	if !full {
+		p.q = append(p.q, f)
+	}
+	p.qmu.Unlock()
+	if full {
+		t.report(p.id, false)
+		if snap {
+			t.snapDone(p.id, false)
+		}
 		return
 	}
 	select {
-	case s.conns <- c:
-	case <-s.closed:
-		_ = c.Close()
-	}
-}
-
-// refuse counts a refused connection and logs it at warn, once per host.
-func (s *authStreamLayer) refuse(addr net.Addr, err error) {
-	s.refused.Add(1)
-	select {
-	case <-s.closed:
-		return // a handshake cut short by Close
+	case p.wake <- struct{}{}:
 	default:
 	}
-	host := addr.String()
-	if h, _, e := net.SplitHostPort(host); e == nil {
-		host = h
-	}
-	s.mu.Lock()
-	_, seen := s.warned[host]
-	if !seen {
-		if len(s.warned) >= authMaxWarned {
-			clear(s.warned)
-		}
-		s.warned[host] = struct{}{}
-	}
-	s.mu.Unlock()
-	if seen {
-		s.log.Debug("raft transport: refused a connection", zap.String("peer", addr.String()), zap.Error(err))
-		return
-	}
-	s.log.Warn("raft transport: refused a connection that failed authentication; further refusals from this host are logged at debug",
-		zap.String("peer", addr.String()), zap.Error(err))
 }
 
-// authProof is HMAC-SHA256(key, label | nd | na).
-func authProof(key []byte, label string, nd, na []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(label))
-	m.Write(nd)
-	m.Write(na)
-	return m.Sum(nil)
-}
-
-// authHello returns magic, version and a fresh nonce, and the nonce.
-func authHello() (hello, nonce []byte) {
-	hello = make([]byte, authHelloLen)
-	copy(hello, authMagic)
-	hello[len(authMagic)] = authVersion
-	nonce = hello[len(authMagic)+1:]
-	_, _ = rand.Read(nonce) // crypto/rand.Read never fails (Go 1.24+)
-	return hello, nonce
-}
-
-// readHello reads a peer's hello and returns its nonce.
-func readHello(r io.Reader) ([]byte, error) {
-	b := make([]byte, authHelloLen)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
+// sendNow writes buf (a frame with room for its length) to p's connection
+// when the connection is up and nothing is queued or half-sent, and says
+// whether it did; what the socket does not take at once is left to the
+// writer.
+func (t *transport) sendNow(p *peerStream, buf []byte) bool {
+	if !p.wmu.TryLock() {
+		return false
 	}
-	if string(b[:len(authMagic)]) != authMagic || b[len(authMagic)] != authVersion {
-		return nil, errAuthHello
+	p.qmu.Lock()
+	idle := len(p.q) == 0
+	p.qmu.Unlock()
+	if !idle || p.c == nil || len(p.rest) > 0 {
+		p.wmu.Unlock()
+		return false
 	}
-	return b[len(authMagic)+1:], nil
-}
-
-// dialHandshake is the dialer's half of the handshake.
-func dialHandshake(c net.Conn, key []byte) error {
-	hello, nd := authHello()
-	if _, err := c.Write(hello); err != nil {
-		return err
-	}
-	na, err := readHello(c)
+	binary.LittleEndian.PutUint32(buf, uint32(len(buf)-4))
+	n, err := writeNow(p.c, buf)
 	if err != nil {
-		return err
+		t.dropConn(p)
+	} else if n < len(buf) {
+		p.rest = buf[n:]
 	}
-	if _, err := c.Write(authProof(key, authLabelDialer, nd, na)); err != nil {
-		return err
-	}
-	got := make([]byte, authProofLen)
-	if _, err := io.ReadFull(c, got); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("peer refused our proof (is its auth token the same?): %w", err)
+	p.wmu.Unlock()
+	if err != nil {
+		t.report(p.id, false)
+	} else if n < len(buf) {
+		select {
+		case p.wake <- struct{}{}:
+		default:
 		}
+	}
+	return true
+}
+
+// snapsFailed reports the snapshots among q, which will not be sent, as
+// failed.
+func (t *transport) snapsFailed(p *peerStream, q []frame) {
+	for _, f := range q {
+		if f.snap != nil {
+			t.snapDone(p.id, false)
+		}
+	}
+}
+
+// writeFrame writes one frame, the message in parts, to p's connection
+// (p.wmu held).
+func (t *transport) writeFrame(p *peerStream, deadline time.Time, parts ...[]byte) error {
+	n := 0
+	for _, b := range parts {
+		n += len(b)
+	}
+	var hdr [4]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(n))
+	_ = p.c.SetWriteDeadline(deadline)
+	if _, err := p.w.Write(hdr[:]); err != nil {
 		return err
 	}
-	if subtle.ConstantTimeCompare(got, authProof(key, authLabelAccept, nd, na)) != 1 {
-		return fmt.Errorf("peer: %w", errAuthProof)
+	for _, b := range parts {
+		if _, err := p.w.Write(b); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// acceptHandshake is the acceptor's half of the handshake.
-func acceptHandshake(c net.Conn, key []byte) error {
-	nd, err := readHello(c)
+// writeNow writes to c what its socket takes without waiting and says
+// how much that was; a full socket is not an error.
+func writeNow(c net.Conn, b []byte) (int, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0, nil // no descriptor to try: the writer sends it all
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, err := unix.Write(int(fd), b[n:])
+			if m > 0 {
+				n += m
+			}
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+			case err != nil:
+				werr = err
+			case m > 0:
+				continue
+			}
+			break
+		}
+		return true // never wait for the socket to drain
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
+
+// dropConn closes p's connection (p.wmu held); the writer dials again. A
+// half-sent frame goes with it: raft sends again.
+func (t *transport) dropConn(p *peerStream) {
+	if p.c != nil {
+		_ = p.c.Close()
+	}
+	p.c, p.w, p.rest = nil, nil, nil
+	p.live.Store(nil)
+}
+
+// cut stops p's writer and closes its connection now, even in the middle
+// of a write (t.mu held).
+func (p *peerStream) cut() {
+	close(p.stop)
+	if c := p.live.Load(); c != nil {
+		_ = (*c).Close()
+	}
+}
+
+// dial connects p and sends the hello (p.wmu held).
+func (t *transport) dial(p *peerStream) error {
+	c, err := t.st.dial(p.addr, dialTimeout)
 	if err != nil {
 		return err
 	}
-	hello, na := authHello()
-	if _, err := c.Write(hello); err != nil {
+	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
+	p.live.Store(&c)
+	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
+	if err := t.writeFrame(p, time.Now().Add(writeTimeout), hello); err != nil {
+		t.dropConn(p)
 		return err
 	}
-	got := make([]byte, authProofLen)
-	if _, err := io.ReadFull(c, got); err != nil {
-		return err
+	return nil
+}
+
+// writeLoop sends what send queued, dialing when needed.
+func (t *transport) writeLoop(p *peerStream) {
+	defer t.wg.Done()
+	defer func() {
+		p.wmu.Lock()
+		t.dropConn(p)
+		p.wmu.Unlock()
+		// Cut (the peer removed, or at a new address): a snapshot still
+		// queued is reported failed, or raft would wait for it, the
+		// follower paused, until it hears otherwise.
+		p.qmu.Lock()
+		q := p.q
+		p.q = nil
+		p.qmu.Unlock()
+		t.snapsFailed(p, q)
+	}()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+		}
+		if !t.drain(p) {
+			return
+		}
 	}
-	if subtle.ConstantTimeCompare(got, authProof(key, authLabelDialer, nd, na)) != 1 {
-		return errAuthProof
+}
+
+// drain sends what is queued for p until the queue is empty, dialing
+// when needed; it reports false when p was cut meanwhile.
+func (t *transport) drain(p *peerStream) bool {
+	p.wmu.Lock()
+	for {
+		p.qmu.Lock()
+		q := p.q
+		p.q = nil
+		p.qmu.Unlock()
+		if len(q) == 0 && len(p.rest) == 0 {
+			break
+		}
+		if p.c == nil {
+			select {
+			case <-p.stop: // cut: what is queued goes nowhere
+				p.wmu.Unlock()
+				t.snapsFailed(p, q)
+				return false
+			default:
+			}
+			if err := t.dial(p); err != nil {
+				t.report(p.id, false)
+				t.snapsFailed(p, q)
+				p.wmu.Unlock()
+				select {
+				case <-p.stop:
+					return false
+				case <-time.After(redialPause):
+				}
+				p.wmu.Lock()
+				continue
+			}
+		}
+		if err := t.writeQueued(p, q); err != nil {
+			t.dropConn(p)
+			t.report(p.id, false)
+		}
 	}
-	_, err = c.Write(authProof(key, authLabelAccept, nd, na))
+	p.wmu.Unlock()
+	return true
+}
+
+// writeQueued writes the tail of a half-sent frame, then q, to p's
+// connection and flushes it; each snapshot in q is reported sent or
+// failed (p.wmu held).
+func (t *transport) writeQueued(p *peerStream, q []frame) error {
+	var err error
+	if len(p.rest) > 0 {
+		_ = p.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err = p.w.Write(p.rest)
+		p.rest = nil
+	}
+	for _, f := range q {
+		if f.snap == nil {
+			if err == nil {
+				err = t.writeFrame(p, time.Now().Add(writeTimeout), f.b)
+			}
+			continue
+		}
+		sent := false
+		if err == nil {
+			if parts, perr := snapMessageParts(f.snap); perr == nil {
+				err = t.writeFrame(p, time.Now().Add(writeTimeout), parts...)
+				if err == nil {
+					err = p.w.Flush()
+				}
+				sent = err == nil
+			}
+		}
+		t.snapDone(p.id, sent)
+	}
+	if err == nil {
+		err = p.w.Flush()
+	}
 	return err
+}
+
+// close stops every stream and connection and waits for the goroutines.
+func (t *transport) close() {
+	t.mu.Lock()
+	t.closed = true
+	for id, p := range t.peers {
+		p.cut()
+		delete(t.peers, id)
+	}
+	for c := range t.conns {
+		_ = c.Close()
+	}
+	t.mu.Unlock()
+	_ = t.st.ln.Close()
+	t.wg.Wait()
 }

@@ -1,254 +1,329 @@
 package replica
 
 import (
-	"errors"
-	"fmt"
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"io"
 	"net"
-	"strings"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/proto"
 )
 
-const (
-	testToken  = "correct horse battery staple"
-	wrongToken = "incorrect horse battery staple"
-)
-
-// refusals returns the refusal log entries in logs: the warn ones and all.
-func refusals(logs *observer.ObservedLogs) (warn, all int) {
-	for _, e := range logs.FilterMessageSnippet("refused a connection").All() {
-		all++
-		if e.Level == zapcore.WarnLevel {
-			warn++
-		}
-	}
-	return warn, all
-}
-
-// readsEOF reports whether c is closed by its peer within d, having
-// received nothing.
-func readsEOF(t *testing.T, c net.Conn, d time.Duration) {
-	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(d))
-	b, err := io.ReadAll(c)
-	if err != nil || len(b) != 0 {
-		t.Fatalf("read %q, %v; want nothing, then EOF", b, err)
-	}
-}
-
-func TestAuthHandshakePipe(t *testing.T) {
-	run := func(dkey, akey string, hello []byte) (derr, aerr error) {
-		d, a := net.Pipe()
-		defer d.Close()
-		done := make(chan error, 1)
-		go func() {
-			err := acceptHandshake(a, []byte(akey))
-			_ = a.Close() // as serve does on failure; harmless on success
-			done <- err
-		}()
-		_ = d.SetDeadline(time.Now().Add(5 * time.Second))
-		if hello != nil {
-			_, derr = d.Write(hello)
-		} else {
-			derr = dialHandshake(d, []byte(dkey))
-		}
-		return derr, <-done
-	}
-	if derr, aerr := run(testToken, testToken, nil); derr != nil || aerr != nil {
-		t.Fatalf("same token: dialer %v, acceptor %v; want both nil", derr, aerr)
-	}
-	if derr, aerr := run(wrongToken, testToken, nil); derr == nil || !errors.Is(aerr, errAuthProof) {
-		t.Fatalf("wrong dialer token: dialer %v, acceptor %v; want an error, errAuthProof", derr, aerr)
-	}
-	junk := []byte(strings.Repeat("GET / HTTP/1.1\r\n", 4))
-	if _, aerr := run("", testToken, junk); !errors.Is(aerr, errAuthHello) {
-		t.Fatalf("junk: acceptor %v; want errAuthHello", aerr)
-	}
-
-	// A dialer that holds the token but an acceptor that does not: the
-	// dialer refuses the acceptor's proof.
-	d, a := net.Pipe()
-	defer d.Close()
-	go func() {
-		// A fake acceptor: it accepts any proof and answers garbage.
-		nd, _ := readHello(a)
-		hello, na := authHello()
-		_, _ = a.Write(hello)
-		_, _ = io.ReadFull(a, make([]byte, authProofLen))
-		_, _ = a.Write(authProof([]byte(wrongToken), authLabelAccept, nd, na))
-		_ = a.Close()
-	}()
-	_ = d.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := dialHandshake(d, []byte(testToken)); !errors.Is(err, errAuthProof) {
-		t.Fatalf("dialing an acceptor with another token: %v; want errAuthProof", err)
-	}
-}
-
-// TestAuthStreamLayer runs the layer over TCP: good peers get through
-// while a silent client, a junk client, a wrong token and a replayed proof
-// are refused, each logged at warn once per host, and none of them holds
-// up Accept.
-func TestAuthStreamLayer(t *testing.T) {
-	core, logs := observer.New(zapcore.DebugLevel)
-	s, err := listenAuth("127.0.0.1:0", nil, testToken, 300*time.Millisecond, zap.New(core))
+// A peer that stops reading (a follower stuck in a slow fsync) must not
+// stall the sender: raft's goroutines call send. Before, once the socket
+// was full, a send waited out a 50 ms deadline and dropped the
+// connection; now it returns at once and the rest waits for the writer.
+func TestSendNeverWaitsForAStalledPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
-	addr := s.Addr().String()
-	peer, err := listenAuth("127.0.0.1:0", nil, testToken, 300*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = peer.Close() })
-	wrong, err := listenAuth("127.0.0.1:0", nil, wrongToken, 300*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wrong.Close() })
-
-	accepted := make(chan net.Conn, 4)
+	defer ln.Close()
+	var conns atomic.Int32
+	var mu sync.Mutex
+	var held []net.Conn
 	go func() {
 		for {
-			c, err := s.Accept()
+			c, err := ln.Accept()
 			if err != nil {
-				close(accepted)
 				return
 			}
-			accepted <- c
+			conns.Add(1)
+			mu.Lock()
+			held = append(held, c) // accepted, never read
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	}()
+
+	st := dialOnlyStorage(t)
+	tr := newTransport(st, zap.NewNop())
+	var unreachable atomic.Int32
+	tr.report = func(uint64, bool) { unreachable.Add(1) }
+	tr.snapDone = func(uint64, bool) {}
+	tr.setPeer(2, ln.Addr().String())
+	defer tr.close()
+
+	data := make([]byte, 64<<10)
+	msg := func() *raftpb.Message {
+		return &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+			Entries: []*raftpb.Entry{{Data: data}}}
+	}
+	// The first send dials; wait for the connection before the rest.
+	tr.send(msg())
+	deadline := time.Now().Add(5 * time.Second)
+	for conns.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if conns.Load() == 0 {
+		t.Fatal("the transport never connected")
+	}
+	// Far more than the socket buffers hold: the peer reads nothing.
+	var slowest time.Duration
+	for range 1500 {
+		start := time.Now()
+		tr.send(msg())
+		slowest = max(slowest, time.Since(start))
+	}
+	t.Logf("slowest send %v, connections %d, unreachable reports %d", slowest, conns.Load(), unreachable.Load())
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections to a peer that only stopped reading; want 1 (a send gave up on it)", n)
+	}
+	tr.mu.Lock()
+	p := tr.peers[2]
+	tr.mu.Unlock()
+	// The socket filled: the writer is stuck in a write (it holds wmu) or
+	// something waits for it.
+	if p.wmu.TryLock() {
+		p.qmu.Lock()
+		waiting := len(p.q) + len(p.rest)
+		p.qmu.Unlock()
+		p.wmu.Unlock()
+		if waiting == 0 {
+			t.Fatal("nothing waits for the writer: the socket never filled, the test proves nothing")
+		}
+	}
+}
+
+// What send writes on its own and what the writer sends after it arrive as
+// whole frames, in order, when the socket takes a frame only in part.
+func TestSendSplitFrameArrivesWhole(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []uint64, 1)
+	release := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		<-release // let the sender fill the socket first
+		r := bufio.NewReader(c)
+		var idx []uint64
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil { // the hello
+			got <- nil
+			return
+		}
+		if _, err := r.Discard(int(binary.LittleEndian.Uint32(hdr[:]))); err != nil {
+			got <- nil
+			return
+		}
+		for len(idx) == 0 || idx[len(idx)-1] != 299 {
+			if _, err := io.ReadFull(r, hdr[:]); err != nil {
+				break
+			}
+			b := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
+			if _, err := io.ReadFull(r, b); err != nil {
+				break
+			}
+			m := &raftpb.Message{}
+			if err := proto.Unmarshal(b, m); err != nil {
+				break
+			}
+			idx = append(idx, m.GetIndex())
+		}
+		got <- idx
+	}()
+
+	st := dialOnlyStorage(t)
+	tr := newTransport(st, zap.NewNop())
+	tr.report = func(uint64, bool) {}
+	tr.snapDone = func(uint64, bool) {}
+	tr.setPeer(2, ln.Addr().String())
+	defer tr.close()
+	data := make([]byte, 48<<10)
+	send := func(i uint64) {
+		tr.send(&raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+			Index: proto.Uint64(i), Entries: []*raftpb.Entry{{Data: data}}})
+	}
+	send(0)
+	for i := uint64(1); i < 300; i++ {
+		send(i)
+		if i == 150 {
+			close(release)
+		}
+	}
+	select {
+	case idx := <-got:
+		// Frames may be dropped (a full queue), never torn or reordered.
+		if len(idx) == 0 {
+			t.Fatal("no frame arrived")
+		}
+		for i := 1; i < len(idx); i++ {
+			if idx[i] <= idx[i-1] {
+				t.Fatalf("frames out of order: %v", idx)
+			}
+		}
+		if idx[len(idx)-1] != 299 {
+			t.Fatalf("last frame %d, want 299 (the writer must send what was queued)", idx[len(idx)-1])
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the frames never arrived whole")
+	}
+}
+
+// A snapshot leaves raft's goroutine unencoded: send queues it, and the
+// peer's writer encodes and sends it. Encoding it in send copied the
+// whole state on raft's goroutine (65-75 ms for 20 MB), holding up its
+// heartbeats and appends.
+func TestSendLeavesASnapshotToTheWriter(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan *raftpb.Message, 4)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		var hdr [4]byte
+		for i := 0; ; i++ {
+			if _, err := io.ReadFull(r, hdr[:]); err != nil {
+				return
+			}
+			b := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
+			if _, err := io.ReadFull(r, b); err != nil {
+				return
+			}
+			if i == 0 {
+				continue // the hello
+			}
+			m := &raftpb.Message{}
+			if err := proto.Unmarshal(b, m); err != nil {
+				return
+			}
+			got <- m
 		}
 	}()
 
-	// A silent client holds a handshake slot, not the accept loop.
-	silent, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-
-	good, err := peer.Dial(raft.ServerAddress(addr), 2*time.Second)
-	if err != nil {
-		t.Fatalf("Dial with the same token: %v", err)
-	}
-	defer good.Close()
-	var in net.Conn
-	select {
-	case in = <-accepted:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Accept returned nothing for a good peer")
-	}
-	// The handshake left no deadline and no stray byte on either side.
-	if _, err := good.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 4)
-	_ = in.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(in, buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("read %q, %v through the accepted conn; want ping", buf, err)
-	}
-	_ = in.Close()
-
-	readsEOF(t, silent, 5*time.Second) // dropped at its deadline
-
-	junk, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer junk.Close()
-	if _, err := junk.Write([]byte(strings.Repeat("x", authHelloLen))); err != nil {
-		t.Fatal(err)
-	}
-	readsEOF(t, junk, 5*time.Second)
-
-	if c, err := wrong.Dial(raft.ServerAddress(addr), 2*time.Second); err == nil {
-		_ = c.Close()
-		t.Fatal("Dial with a wrong token succeeded")
-	}
-
-	// Replay: a recorded proof fails on a new connection, whose acceptor
-	// nonce is fresh.
-	key := []byte(testToken)
-	raw, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
-	hello, nd := authHello()
-	_, _ = raw.Write(hello)
-	na, err := readHello(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recorded := authProof(key, authLabelDialer, nd, na)
-	_, _ = raw.Write(recorded)
-	if _, err := io.ReadFull(raw, make([]byte, authProofLen)); err != nil {
-		t.Fatalf("a correct manual handshake was refused: %v", err)
-	}
-	_ = raw.Close()
-	select {
-	case c := <-accepted:
-		_ = c.Close()
-	case <-time.After(5 * time.Second):
-		t.Fatal("Accept returned nothing for the manual handshake")
-	}
-	replay, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer replay.Close()
-	_ = replay.SetDeadline(time.Now().Add(5 * time.Second))
-	_, _ = replay.Write(hello) // the same nonce
-	if _, err := readHello(replay); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = replay.Write(recorded)
-	readsEOF(t, replay, 5*time.Second)
-
-	// The counter moves before the refusal is logged: wait for both.
-	poll(t, 5*time.Second, "four refusals", func() bool {
-		_, all := refusals(logs)
-		return s.refused.Load() >= 4 && all >= 4
-	}, func() string { return fmt.Sprint(s.refused.Load(), " refused") })
-	if warn, all := refusals(logs); warn != 1 || all < 4 {
-		t.Fatalf("%d warn and %d refusal log entries in all; want 1 warn (one host) and at least 4", warn, all)
-	}
-	select {
-	case c := <-accepted:
-		t.Fatalf("Accept returned a refused connection from %v", c.RemoteAddr())
-	default:
-	}
-
-	// Close ends Accept with net.ErrClosed, and a handshake in progress.
-	pending, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pending.Close()
-	// Until the loop has accepted it, the connection sits in the kernel's
-	// backlog, and closing the listener resets it: wait for the handshake
-	// (or its end at the handshake's timeout, a fifth refusal: closed by
-	// the layer, which the read below sees the same).
-	poll(t, 5*time.Second, "the handshake to start", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.pending) == 1 || s.refused.Load() >= 5
-	}, func() string { s.mu.Lock(); defer s.mu.Unlock(); return fmt.Sprint(len(s.pending), " pending") })
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	select {
-	case _, ok := <-accepted:
-		if ok {
-			t.Fatal("Accept returned a connection after Close")
+	st := dialOnlyStorage(t)
+	tr := newTransport(st, zap.NewNop())
+	tr.report = func(uint64, bool) {}
+	done := make(chan bool, 1)
+	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
+	tr.setPeer(2, ln.Addr().String())
+	defer tr.close()
+	wait := func(what string) *raftpb.Message {
+		select {
+		case m := <-got:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never arrived", what)
+			return nil
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Accept still blocked after Close")
 	}
-	readsEOF(t, pending, 5*time.Second)
+	tr.send(&raftpb.Message{Type: raftpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(2), From: proto.Uint64(1)})
+	wait("the heartbeat") // the connection is up
+
+	data := make([]byte, 8<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	snap := &raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+		Snapshot: &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(42), Term: proto.Uint64(3)}}}
+	tr.mu.Lock()
+	p := tr.peers[2]
+	tr.mu.Unlock()
+	p.wmu.Lock() // the writer, woken, waits: what send allocates is send's own
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	tr.send(snap)
+	runtime.ReadMemStats(&after)
+	p.wmu.Unlock()
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(len(data)/2) { // whatever else runs meanwhile: far less
+		t.Fatalf("send allocated %d bytes for an %d-byte snapshot; want it left to the writer", n, len(data))
+	}
+	m := wait("the snapshot")
+	if m.GetType() != raftpb.MessageType_MsgSnap || m.GetSnapshot().GetMetadata().GetIndex() != 42 || !bytes.Equal(m.GetSnapshot().GetData(), data) {
+		t.Fatalf("the peer got %v at %d with %d bytes; want the snapshot whole", m.GetType(), m.GetSnapshot().GetMetadata().GetIndex(), len(m.GetSnapshot().GetData()))
+	}
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("the snapshot arrived, but its send was reported failed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the snapshot's send was never reported")
+	}
+}
+
+// A snapshot queued for a peer that is then removed is reported failed:
+// raft keeps a follower it sent a snapshot to paused until it hears how
+// the send went. (The writer, told to stop while a frame waited, used to
+// return without a word about it.)
+func TestSnapshotQueuedForARemovedPeerFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); _ = c.Close() }()
+		}
+	}()
+	st := dialOnlyStorage(t)
+	tr := newTransport(st, zap.NewNop())
+	tr.report = func(uint64, bool) {}
+	done := make(chan bool, 4)
+	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
+	defer tr.close()
+	for round := range 20 {
+		tr.setPeer(2, ln.Addr().String())
+		tr.mu.Lock()
+		p := tr.peers[2]
+		tr.mu.Unlock()
+		p.wmu.Lock() // the writer cannot take the frame before the cut
+		tr.send(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+			Snapshot: &raftpb.Snapshot{Data: []byte("state"), Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(7)}}})
+		tr.removePeer(2)
+		p.wmu.Unlock()
+		select {
+		case ok := <-done:
+			if ok {
+				t.Fatalf("round %d: a snapshot to a removed peer was reported sent", round)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the snapshot queued for a removed peer was never reported", round)
+		}
+	}
+}
+
+// dialOnlyStorage is a Storage with only what a transport that sends
+// needs: a dialer, and a listener for close to close.
+func dialOnlyStorage(t *testing.T) *Storage {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Storage{ln: ln, dial: func(addr string, timeout time.Duration) (net.Conn, error) {
+		return net.DialTimeout("tcp", addr, timeout)
+	}}
 }

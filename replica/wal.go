@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,40 +15,31 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
-// WAL is raft's log store: append-only segment files, one write and one
-// fdatasync per StoreLogs. bbolt (BoltStore) pays two fsyncs and rewrites
-// a leaf, its branches and a meta page for every commit; on the two-core
-// machines we bench on that was most of a cluster acquire's latency. The
-// stable store (term, vote) stays in bbolt: it is written once an
-// election. hashicorp/raft-wal v0.4.0, the only release here, seals the
-// tail segment on a suffix truncation without its index block
-// (hashicorp/raft-wal#31), after which a restart panics; our chaos run
-// hit it.
+// WAL is the raft log: append-only segment files, one write and one
+// fdatasync per Append. Each record is one raft entry.
 //
 // A segment is named by the index of its first record (%020d.wal) and
 // holds consecutive records:
 //
 //	u32 body length | u32 CRC-32C of index and body | u64 index | body
 //
-// where body is encodeLog's encoding. A segment grows past walSegmentSize
-// only by one batch; the next batch opens a new one.
+// where body is a walRecord's encoding (encodeRecord). A segment grows
+// past walSegmentSize only by one batch; the next batch opens a new one.
 //
 // Recovery: Open reads every record. A bad record (short, bad checksum,
 // out of sequence) at the tail of the newest segment is a write that never
 // completed, so never acknowledged: the file is cut there. Damage anywhere
 // else, or a gap between segments, is corruption and Open refuses.
 //
-// Deletion is what raft asks for: a prefix (compaction after a snapshot:
-// whole segments below the new first index are removed), a suffix
-// (a follower's conflicting tail: the file is truncated and fsynced), or
-// everything (after a snapshot install; the WAL is monotonic, so raft
-// clears it rather than leaving a gap). A prefix inside a segment is only
-// remembered in memory: after a restart those already-compacted entries
-// are back below the snapshot, which raft ignores.
+// Deletion is what the node asks for: a prefix (compaction after a
+// snapshot: whole segments below the new first index are removed), a
+// suffix (a follower's conflicting tail: the file is truncated and
+// fsynced), or everything (after a snapshot install: the log has no gaps,
+// so it is cleared rather than left with one). A prefix inside a segment
+// is only remembered in memory: after a restart those already-compacted
+// entries are back below the snapshot, which the node skips.
 type WAL struct {
 	dir  string
 	max  int64 // roll to a new segment once the active one is this big
@@ -60,11 +52,9 @@ type WAL struct {
 	closed        bool  // under mu
 	err           error // under wmu; sticky: a failed write leaves the tail unknown
 	buf           []byte
-	held          atomic.Bool  // StoreLogs keeps the processor (SetHeld)
-	busy          atomic.Int32 // ... but not now: the disk is busy (SetBusy)
-	slowUntil     atomic.Int64 // ... nor before this (monoNow): a sync was slow (SetSlowUntil)
+	busy          atomic.Int32 // the disk is busy (SetBusy)
+	slowUntil     atomic.Int64 // ... or was slow until this time (monoNow; SetSlowUntil)
 	testSyncDelay atomic.Int64 // tests: nanoseconds each write of the log waits first
-	sync          *syncer      // under wmu: StoreLogs' flush when not held, made at the first such
 }
 
 type walSegment struct {
@@ -91,18 +81,16 @@ const (
 )
 
 var (
-	_ raft.LogStore          = (*WAL)(nil)
-	_ raft.MonotonicLogStore = (*WAL)(nil)
-
 	walCRC = crc32.MakeTable(crc32.Castagnoli)
 
 	errWALCorrupt = errors.New("replica: corrupt raft log")
 	errWALClosed  = errors.New("replica: raft log closed")
+	errNoRecord   = errors.New("replica: no such raft log entry")
 )
 
 // OpenWAL opens (or creates) the log in dir. segmentSize 0 means the
 // default. The caller keeps other processes out of dir (DiskStorage holds
-// the bbolt file's lock).
+// the raft directory's LOCK).
 func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 	if segmentSize <= 0 {
 		segmentSize = walSegmentSize
@@ -258,33 +246,29 @@ func (w *WAL) bounds() {
 // expected, but a large cut after a clean stop means damage.
 func (w *WAL) Cut() int64 { return w.cut }
 
-// FirstIndex implements raft.LogStore: 0 when the log is empty.
-func (w *WAL) FirstIndex() (uint64, error) {
+// FirstIndex is the index of the log's first entry: 0 when it is empty.
+func (w *WAL) FirstIndex() uint64 {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	return w.first, nil
+	return w.first
 }
 
-// LastIndex implements raft.LogStore: 0 when the log is empty.
-func (w *WAL) LastIndex() (uint64, error) {
+// LastIndex is the index of the log's last entry: 0 when it is empty.
+func (w *WAL) LastIndex() uint64 {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	return w.last, nil
+	return w.last
 }
 
-// IsMonotonic implements raft.MonotonicLogStore: entries are stored
-// without gaps, so after a snapshot install raft clears the log.
-func (w *WAL) IsMonotonic() bool { return true }
-
-// GetLog implements raft.LogStore.
-func (w *WAL) GetLog(index uint64, l *raft.Log) error {
+// Get reads the entry at index (errNoRecord outside the log).
+func (w *WAL) Get(index uint64) (walRecord, error) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
-		return errWALClosed
+		return walRecord{}, errWALClosed
 	}
 	if w.first == 0 || index < w.first || index > w.last {
-		return raft.ErrLogNotFound
+		return walRecord{}, errNoRecord
 	}
 	i, _ := slices.BinarySearchFunc(w.segs, index, func(s *walSegment, idx uint64) int {
 		switch {
@@ -303,39 +287,17 @@ func (w *WAL) GetLog(index uint64, l *raft.Log) error {
 	}
 	rec := make([]byte, end-s.offs[k])
 	if _, err := s.f.ReadAt(rec, s.offs[k]); err != nil {
-		return fmt.Errorf("replica: read log %d: %w", index, err)
+		return walRecord{}, fmt.Errorf("replica: read log %d: %w", index, err)
 	}
 	if _, ok := walCheck(rec, index); !ok {
-		return fmt.Errorf("%w: entry %d in %s", errWALCorrupt, index, s.f.Name())
+		return walRecord{}, fmt.Errorf("%w: entry %d in %s", errWALCorrupt, index, s.f.Name())
 	}
-	return decodeLog(rec[walHeaderSize:], index, l)
+	return decodeRecord(rec[walHeaderSize:], index)
 }
-
-// SetHeld says whether StoreLogs keeps the goroutine's processor while it
-// writes and syncs (a raw system call: the runtime neither hands the
-// processor off nor wakes its monitor, which a follower that idles
-// between entries otherwise pays about ten sleeps and wake-ups per
-// commit for; docs/cluster.md, "Held system calls"). Meanwhile no other
-// goroutine runs on that processor, and the collector waits for the sync
-// wherever it must stop this goroutine (a stop-the-world pause, a scan of
-// its stack), so only a node whose syncs are its own business holds: a
-// follower, not a leader. Never held when GOMAXPROCS is 1 or when the
-// process runs more than one node (tests): a held sync would stall the
-// other nodes' goroutines too (liveNodes).
-func (w *WAL) SetHeld(on bool) {
-	if w != nil {
-		w.held.Store(on)
-	}
-}
-
-// liveNodes counts the nodes running in this process (New to Shutdown).
-var liveNodes atomic.Int32
 
 // SetBusy says whether the disk is busy with a long write of the node's
 // own (a snapshot of a large state: tens of megabytes, synced): a sync
-// may then wait for all of it, and a held one would keep its processor,
-// and stall any collection, for as long. Meanwhile syncs are not held,
-// whatever SetHeld says.
+// may then wait for all of it (see Node.kickAppend).
 // Calls nest: the disk is busy until each true has had its false.
 func (w *WAL) SetBusy(on bool) {
 	if w == nil {
@@ -348,8 +310,8 @@ func (w *WAL) SetBusy(on bool) {
 	}
 }
 
-// SetSlowUntil says that syncs are not held before t: a recent one was
-// slow, and the next may be too.
+// SetSlowUntil says that the disk counts as busy until t: a recent sync
+// was slow, and the next may be too.
 func (w *WAL) SetSlowUntil(t time.Time) {
 	if w != nil {
 		w.slowUntil.Store(int64(t.Sub(monoBase)))
@@ -369,20 +331,12 @@ func (w *WAL) Busy() bool {
 	return w != nil && (w.busy.Load() > 0 || monoNow() < w.slowUntil.Load())
 }
 
-// Held reports whether syncs are held now: SetHeld's say, unless the
-// disk is busy (Busy).
-func (w *WAL) Held() bool { return w != nil && w.held.Load() && !w.Busy() }
-
-// StoreLog implements raft.LogStore.
-func (w *WAL) StoreLog(l *raft.Log) error { return w.StoreLogs([]*raft.Log{l}) }
-
-// StoreLogs implements raft.LogStore: the entries are written and
-// fdatasynced before it returns. They follow the last entry, or start
-// past a gap: raft writes past a gap only after a snapshot install that
-// covers everything before it (it then clears a monotonic store, but a
-// crash can come between), so what is older goes.
-func (w *WAL) StoreLogs(logs []*raft.Log) error {
-	if len(logs) == 0 {
+// Append writes recs and fdatasyncs them before it returns. They follow
+// the last entry, or start past a gap: the node writes past a gap only
+// after a snapshot install that covers everything before it (it then
+// clears the log, but a crash can come between), so what is older goes.
+func (w *WAL) Append(recs []walRecord) error {
+	if len(recs) == 0 {
 		return nil
 	}
 	w.wmu.Lock()
@@ -393,10 +347,10 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 	w.mu.RLock()
 	last, empty := w.last, w.first == 0
 	w.mu.RUnlock()
-	next := logs[0].Index
-	for i, l := range logs {
-		if l.Index != next+uint64(i) {
-			return fmt.Errorf("replica: log entries out of order: %d after %d", l.Index, next+uint64(i)-1)
+	next := recs[0].Index
+	for i, r := range recs {
+		if r.Index != next+uint64(i) {
+			return fmt.Errorf("replica: log entries out of order: %d after %d", r.Index, next+uint64(i)-1)
 		}
 	}
 	switch {
@@ -413,10 +367,10 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 		return fmt.Errorf("replica: log entry %d does not follow %d", next, last)
 	}
 	w.buf = w.buf[:0]
-	offs := make([]int64, 0, len(logs))
-	for _, l := range logs {
+	offs := make([]int64, 0, len(recs))
+	for _, r := range recs {
 		offs = append(offs, int64(len(w.buf)))
-		w.buf = walAppend(w.buf, l)
+		w.buf = walAppend(w.buf, r)
 	}
 
 	s, err := w.active(next, empty)
@@ -431,16 +385,8 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 	if d := w.testSyncDelay.Load(); d > 0 { // tests: a slow disk
 		time.Sleep(time.Duration(d))
 	}
-	if w.Held() {
-		err = pwriteHeld(s.f, w.buf, s.size)
-		if err == nil {
-			err = fdatasyncHeld(s.f)
-		}
-	} else if _, err = s.f.WriteAt(w.buf, s.size); err == nil {
-		if w.sync == nil {
-			w.sync = newSyncer()
-		}
-		err = w.sync.sync(s.f)
+	if _, err = s.f.WriteAt(w.buf, s.size); err == nil {
+		err = fdatasync(s.f)
 	}
 	if err != nil {
 		return w.fail(err)
@@ -453,7 +399,7 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 	if w.first == 0 {
 		w.first = next
 	}
-	w.last = next + uint64(len(logs)) - 1
+	w.last = next + uint64(len(recs)) - 1
 	w.mu.Unlock()
 	if cap(w.buf) > 4*walSegmentSize/64 {
 		w.buf = nil // do not keep a burst's buffer
@@ -461,11 +407,11 @@ func (w *WAL) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-func walAppend(b []byte, l *raft.Log) []byte {
+func walAppend(b []byte, r walRecord) []byte {
 	start := len(b)
 	b = append(b, make([]byte, walHeaderSize)...)
-	binary.LittleEndian.PutUint64(b[start+8:], l.Index)
-	b = encodeLog(b, l)
+	binary.LittleEndian.PutUint64(b[start+8:], r.Index)
+	b = encodeRecord(b, r)
 	rec := b[start+8:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(rec)-8))
 	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(rec, walCRC))
@@ -539,8 +485,8 @@ func (w *WAL) fail(err error) error {
 	return w.err
 }
 
-// DeleteRange implements raft.LogStore: removes [min, max], which must
-// take in the first or the last entry.
+// DeleteRange removes [min, max], which must take in the first or the
+// last entry.
 func (w *WAL) DeleteRange(min, max uint64) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
@@ -660,9 +606,6 @@ func (w *WAL) Close() error {
 	defer w.mu.Unlock()
 	err := w.closeAllLocked()
 	w.closed, w.err = true, errWALClosed
-	if w.sync != nil {
-		w.sync.close()
-	}
 	return err
 }
 
@@ -685,4 +628,48 @@ func syncDir(dir string) error {
 	}
 	err = d.Sync()
 	return errors.Join(err, d.Close())
+}
+
+// walRecord is one entry of the log: its index and term, and Data, the
+// marshalled raftpb.Entry.
+type walRecord struct {
+	Index, Term uint64
+	Data        []byte
+}
+
+// A record's body: a version byte (1), the term as a uvarint, a type
+// byte (0), a varint (0), Data length-prefixed (uvarint), and an empty
+// length-prefixed field. The constant fields keep the layout every latchd
+// release has written, so a log written before reads the same.
+const walRecordVersion = 1
+
+func encodeRecord(b []byte, r walRecord) []byte {
+	b = append(b, walRecordVersion)
+	b = binary.AppendUvarint(b, r.Term)
+	b = append(b, 0, 0) // type, and the varint 0
+	b = binary.AppendUvarint(b, uint64(len(r.Data)))
+	b = append(b, r.Data...)
+	return append(b, 0) // an empty field
+}
+
+// decodeRecord decodes the body v of the record at index; what it returns
+// does not share v's memory.
+func decodeRecord(v []byte, index uint64) (walRecord, error) {
+	if len(v) < 1 || v[0] != walRecordVersion {
+		return walRecord{}, fmt.Errorf("%w: bad record at index %d", errWALCorrupt, index)
+	}
+	d := decoder{b: v[1:]}
+	term := d.uvarint()
+	if !d.bad && len(d.b) > 0 {
+		d.b = d.b[1:] // the type
+	} else {
+		d.bad = true
+	}
+	d.varint()
+	data := d.bytes()
+	d.bytes()
+	if d.bad || len(d.b) != 0 {
+		return walRecord{}, fmt.Errorf("%w: bad record at index %d", errWALCorrupt, index)
+	}
+	return walRecord{Index: index, Term: term, Data: bytes.Clone(data)}, nil
 }

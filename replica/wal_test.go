@@ -9,21 +9,16 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // walLog is entry i of the test logs: its bytes depend on i and on gen, so
 // an entry rewritten after a truncation can be told from the old one.
-func walLog(i uint64, gen byte) *raft.Log {
-	return &raft.Log{Index: i, Term: 1 + i/50, Type: raft.LogCommand,
-		Data: bytes.Repeat([]byte{byte(i), gen}, 1+int(i%40)), Extensions: []byte{gen},
-		AppendedAt: time.Unix(1700000000, int64(i))}
+func walLog(i uint64, gen byte) walRecord {
+	return walRecord{Index: i, Term: 1 + i/50, Data: bytes.Repeat([]byte{byte(i), gen}, 1+int(i%40))}
 }
 
-func walLogs(from, to uint64, gen byte) []*raft.Log {
-	var logs []*raft.Log
+func walLogs(from, to uint64, gen byte) []walRecord {
+	var logs []walRecord
 	for i := from; i <= to; i++ {
 		logs = append(logs, walLog(i, gen))
 	}
@@ -34,30 +29,28 @@ func walLogs(from, to uint64, gen byte) []*raft.Log {
 // gen(i).
 func checkWAL(t *testing.T, w *WAL, first, last uint64, gen func(uint64) byte) {
 	t.Helper()
-	if f, _ := w.FirstIndex(); f != first {
+	if f := w.FirstIndex(); f != first {
 		t.Fatalf("first index %d, want %d", f, first)
 	}
-	if l, _ := w.LastIndex(); l != last {
+	if l := w.LastIndex(); l != last {
 		t.Fatalf("last index %d, want %d", l, last)
 	}
 	for i := first; i <= last && first != 0; i++ {
-		var l raft.Log
-		if err := w.GetLog(i, &l); err != nil {
-			t.Fatalf("GetLog(%d): %v", i, err)
+		l, err := w.Get(i)
+		if err != nil {
+			t.Fatalf("Get(%d): %v", i, err)
 		}
 		want := walLog(i, gen(i))
-		if l.Index != i || l.Term != want.Term || l.Type != want.Type || !bytes.Equal(l.Data, want.Data) ||
-			!bytes.Equal(l.Extensions, want.Extensions) || !l.AppendedAt.Equal(want.AppendedAt) {
-			t.Fatalf("GetLog(%d) = %+v, want %+v", i, l, *want)
+		if l.Index != i || l.Term != want.Term || !bytes.Equal(l.Data, want.Data) {
+			t.Fatalf("Get(%d) = %+v, want %+v", i, l, want)
 		}
 	}
-	var l raft.Log
 	for _, i := range []uint64{first - 1, last + 1} {
 		if i == 0 {
 			continue
 		}
-		if err := w.GetLog(i, &l); !errors.Is(err, raft.ErrLogNotFound) {
-			t.Fatalf("GetLog(%d) outside %d-%d: %v", i, first, last, err)
+		if _, err := w.Get(i); !errors.Is(err, errNoRecord) {
+			t.Fatalf("Get(%d) outside %d-%d: %v", i, first, last, err)
 		}
 	}
 }
@@ -94,14 +87,14 @@ func segmentCount(t *testing.T, dir string) int {
 func TestWALStoreGetReopen(t *testing.T) {
 	w := openWAL(t, t.TempDir(), 1024) // small segments: many files
 	checkWAL(t, w, 0, 0, gen0)
-	if err := w.StoreLogs(walLogs(1, 60, 0)); err != nil {
+	if err := w.Append(walLogs(1, 60, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.StoreLog(walLog(61, 0)); err != nil {
+	if err := w.Append([]walRecord{walLog(61, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := uint64(62); i <= 300; i += 10 {
-		if err := w.StoreLogs(walLogs(i, i+9, 0)); err != nil {
+		if err := w.Append(walLogs(i, i+9, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -113,12 +106,12 @@ func TestWALStoreGetReopen(t *testing.T) {
 	checkWAL(t, w, 1, 301, gen0)
 
 	// Entries must follow the last one, and each other.
-	if err := w.StoreLogs(walLogs(301, 302, 0)); err == nil {
+	if err := w.Append(walLogs(301, 302, 0)); err == nil {
 		t.Fatal("an entry that repeats the last one was stored")
 	}
 	bad := walLogs(302, 304, 0)
 	bad[1].Index = 310
-	if err := w.StoreLogs(bad); err == nil {
+	if err := w.Append(bad); err == nil {
 		t.Fatal("entries out of order were stored")
 	}
 	checkWAL(t, w, 1, 301, gen0)
@@ -127,7 +120,7 @@ func TestWALStoreGetReopen(t *testing.T) {
 func TestWALDeleteRange(t *testing.T) {
 	w := openWAL(t, t.TempDir(), 1024)
 	for i := uint64(1); i <= 200; i += 20 {
-		if err := w.StoreLogs(walLogs(i, i+19, 0)); err != nil {
+		if err := w.Append(walLogs(i, i+19, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,7 +138,7 @@ func TestWALDeleteRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkWAL(t, w, 121, 150, gen0)
-	if err := w.StoreLogs(walLogs(151, 170, 1)); err != nil {
+	if err := w.Append(walLogs(151, 170, 1)); err != nil {
 		t.Fatal(err)
 	}
 	gen := func(i uint64) byte {
@@ -162,7 +155,7 @@ func TestWALDeleteRange(t *testing.T) {
 	// After a restart the compacted entries that shared a segment with
 	// kept ones may be back; never a rewritten one's old bytes.
 	w = reopenWAL(t, w, 1024)
-	first, _ := w.FirstIndex()
+	first := w.FirstIndex()
 	if first > 121 || first < 1 {
 		t.Fatalf("first index %d after reopen", first)
 	}
@@ -176,7 +169,7 @@ func TestWALDeleteRange(t *testing.T) {
 	if n := segmentCount(t, w.dir); n != 0 {
 		t.Fatalf("%d segments left after deleting everything", n)
 	}
-	if err := w.StoreLogs(walLogs(5000, 5009, 2)); err != nil {
+	if err := w.Append(walLogs(5000, 5009, 2)); err != nil {
 		t.Fatal(err)
 	}
 	w = reopenWAL(t, w, 1024)
@@ -188,10 +181,10 @@ func TestWALDeleteRange(t *testing.T) {
 // crash.
 func TestWALGapClears(t *testing.T) {
 	w := openWAL(t, t.TempDir(), 1024)
-	if err := w.StoreLogs(walLogs(1, 50, 0)); err != nil {
+	if err := w.Append(walLogs(1, 50, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.StoreLogs(walLogs(80, 90, 1)); err != nil {
+	if err := w.Append(walLogs(80, 90, 1)); err != nil {
 		t.Fatal(err)
 	}
 	one := func(uint64) byte { return 1 }
@@ -218,10 +211,10 @@ func TestWALTornTail(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := openWAL(t, t.TempDir(), 0)
-			if err := w.StoreLogs(walLogs(1, 20, 0)); err != nil {
+			if err := w.Append(walLogs(1, 20, 0)); err != nil {
 				t.Fatal(err)
 			}
-			if err := w.StoreLogs(walLogs(21, 21, 0)); err != nil {
+			if err := w.Append(walLogs(21, 21, 0)); err != nil {
 				t.Fatal(err)
 			}
 			seg := w.segs[0]
@@ -248,7 +241,7 @@ func TestWALTornTail(t *testing.T) {
 			}
 			checkWAL(t, w, 1, last, gen0)
 			// The cut is on disk, and the log goes on from it.
-			if err := w.StoreLogs(walLogs(last+1, last+5, 3)); err != nil {
+			if err := w.Append(walLogs(last+1, last+5, 3)); err != nil {
 				t.Fatal(err)
 			}
 			w = reopenWAL(t, w, 0)
@@ -272,7 +265,7 @@ func TestWALCorruptionRefuses(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := uint64(1); i <= 100; i += 10 {
-			if err := w.StoreLogs(walLogs(i, i+9, 0)); err != nil {
+			if err := w.Append(walLogs(i, i+9, 0)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -311,30 +304,29 @@ func TestWALCorruptionRefuses(t *testing.T) {
 // Readers run beside the writer, compaction and truncation (go test -race).
 func TestWALConcurrentReads(t *testing.T) {
 	w := openWAL(t, t.TempDir(), 4096)
-	if err := w.StoreLogs(walLogs(1, 10, 0)); err != nil {
+	if err := w.Append(walLogs(1, 10, 0)); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			var l raft.Log
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				first, _ := w.FirstIndex()
-				last, _ := w.LastIndex()
+				first := w.FirstIndex()
+				last := w.LastIndex()
 				for i := first; i <= last && first > 0; i++ {
-					err := w.GetLog(i, &l)
-					if err != nil && !errors.Is(err, raft.ErrLogNotFound) {
-						t.Errorf("GetLog(%d): %v", i, err)
+					l, err := w.Get(i)
+					if err != nil && !errors.Is(err, errNoRecord) {
+						t.Errorf("Get(%d): %v", i, err)
 						return
 					}
 					if err == nil && (l.Index != i || len(l.Data) != len(walLog(i, 0).Data)) {
-						t.Errorf("GetLog(%d) = %+v", i, l)
+						t.Errorf("Get(%d) = %+v", i, l)
 						return
 					}
 				}
@@ -343,13 +335,13 @@ func TestWALConcurrentReads(t *testing.T) {
 	}
 	next := uint64(11)
 	for round := range 200 {
-		if err := w.StoreLogs(walLogs(next, next+9, 0)); err != nil {
+		if err := w.Append(walLogs(next, next+9, 0)); err != nil {
 			t.Fatal(err)
 		}
 		next += 10
 		switch round % 10 {
 		case 3:
-			first, _ := w.FirstIndex()
+			first := w.FirstIndex()
 			if err := w.DeleteRange(first, next-50); err != nil {
 				t.Fatal(err)
 			}
@@ -367,28 +359,24 @@ func TestWALConcurrentReads(t *testing.T) {
 
 func mustFirst(t *testing.T, w *WAL) uint64 {
 	t.Helper()
-	f, err := w.FirstIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return w.FirstIndex()
 }
 
 // A malformed batch past a gap is refused before the gap clears the log.
 func TestWALBadBatchClearsNothing(t *testing.T) {
 	w := openWAL(t, t.TempDir(), 0)
-	if err := w.StoreLogs(walLogs(1, 10, 0)); err != nil {
+	if err := w.Append(walLogs(1, 10, 0)); err != nil {
 		t.Fatal(err)
 	}
 	bad := walLogs(50, 52, 0)
 	bad[2].Index = 60
-	if err := w.StoreLogs(bad); err == nil {
+	if err := w.Append(bad); err == nil {
 		t.Fatal("a batch out of order was stored")
 	}
 	checkWAL(t, w, 1, 10, gen0)
 }
 
-func BenchmarkWALStoreLogs(b *testing.B) {
+func BenchmarkWALAppend(b *testing.B) {
 	for _, n := range []int{1, 64} {
 		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) {
 			w, err := OpenWAL(b.TempDir(), 0)
@@ -399,7 +387,7 @@ func BenchmarkWALStoreLogs(b *testing.B) {
 			logs := walLogs(1, uint64(n), 0)
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := w.StoreLogs(logs); err != nil {
+				if err := w.Append(logs); err != nil {
 					b.Fatal(err)
 				}
 				for _, l := range logs {

@@ -67,10 +67,7 @@ type ClusterOptions struct {
 func ClusterConfig(id string) replica.Config {
 	cfg := replica.DefaultConfig()
 	cfg.NodeID = id
-	cfg.HeartbeatTimeout = 500 * time.Millisecond
 	cfg.ElectionTimeout = 500 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 500 * time.Millisecond
-	cfg.CommitTimeout = 5 * time.Millisecond
 	cfg.ExpireEvery = 5 * time.Millisecond
 	cfg.ApplyTimeout = 2 * time.Second
 	cfg.RaftLogLevel = "off"

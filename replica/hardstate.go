@@ -1,0 +1,60 @@
+package replica
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// The hard state (raft's term, vote and commit index) is the file
+// <raft-dir>/hardstate, 28 bytes:
+//
+//	u64 term | u64 vote | u64 commit | u32 CRC-32C of the 24 bytes before
+//
+// all little-endian, rewritten in place at offset 0. One write of 28 bytes
+// at the start of a file lies in one disk sector, which a disk writes
+// whole or not at all, so the file holds the old state or the new one; the
+// CRC makes any other outcome a refusal to start (errWALCorrupt), never a
+// wrong term or vote. In place rather than a new file renamed over it: a
+// follower rewrites its commit index after every entry, and a new file
+// and a rename each time would add directory updates to its commit path.
+// A term or vote is synced before raft acts on it (writeHardState's sync).
+const hardStateSize = 28
+
+// readHardState reads term, vote and commit (zero for a new directory).
+func (st *Storage) readHardState() (*raftpb.HardState, error) {
+	b := make([]byte, hardStateSize)
+	n, _ := st.hs.ReadAt(b, 0)
+	if n == 0 {
+		return &raftpb.HardState{}, nil
+	}
+	if n != hardStateSize || crc32.Checksum(b[:24], walCRC) != binary.LittleEndian.Uint32(b[24:]) {
+		return nil, fmt.Errorf("%w: hardstate damaged", errWALCorrupt)
+	}
+	return &raftpb.HardState{
+		Term:   new(binary.LittleEndian.Uint64(b)),
+		Vote:   new(binary.LittleEndian.Uint64(b[8:])),
+		Commit: new(binary.LittleEndian.Uint64(b[16:])),
+	}, nil
+}
+
+// writeHardState rewrites the hard state in place. It syncs only when
+// sync is set: a term or vote change must be durable before raft acts on
+// it, a commit index need not (it is learnt again from the leader).
+func (st *Storage) writeHardState(hs *raftpb.HardState, sync bool) error {
+	var b [hardStateSize]byte
+	binary.LittleEndian.PutUint64(b[:], hs.GetTerm())
+	binary.LittleEndian.PutUint64(b[8:], hs.GetVote())
+	binary.LittleEndian.PutUint64(b[16:], hs.GetCommit())
+	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], walCRC))
+	if sync {
+		if _, err := st.hs.WriteAt(b[:], 0); err != nil {
+			return err
+		}
+		return fdatasync(st.hs)
+	}
+	_, err := st.hs.WriteAt(b[:], 0)
+	return err
+}

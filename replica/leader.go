@@ -1,0 +1,61 @@
+package replica
+
+import (
+	"time"
+
+	"github.com/latchd/latchd/fence"
+)
+
+// What only the leader does: a Restamp at the start of each leadership,
+// and Expire entries when a deadline is due.
+
+// run restamps on every new leadership and proposes expiry while leader.
+func (n *Node) run() {
+	defer n.wg.Done()
+	tick := time.NewTicker(n.cfg.ExpireEvery)
+	defer tick.Stop()
+	var stampTerm uint64
+	for {
+		select {
+		case <-n.stop:
+			n.setReady(false)
+			return
+		case <-tick.C:
+		}
+		lt := n.leadTerm.Load()
+		if lt == 0 {
+			stampTerm = 0
+			n.setReady(false)
+			continue
+		}
+		if stampTerm != lt {
+			n.setReady(false)
+			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr, HTTPAddr: n.cfg.HTTPAddr,
+				Token: fence.Token{Fence: max(uint64(max(n.now(), 0)), n.cfg.FenceFloor)}}
+			if _, err := n.applyRaw(&c); err != nil || n.leadTerm.Load() != lt {
+				continue
+			}
+			stampTerm = lt
+			n.setReady(true)
+		}
+		if n.fsm.Engine().NextDeadline() <= n.now() {
+			c := Command{Op: OpExpire}
+			_, _ = n.applyRaw(&c)
+		}
+	}
+}
+
+// applyRaw proposes c as an entry of its own and waits for its Reply.
+func (n *Node) applyRaw(c *Command) (Reply, error) {
+	c.Origin = n.origin
+	c.ReqID = n.seq.Add(1)
+	c.Now = n.now()
+	p := &proposal{c: *c, raw: true, done: make(chan proposalResult, 1)}
+	n.submit(p)
+	select {
+	case res := <-p.done:
+		return res.r, res.err
+	case <-n.stop:
+		return Reply{}, ErrClosed
+	}
+}

@@ -1,0 +1,125 @@
+package replica
+
+import (
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// A snapshot from the leader: its state is kept aside while raft decides
+// whether to take it in (stashState, pinStash), then written and restored
+// (installSnapshot).
+
+// installSnapshot persists a snapshot received from the leader, has the
+// apply thread restore it (after what it is applying), and replaces the
+// in-memory log.
+func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
+	snap, serr := n.stashed(snap)
+	if serr != nil {
+		return serr
+	}
+	// This node's own snapshot may still be being written
+	// (writeSnapshot), and the apply thread may start another before it
+	// restores this one: harmless, so this thread does not wait for
+	// it. That snapshot is older than this one (the leader sends one
+	// past what this node has), so the newest file, which a restart
+	// loads, is this one; the log behind it is cleared below, and the
+	// writer's compaction is then below the log's first entry (nothing to
+	// delete) and raft's (ErrCompacted).
+	n.setWritingSnap(true)
+	err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain)
+	n.setWritingSnap(false)
+	if err != nil {
+		return err
+	}
+	if err := n.st.wal.DeleteRange(0, ^uint64(0)); err != nil {
+		return err
+	}
+	n.applyQ.push(&raftpb.Message{Type: raftpb.MessageType_MsgSnap.Enum(), Snapshot: snap})
+	select {
+	case err := <-n.restored:
+		if err != nil {
+			return err
+		}
+	case <-n.stop:
+		return ErrClosed
+	}
+	if err := n.mem.ApplySnapshot(memSnapshot(snap)); err != nil {
+		return err
+	}
+	n.keepSnap(snap)
+	return nil
+}
+
+// stashState keeps aside the state of a snapshot m brings from the leader
+// and returns m without it, for raft, which copies a snapshot it takes in
+// whole, and again when it hands it over to be saved: two copies of tens
+// of megabytes, each a memmove no goroutine can be preempted in, on
+// raft's goroutine. installSnapshot takes the state back (stashed). A
+// state stays only if raft takes its snapshot in: the drain that follows
+// the step pins it (pinStash) and drops the rest (dropUnpinned); so it is
+// raft that decides what is kept, and what it will ask for is there.
+// Under mu, with the step it is for.
+func (n *Node) stashState(m *raftpb.Message) *raftpb.Message {
+	snap := m.GetSnapshot()
+	if m.GetType() != raftpb.MessageType_MsgSnap || len(snap.GetData()) == 0 {
+		return m
+	}
+	n.stashMu.Lock()
+	n.stash = append(n.stash, stashEntry{snap: snap})
+	n.stashMu.Unlock()
+	// m is the transport's, decoded for this call alone: raft gets it
+	// with a snapshot of the metadata only (a copy: raft fills in what
+	// is missing of a snapshot's metadata).
+	m.Snapshot = &raftpb.Snapshot{Metadata: proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)}
+	return m
+}
+
+// stashEntry is a snapshot's state kept aside from raft (stashState).
+type stashEntry struct {
+	snap   *raftpb.Snapshot
+	pinned bool // raft handed its snapshot to the append thread: installSnapshot takes it
+}
+
+// pinStash keeps the state of snap, which raft hands to the append thread
+// without it, for installSnapshot. Under mu.
+func (n *Node) pinStash(snap *raftpb.Snapshot) {
+	n.stashMu.Lock()
+	defer n.stashMu.Unlock()
+	for i := range n.stash {
+		e := &n.stash[i]
+		if !e.pinned && e.snap.GetMetadata().GetIndex() == snap.GetMetadata().GetIndex() && e.snap.GetMetadata().GetTerm() == snap.GetMetadata().GetTerm() {
+			e.pinned = true
+			return
+		}
+	}
+}
+
+// dropUnpinned drops the states of snapshots raft did not take in (it will
+// never ask for them). Under mu, after a step and its drain.
+func (n *Node) dropUnpinned() {
+	n.stashMu.Lock()
+	defer n.stashMu.Unlock()
+	n.stash = slices.DeleteFunc(n.stash, func(e stashEntry) bool { return !e.pinned })
+}
+
+// stashed returns snap, from raft, with the state stashState kept for it
+// (snap itself when it has its state). A state that is not there is a
+// bug: the install fails, and with it the node's appends (appendBatch).
+func (n *Node) stashed(snap *raftpb.Snapshot) (*raftpb.Snapshot, error) {
+	if len(snap.GetData()) > 0 {
+		return snap, nil
+	}
+	n.stashMu.Lock()
+	defer n.stashMu.Unlock()
+	for i, e := range n.stash {
+		s := e.snap
+		if e.pinned && s.GetMetadata().GetIndex() == snap.GetMetadata().GetIndex() && s.GetMetadata().GetTerm() == snap.GetMetadata().GetTerm() {
+			n.stash = slices.Delete(n.stash, i, i+1)
+			return &raftpb.Snapshot{Data: s.GetData(), Metadata: snap.GetMetadata()}, nil
+		}
+	}
+	return nil, fmt.Errorf("replica: the state of snapshot %d (term %d) is not here", snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm())
+}

@@ -1,0 +1,329 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+)
+
+// The on-disk layout of --raft-dir:
+//
+//	FORMAT      "latchd etcd-raft 1": written at creation, checked at start
+//	LOCK        flock'ed while a process uses the directory
+//	wal/        the raft log (WAL), one record per entry (a raftpb.Entry)
+//	hardstate   term, vote, commit and a CRC-32C, rewritten in place
+//	snap/       snapshots, %020d.snap by index, newest SnapshotRetain kept
+//
+// A directory written by a latchd release from before etcd raft (raft.db,
+// snapshots/ or wal/ and no FORMAT) is refused with ErrOldRaftDir: its log
+// is not read, so nothing of it is lost or changed.
+const (
+	etcdFormat  = "latchd etcd-raft 1\n"
+	snapFileExt = ".snap"
+	dialTimeout = 2 * time.Second
+)
+
+// ErrOldRaftDir means --raft-dir holds the data of a latchd release from
+// before etcd raft, which this one cannot read.
+var ErrOldRaftDir = errors.New("replica: raft dir was written by a latchd release from before etcd raft; this release cannot read it")
+
+// Storage is what a Node keeps its state in and talks through:
+// the raft directory and the transport's listener. DiskStorage opens it.
+type Storage struct {
+	dir  string
+	wal  *WAL
+	hs   *os.File
+	lock *os.File
+	ln   net.Listener
+	dial func(addr string, timeout time.Duration) (net.Conn, error)
+	// Close, if set, runs after the node has stopped (closes files, sockets).
+	Close func() error
+}
+
+// DiskStorage opens (or creates) cfg.RaftDir and listens on cfg.BindAddr,
+// with the HMAC handshake of authStreamLayer when cfg.AuthToken is set.
+func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
+	if cfg.RaftDir == "" || cfg.BindAddr == "" {
+		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := os.MkdirAll(cfg.RaftDir, 0o700); err != nil {
+		return Storage{}, fmt.Errorf("replica: %w", err)
+	}
+	st := Storage{dir: cfg.RaftDir}
+	fail := func(err error) (Storage, error) {
+		st.closeFiles()
+		return Storage{}, err
+	}
+	lock, err := os.OpenFile(filepath.Join(cfg.RaftDir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fail(fmt.Errorf("replica: %w", err))
+	}
+	st.lock = lock
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fail(fmt.Errorf("replica: raft dir %s is in use by another process: %w", cfg.RaftDir, err))
+	}
+	if err := checkFormat(cfg.RaftDir); err != nil {
+		return fail(err)
+	}
+	if st.wal, err = OpenWAL(filepath.Join(cfg.RaftDir, "wal"), 0); err != nil {
+		return fail(err)
+	}
+	if cut := st.wal.Cut(); cut > 0 {
+		log.Warn("raft log: cut an unfinished write at the tail", zap.Int64("bytes", cut))
+	}
+	if st.hs, err = os.OpenFile(filepath.Join(cfg.RaftDir, "hardstate"), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return fail(fmt.Errorf("replica: %w", err))
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.RaftDir, "snap"), 0o700); err != nil {
+		return fail(fmt.Errorf("replica: %w", err))
+	}
+	if cfg.AuthToken != "" {
+		var adv net.Addr
+		if cfg.AdvertiseAddr != "" {
+			if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
+				return fail(fmt.Errorf("replica: advertise address: %w", err))
+			}
+		}
+		a, err := listenAuth(cfg.BindAddr, adv, cfg.AuthToken, authTimeout, log.With(zap.String("node_id", cfg.NodeID)))
+		if err != nil {
+			return fail(err)
+		}
+		st.ln = a
+		st.dial = a.Dial
+	} else {
+		ln, err := net.Listen("tcp", cfg.BindAddr)
+		if err != nil {
+			return fail(fmt.Errorf("replica: transport: %w", err))
+		}
+		st.ln = ln
+		st.dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+			return net.DialTimeout("tcp", addr, timeout)
+		}
+	}
+	st.Close = func() error {
+		err := st.ln.Close()
+		if errors.Is(err, net.ErrClosed) {
+			err = nil // the node's transport closed it first
+		}
+		st.closeFiles()
+		return err
+	}
+	return st, nil
+}
+
+func (st *Storage) closeFiles() {
+	if st.wal != nil {
+		_ = st.wal.Close()
+	}
+	if st.hs != nil {
+		_ = st.hs.Close()
+	}
+	if st.lock != nil {
+		_ = st.lock.Close() // drops the flock
+	}
+}
+
+// checkFormat refuses an old directory (ErrOldRaftDir) and marks a new one.
+func checkFormat(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "FORMAT"))
+	if err == nil {
+		if string(b) != etcdFormat {
+			return fmt.Errorf("replica: raft dir %s has an unknown FORMAT %q", dir, b)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("replica: %w", err)
+	}
+	for _, name := range []string{"raft.db", "snapshots", "wal"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return fmt.Errorf("%w (found %s in %s). The directory is left as it is. "+
+				"If the other nodes run this release: remove this node from the cluster (DELETE /v1/admin/voters/{id} "+
+				"on the leader), move %s aside or empty it, start the node and add it back (POST /v1/admin/voters); "+
+				"it catches up from the leader's snapshot. If no node does: start a new cluster on empty directories "+
+				"(docs/cluster.md)", ErrOldRaftDir, name, dir, dir)
+		}
+	}
+	if err := writeFileSync(filepath.Join(dir, "FORMAT"), []byte(etcdFormat)); err != nil {
+		return fmt.Errorf("replica: %w", err)
+	}
+	return nil
+}
+
+// writeFileSync writes a file whole and durably: a temporary file, fsync,
+// rename, fsync of the directory.
+func writeFileSync(path string, parts ...[]byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	for _, b := range parts {
+		if _, err := f.Write(b); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// saveSnapshot writes snap durably and keeps the newest retain files.
+//
+// The file is the snapshot's protobuf encoding and its CRC, written from
+// the state's own bytes (snapshotParts): a large state is not copied to
+// be written.
+func (st *Storage) saveSnapshot(snap *raftpb.Snapshot, retain int) error {
+	parts, err := snapshotParts(snap)
+	if err != nil {
+		return err
+	}
+	var crc uint32
+	for _, p := range parts {
+		crc = crc32.Update(crc, walCRC, p)
+	}
+	parts = append(parts, binary.LittleEndian.AppendUint32(nil, crc))
+	dir := filepath.Join(st.dir, "snap")
+	if err := writeFileSync(filepath.Join(dir, fmt.Sprintf("%020d%s", snap.GetMetadata().GetIndex(), snapFileExt)), parts...); err != nil {
+		return err
+	}
+	idx := st.snapIndexes()
+	for len(idx) > max(retain, 1) {
+		_ = os.Remove(filepath.Join(dir, fmt.Sprintf("%020d%s", idx[0], snapFileExt)))
+		idx = idx[1:]
+	}
+	return nil
+}
+
+// snapshotParts is snap's protobuf encoding (what proto.Marshal gives) in
+// pieces: the state's field header, the state itself (snap.Data, not a
+// copy) and the metadata. A snapshot of a large state is tens of
+// megabytes; one copy of it is a long memmove no goroutine can preempt,
+// which holds up a collection's stop-the-world for its whole length.
+func snapshotParts(snap *raftpb.Snapshot) ([][]byte, error) {
+	data := snap.GetData()
+	if len(data) == 0 {
+		b, err := proto.Marshal(snap)
+		return [][]byte{b}, err
+	}
+	// Field 1 (data) first, then field 2 (metadata), as proto.Marshal
+	// orders them.
+	rest := &raftpb.Snapshot{Metadata: snap.GetMetadata()}
+	rest.ProtoReflect().SetUnknown(snap.ProtoReflect().GetUnknown()) // proto.Marshal writes them last
+	meta, err := proto.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	head := binary.AppendUvarint([]byte{1<<3 | 2}, uint64(len(data)))
+	return [][]byte{head, data, meta}, nil
+}
+
+func (st *Storage) snapIndexes() []uint64 {
+	ents, _ := os.ReadDir(filepath.Join(st.dir, "snap"))
+	var idx []uint64
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), snapFileExt)
+		if !ok {
+			continue
+		}
+		if i, err := strconv.ParseUint(name, 10, 64); err == nil {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	return idx
+}
+
+// loadSnapshot returns the newest intact snapshot, or nil.
+func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
+	idx := st.snapIndexes()
+	for i := len(idx) - 1; i >= 0; i-- {
+		b, err := os.ReadFile(filepath.Join(st.dir, "snap", fmt.Sprintf("%020d%s", idx[i], snapFileExt)))
+		if err != nil || len(b) < 4 {
+			continue
+		}
+		body := b[:len(b)-4]
+		if crc32.Checksum(body, walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+			continue
+		}
+		snap := &raftpb.Snapshot{}
+		if err := proto.Unmarshal(body, snap); err != nil {
+			continue
+		}
+		return snap, nil
+	}
+	return nil, nil
+}
+
+// appendEntries writes ents to the WAL with one fdatasync, first cutting a
+// conflicting tail.
+func (st *Storage) appendEntries(ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	first, last := ents[0].GetIndex(), st.wal.LastIndex()
+	if lo := st.wal.FirstIndex(); lo != 0 && first <= last {
+		if first <= lo {
+			if err := st.wal.DeleteRange(lo, last); err != nil {
+				return err
+			}
+		} else if err := st.wal.DeleteRange(first, last); err != nil {
+			return err
+		}
+	}
+	recs := make([]walRecord, len(ents))
+	for i, e := range ents {
+		b, err := proto.Marshal(e)
+		if err != nil {
+			return err
+		}
+		recs[i] = walRecord{Index: e.GetIndex(), Term: e.GetTerm(), Data: b}
+	}
+	return st.wal.Append(recs)
+}
+
+// readEntries reads the WAL's entries above after.
+func (st *Storage) readEntries(after uint64) ([]*raftpb.Entry, error) {
+	first, last := st.wal.FirstIndex(), st.wal.LastIndex()
+	if first == 0 {
+		return nil, nil
+	}
+	var ents []*raftpb.Entry
+	for i := max(first, after+1); i <= last; i++ {
+		r, err := st.wal.Get(i)
+		if err != nil {
+			return nil, err
+		}
+		e := &raftpb.Entry{}
+		if err := proto.Unmarshal(r.Data, e); err != nil {
+			return nil, fmt.Errorf("%w: entry %d: %w", errWALCorrupt, i, err)
+		}
+		ents = append(ents, e)
+	}
+	return ents, nil
+}
