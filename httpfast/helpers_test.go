@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // harness is an engine with its clock and TCP server (from testutil) plus
@@ -28,7 +29,7 @@ import (
 // response against the OpenAPI document.
 type harness struct {
 	t      *testing.T
-	ts     *testutil.Server
+	ts     *servertest.Server
 	srv    *Server
 	base   string
 	client *http.Client
@@ -36,9 +37,9 @@ type harness struct {
 }
 
 // startHTTP starts a harness. mod adjusts the httpfast config.
-func startHTTP(t *testing.T, mod func(*Config), opts ...testutil.Option) *harness {
+func startHTTP(t *testing.T, mod func(*Config), opts ...servertest.Option) *harness {
 	t.Helper()
-	ts := testutil.StartServer(t, opts...)
+	ts := servertest.StartServer(t, opts...)
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	if mod != nil {
@@ -320,7 +321,7 @@ func (c *tcpClient) read() string {
 // benchmark, logging nothing.
 func startBench(b *testing.B) *harness {
 	b.Helper()
-	ts := testutil.StartServer(b)
+	ts := servertest.StartServer(b)
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	srv, err := New(cfg, ts.Engine, zap.NewNop(), WithConnections(ts.TCP.Connections))

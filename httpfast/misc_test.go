@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/latchd/latchd/internal/metrics"
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 func TestAuth(t *testing.T) {
@@ -171,7 +171,7 @@ func TestMetrics(t *testing.T) {
 // given registry and that /metrics serves all of it, the TCP side's
 // metrics included.
 func TestMetricsSharedRegistry(t *testing.T) {
-	ts := testutil.StartServer(t)
+	ts := servertest.StartServer(t)
 	reg := metrics.NewRegistry(ts.Engine)
 	reg.TCP().Opened() // stands in for a TCP server recording into reg
 	cfg := DefaultConfig()

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // rawConn is a client usable from any goroutine: errors come back.
@@ -53,8 +53,8 @@ func TestClusterHandOffStress(t *testing.T) {
 }
 
 func clusterHandOffStress(t *testing.T, loops int) {
-	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = loops })
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = loops })
+	li := c.Leader(servertest.LeaderTimeout)
 	addr := c.Members()[li].Addr
 
 	var holders atomic.Int32
@@ -153,8 +153,8 @@ func TestClusterAnswersOnLoop(t *testing.T) {
 	if !replica.AnswerRunners {
 		t.Skip("this replica build answers on raft's goroutine")
 	}
-	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = 1 })
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = 1 })
+	li := c.Leader(servertest.LeaderTimeout)
 	addr := c.Members()[li].Addr
 	const clients, rounds = 32, 40
 	errs := make(chan error, clients)

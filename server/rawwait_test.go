@@ -9,9 +9,10 @@ import (
 	"github.com/panjf2000/gnet/v2/pkg/netpoll"
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
-	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // TestRawIdleWaitRule: the raw idle wait applies with one event loop and
@@ -71,7 +72,7 @@ func TestRawIdleWaitRule(t *testing.T) {
 // runtime's 10 ms preemption, in an ordinary one.
 func TestLoopRawWaitServes(t *testing.T) {
 	rawWaitTest(t)
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) {
+	s := servertest.StartServer(t, func(_ *engine.Config, c *server.Config) {
 		c.EventLoops = 1
 		c.LoopRawWait = true
 	})
@@ -113,7 +114,7 @@ func TestRawIdleWaitProcessWide(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := server.New(c, eng, zap.NewNop())
+		srv, err := server.New(c, backend.NewLocal(eng), zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}
