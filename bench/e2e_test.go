@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server/servertest"
@@ -120,7 +121,7 @@ func TestSweepHTTP(t *testing.T) {
 	srv := servertest.StartServer(t)
 	hcfg := httpfast.DefaultConfig()
 	hcfg.Addr = "127.0.0.1:0"
-	h, err := httpfast.New(hcfg, srv.Engine, zap.NewNop())
+	h, err := httpfast.New(hcfg, backend.NewLocal(srv.Engine), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

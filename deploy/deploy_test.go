@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
@@ -56,7 +57,7 @@ func startLive(t *testing.T) liveServer {
 	eng = s.Engine
 	hcfg := httpfast.DefaultConfig()
 	hcfg.Addr = "127.0.0.1:0"
-	web, err := httpfast.New(hcfg, s.Engine, zap.NewNop(), httpfast.WithMetrics(reg), httpfast.WithConnections(s.TCP.Connections))
+	web, err := httpfast.New(hcfg, backend.NewLocal(s.Engine), zap.NewNop(), httpfast.WithMetrics(reg), httpfast.WithConnections(s.TCP.Connections))
 	if err != nil {
 		t.Fatal(err)
 	}

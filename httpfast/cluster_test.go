@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/replica"
@@ -44,7 +45,7 @@ func startRESTCluster(t *testing.T, mod func(*Config), limit time.Duration) *res
 			if mod != nil {
 				mod(&cfg)
 			}
-			srv, err := New(cfg, nil, zap.NewNop(), WithCluster(m.Node), WithAdmin(m.Node, testAdminToken))
+			srv, err := New(cfg, m.Node, zap.NewNop(), WithAdmin(m.Node, testAdminToken))
 			if err != nil {
 				tb.Fatalf("New(%s): %v", m.ID, err)
 			}
@@ -394,7 +395,7 @@ func TestAdminAbsentWithoutWithAdmin(t *testing.T) {
 	} {
 		wantStatus(t, c.method+" "+c.path, h.do(c), http.StatusNotFound, "not_found")
 	}
-	if _, err := New(DefaultConfig(), h.ts.Engine, zap.NewNop(), WithAdmin(nil, "x")); err == nil {
+	if _, err := New(DefaultConfig(), backend.NewLocal(h.ts.Engine), zap.NewNop(), WithAdmin(nil, "x")); err == nil {
 		t.Fatal("New accepted WithAdmin without a node")
 	}
 }

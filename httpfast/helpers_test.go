@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server/servertest"
 )
@@ -45,7 +46,7 @@ func startHTTP(t *testing.T, mod func(*Config), opts ...servertest.Option) *harn
 	if mod != nil {
 		mod(&cfg)
 	}
-	srv, err := New(cfg, ts.Engine, zaptest.NewLogger(t), WithConnections(ts.TCP.Connections))
+	srv, err := New(cfg, backend.NewLocal(ts.Engine), zaptest.NewLogger(t), WithConnections(ts.TCP.Connections))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -324,7 +325,7 @@ func startBench(b *testing.B) *harness {
 	ts := servertest.StartServer(b)
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	srv, err := New(cfg, ts.Engine, zap.NewNop(), WithConnections(ts.TCP.Connections))
+	srv, err := New(cfg, backend.NewLocal(ts.Engine), zap.NewNop(), WithConnections(ts.TCP.Connections))
 	if err != nil {
 		b.Fatalf("New: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/server/servertest"
 )
@@ -176,7 +177,7 @@ func TestMetricsSharedRegistry(t *testing.T) {
 	reg.TCP().Opened() // stands in for a TCP server recording into reg
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	srv, err := New(cfg, ts.Engine, zaptest.NewLogger(t), WithMetrics(reg))
+	srv, err := New(cfg, backend.NewLocal(ts.Engine), zaptest.NewLogger(t), WithMetrics(reg))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
