@@ -14,14 +14,16 @@ import (
 // backend also *NotLeaderError, ErrUnknownOutcome and context errors (the
 // backend's own bound on a wait).
 type Backend interface {
-	// Submit runs r. It answers at once (pending false: the reply or the
-	// error are returned) or takes the request and answers it later
+	// Submit runs *r. It answers at once (pending false: the reply or
+	// the error are returned) or takes the request and answers it later
 	// (pending true): l hears the reply exactly once, on another
 	// goroutine, and must not block. sink hears a parked Acquire's or
 	// Wait's outcome; via, if not nil, receives the Sinks a single
-	// node's Release or Disconnect calls in place (engine.Via). r.Key is
-	// not kept after Submit returns.
-	Submit(r Request, sink engine.Sink, via engine.Via, l Later) (rep Reply, pending bool, err error)
+	// node's Release or Disconnect calls in place (engine.Via). Neither
+	// r nor r.Key is kept after Submit returns: r is a pointer only so
+	// that an event loop can reuse one Request per connection instead of
+	// copying it into every call.
+	Submit(r *Request, sink engine.Sink, via engine.Via, l Later) (rep Reply, pending bool, err error)
 	// Do runs r and waits for its reply, within a bound of the backend's
 	// own on a replicated backend (then it returns a context error).
 	Do(r Request, sink engine.Sink) (Reply, error)
@@ -76,13 +78,13 @@ const (
 // and the token salt.
 type Request struct {
 	Op      Op
+	Release bool   // Disconnect: release what Owner holds too
 	Key     []byte // not kept after the call returns
 	Owner   engine.OwnerID
 	Limit   int
 	TTL     time.Duration
 	Timeout time.Duration
 	Token   fence.Token
-	Release bool // Disconnect: release what Owner holds too
 	// MaxSessions caps the open sessions an OpenSession may find (0: no
 	// cap); SessionKey is kept with the session.
 	MaxSessions int
@@ -96,11 +98,12 @@ type Request struct {
 	Now int64
 }
 
-// Reply is what a request answered.
+// Reply is what a request answered: Outcome for Acquire, Enqueue and
+// Wait, Outcome.TTL (the lease length) for Renew, OK for CancelWait,
+// CloseSession and BeginSession.
 type Reply struct {
-	Outcome engine.Outcome // Acquire, Enqueue, Wait
-	TTL     time.Duration  // Renew: the lease length
-	OK      bool           // CancelWait, CloseSession, BeginSession
+	Outcome engine.Outcome
+	OK      bool
 }
 
 // Leader is what a node knows of the leader's addresses; empty when it

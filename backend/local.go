@@ -14,17 +14,7 @@ type Local struct{ eng *engine.Engine }
 func NewLocal(eng *engine.Engine) *Local { return &Local{eng: eng} }
 
 // Submit runs r on the engine and answers at once.
-func (b *Local) Submit(r Request, sink engine.Sink, via engine.Via, _ Later) (Reply, bool, error) {
-	rep, err := b.run(&r, sink, via)
-	return rep, false, err
-}
-
-// Do runs r on the engine.
-func (b *Local) Do(r Request, sink engine.Sink) (Reply, error) { return b.run(&r, sink, nil) }
-
-// run is the one engine call for r. r stays on the caller's stack: it is
-// read here and not kept.
-func (b *Local) run(r *Request, sink engine.Sink, via engine.Via) (rep Reply, err error) {
+func (b *Local) Submit(r *Request, sink engine.Sink, via engine.Via, _ Later) (rep Reply, pending bool, err error) {
 	now := r.Now
 	if now == 0 {
 		now = clock.Now()
@@ -39,7 +29,7 @@ func (b *Local) run(r *Request, sink engine.Sink, via engine.Via) (rep Reply, er
 	case OpRelease:
 		err = b.eng.ReleaseVia(now, r.Key, r.Token, via)
 	case OpRenew:
-		rep.TTL, err = b.eng.RenewAs(now, r.Key, r.Token, r.TTL, r.Owner)
+		rep.Outcome.TTL, err = b.eng.RenewAs(now, r.Key, r.Token, r.TTL, r.Owner)
 	case OpDisconnect:
 		b.eng.DisconnectVia(now, r.Owner, r.Release, via)
 	case OpCancelWait:
@@ -53,6 +43,12 @@ func (b *Local) run(r *Request, sink engine.Sink, via engine.Via) (rep Reply, er
 	default:
 		err = engine.ErrBadRequest
 	}
+	return rep, false, err
+}
+
+// Do runs r on the engine.
+func (b *Local) Do(r Request, sink engine.Sink) (Reply, error) {
+	rep, _, err := b.Submit(&r, sink, nil, nil)
 	return rep, err
 }
 

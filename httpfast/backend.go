@@ -64,7 +64,7 @@ func (s *Server) release(key []byte, tok fence.Token) error {
 
 func (s *Server) renew(key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error) {
 	rep, err := s.be.Do(backend.Request{Op: backend.OpRenew, Key: key, Token: tok, TTL: ttl, Owner: owner}, nil)
-	return rep.TTL, err
+	return rep.Outcome.TTL, err
 }
 
 // disconnect withdraws everything owner waits for and, with release,

@@ -60,27 +60,35 @@ func command(r *backend.Request) (Command, bool) {
 	return c, true
 }
 
-func reply(r Reply) backend.Reply { return backend.Reply{Outcome: r.Outcome, TTL: r.TTL, OK: r.OK} }
+// reply is r as the backend's: a Renew's lease length goes in Outcome.TTL.
+func reply(r Reply) backend.Reply {
+	rep := backend.Reply{Outcome: r.Outcome, OK: r.OK}
+	if r.TTL != 0 {
+		rep.Outcome.TTL = r.TTL
+	}
+	return rep
+}
 
 // Submit proposes r without blocking: a follower, or a leader still
 // taking over, answers *backend.NotLeaderError at once; otherwise l hears
 // the reply once the entry is applied (see ProposeFunc). A Disconnect
 // waits for its entry on a goroutine of its own, at most proposeWait. via
 // is not used: grants are delivered by the apply thread.
-func (n *Node) Submit(r backend.Request, sink engine.Sink, _ engine.Via, l backend.Later) (backend.Reply, bool, error) {
+func (n *Node) Submit(r *backend.Request, sink engine.Sink, _ engine.Via, l backend.Later) (backend.Reply, bool, error) {
 	if !n.IsLeader() {
 		return backend.Reply{}, false, &backend.NotLeaderError{Leader: n.LeaderAddrs()}
 	}
 	if r.Op == backend.OpOpenSession && r.MaxSessions > 0 && n.FSM().Engine().Sessions() >= r.MaxSessions {
 		return backend.Reply{}, false, engine.ErrMaxSessions // see Do
 	}
-	c, ok := command(&r)
+	c, ok := command(r)
 	if !ok {
 		return backend.Reply{}, false, engine.ErrBadRequest
 	}
 	if r.Op == backend.OpDisconnect {
+		dr := *r
 		go func() {
-			rep, err := n.Do(r, nil)
+			rep, err := n.Do(dr, nil)
 			l.Answer(rep, err)
 		}()
 		return backend.Reply{}, true, nil

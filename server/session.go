@@ -7,6 +7,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/metrics"
@@ -55,6 +56,7 @@ type session struct {
 	// has closed; disconnected, its Disconnect was submitted.
 	used         bool
 	cmd          codec.Cmd
+	req          backend.Request // the request being submitted
 	inflight     atomic.Int32
 	closed       atomic.Bool
 	disconnected atomic.Bool

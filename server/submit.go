@@ -50,8 +50,12 @@ type clusterStats struct {
 // submit runs a mutating request. It returns the output and whether the
 // connection must close after it is written. Event loop only.
 func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([]byte, bool) {
-	r := backend.Request{Key: req.Key, Owner: ss.id, Client: ss.id, Limit: 1,
-		TTL: seconds(req.TTL), Timeout: seconds(req.Timeout), Now: t}
+	// One Request per connection: Submit takes a pointer, and a local
+	// would escape. Set field by field (a composite literal would be
+	// built aside and copied); the session fields stay zero.
+	r := &ss.req
+	r.Key, r.Owner, r.Client, r.Now = req.Key, ss.id, ss.id, t
+	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
 	}
@@ -77,6 +81,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	}
 	ss.cmd = req.Cmd // read by Answer: the connection parks until then
 	rep, pending, err := s.be.Submit(r, sink, ss.via(), ss)
+	r.Key = nil // a view of the read buffer
 	if pending {
 		// Answer may have run already, on another goroutine: the
 		// counters may pass through -1, which no reader acts on before
@@ -114,7 +119,7 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 	case codec.CmdRelease, codec.CmdSemRelease:
 		return codec.AppendStatus(out, codec.StatusOK), false, false
 	case codec.CmdRenew, codec.CmdSemRenew:
-		return codec.AppendRemaining(out, int64(rep.TTL/time.Second)), false, false
+		return codec.AppendRemaining(out, int64(rep.Outcome.TTL/time.Second)), false, false
 	}
 	return codec.AppendStatus(out, codec.StatusError), false, false
 }
@@ -215,8 +220,10 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 		release = false
 	}
 	s.inflight.Add(1)
-	_, pending, err := s.be.Submit(backend.Request{Op: backend.OpDisconnect, Owner: ss.id, Release: release},
-		nil, via, (*dropped)(ss))
+	r := &ss.req
+	*r = backend.Request{Op: backend.OpDisconnect, Owner: ss.id, Release: release}
+	_, pending, err := s.be.Submit(r, nil, via, (*dropped)(ss))
+	*r = backend.Request{}
 	if !pending {
 		s.inflight.Add(-1)
 		if err != nil {
