@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 func TestHelpListsFlags(t *testing.T) {
@@ -120,7 +120,7 @@ func TestAllRefusedRow(t *testing.T) {
 	}
 
 	// A real server: every try-lock on a held key times out.
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	holder, err := net.Dial("tcp", s.Addr)
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // tinyConfig is a two-row sweep of few rounds against target.
@@ -73,7 +75,7 @@ func TestSweepCeiling(t *testing.T) {
 }
 
 func TestSweepServerModes(t *testing.T) {
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	for _, mode := range Modes {
 		t.Run(string(mode), func(t *testing.T) {
 			cfg := tinyConfig(mode, Target{Name: "latchd", Kind: KindTCP, Addr: srv.Addr})
@@ -88,7 +90,7 @@ func TestSweepServerModes(t *testing.T) {
 }
 
 func TestSweepCompare(t *testing.T) {
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	c := startCeiling(t)
 	cfg := tinyConfig(ModeLock,
 		Target{Name: "latchd", Kind: KindTCP, Addr: srv.Addr},
@@ -116,10 +118,10 @@ func TestSweepCompare(t *testing.T) {
 }
 
 func TestSweepHTTP(t *testing.T) {
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	hcfg := httpfast.DefaultConfig()
 	hcfg.Addr = "127.0.0.1:0"
-	h, err := httpfast.New(hcfg, srv.Engine, zap.NewNop())
+	h, err := httpfast.New(hcfg, backend.NewLocal(srv.Engine), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

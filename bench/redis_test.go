@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // startRedis starts redis-server on a free loopback port, or skips the
@@ -50,7 +50,7 @@ func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
 
 func TestSweepRedis(t *testing.T) {
 	addr := startRedis(t)
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	for _, mode := range []Mode{ModeLock, ModeContended, ModeSem} {
 		t.Run(string(mode), func(t *testing.T) {
 			cfg := tinyConfig(mode,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // fakeNode is a TCP listener on loopback that speaks the line protocol:
@@ -196,7 +197,7 @@ func dialCluster(t *testing.T, seeds []string, opts ...client.Option) *client.Cl
 
 func TestClusterFollowsRedirect(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	follower := newFakeNode(t, notLeader(srv.Addr))
 	ctx := context.Background()
 	c := dialCluster(t, []string{follower.Addr})
@@ -238,7 +239,7 @@ func TestClusterFollowsRedirect(t *testing.T) {
 
 func TestClusterUnknownLeaderTriesNextSeed(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	electing := newFakeNode(t, notLeader(""))
 	c := dialCluster(t, []string{electing.Addr, srv.Addr}, client.WithBackoff(100*time.Millisecond, 100*time.Millisecond))
 	start := time.Now()
@@ -311,7 +312,7 @@ func TestClusterBudgetExhausted(t *testing.T) {
 
 func TestClusterUnknownOutcome(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx := context.Background()
 	dropper := newFakeNode(t, drop)
 

@@ -15,6 +15,7 @@ import (
 	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // fakeServer answers each three-line request with the next line of
@@ -202,7 +203,7 @@ func dial(t *testing.T, addr string, opts ...client.Option) *client.Conn {
 }
 
 func TestConnProtocol(t *testing.T) {
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx := context.Background()
 	a, b := dial(t, srv.Addr), dial(t, srv.Addr)
 
@@ -254,7 +255,7 @@ func TestConnProtocol(t *testing.T) {
 }
 
 func TestDialAuth(t *testing.T) {
-	srv := testutil.StartServer(t, func(_ *engine.Config, s *server.Config) { s.AuthToken = "s3cret" })
+	srv := servertest.StartServer(t, func(_ *engine.Config, s *server.Config) { s.AuthToken = "s3cret" })
 	ctx := context.Background()
 
 	c := dial(t, srv.Addr, client.WithAuthToken("s3cret"))
@@ -269,14 +270,14 @@ func TestDialAuth(t *testing.T) {
 		t.Fatalf("Acquire without auth = %v (closed: %v), want ErrAuth and a closed Conn", err, anon.Err())
 	}
 
-	open := testutil.StartServer(t)
+	open := servertest.StartServer(t)
 	if _, err := client.Dial(ctx, open.Addr, client.WithAuthToken("s3cret")); !errors.Is(err, client.ErrAuth) {
 		t.Fatalf("Dial with a token to a server without one = %v, want ErrAuth", err)
 	}
 }
 
 func TestConnCancelWithdrawsWait(t *testing.T) {
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	holder, waiter := dial(t, srv.Addr), dial(t, srv.Addr)
 	if _, err := holder.Acquire(context.Background(), "busy", 0, 0); err != nil {
 		t.Fatal(err)
@@ -304,7 +305,7 @@ func TestConnCancelWithdrawsWait(t *testing.T) {
 }
 
 // waitersOn returns the number of waiters on a held lock, -1 if not held.
-func waitersOn(srv *testutil.Server, key string) int {
+func waitersOn(srv *servertest.Server, key string) int {
 	for _, l := range srv.Engine.Snapshot(time.Now().UnixNano()).Locks {
 		if l.Key == key {
 			return l.Waiters

@@ -8,6 +8,7 @@ import (
 
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // campaign runs e.Campaign in the background and returns its result.
@@ -31,7 +32,7 @@ func wonWithin(t *testing.T, errc <-chan error, d time.Duration, who string) {
 
 func TestElectionHandOver(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	elect := func() *client.Election {
@@ -79,7 +80,7 @@ func TestElectionHandOver(t *testing.T) {
 
 func TestElectionCampaignCanceled(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	leader := &client.Election{Name: "busy", Servers: []string{srv.Addr}}
 	if err := leader.Campaign(context.Background()); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // closedNow reports whether ch is closed, without waiting.
@@ -109,7 +110,7 @@ func TestLeaseLateGrantRenewedAtOnce(t *testing.T) {
 // started out lost.
 func TestLeaseLostDuringReleaseNotInherited(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx := context.Background()
 	l := &client.Lock{Key: "k", LeaseTTL: 1, Servers: []string{srv.Addr}}
 	renewing := make(chan struct{}, 1)

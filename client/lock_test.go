@@ -10,6 +10,7 @@ import (
 
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // lost waits up to d for ch to close.
@@ -24,7 +25,7 @@ func lost(ch <-chan struct{}, d time.Duration) bool {
 
 func TestLockAcquireRelease(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx := context.Background()
 	a := &client.Lock{Key: "deploy", LeaseTTL: 10, Servers: []string{srv.Addr}}
 	b := &client.Lock{Key: "deploy", Servers: []string{srv.Addr}}
@@ -71,7 +72,7 @@ func TestLockAcquireRelease(t *testing.T) {
 
 func TestLockRenewalKeepsLease(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx := context.Background()
 	holder := &client.Lock{Key: "renewed", LeaseTTL: 2, Servers: []string{srv.Addr}}
 	if got, err := holder.Acquire(ctx); !got || err != nil {
@@ -97,7 +98,7 @@ func TestLockRenewalKeepsLease(t *testing.T) {
 
 func TestLockLostWhenStolen(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx := context.Background()
 	l := &client.Lock{Key: "stolen", LeaseTTL: 2, Servers: []string{srv.Addr}}
 	watch := l.Lost() // before the grant: the next grant's channel
@@ -131,7 +132,7 @@ func TestLockLostWhenStolen(t *testing.T) {
 
 func TestLockLostWhenRenewalBlocked(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx := context.Background()
 	zombie := &client.Lock{Key: "paused", LeaseTTL: 1, Servers: []string{srv.Addr}}
 	// A paused process: the renewal does not run until the lease is over.
@@ -159,7 +160,7 @@ func TestLockLostWhenRenewalBlocked(t *testing.T) {
 
 func TestLockLostWhenServerStops(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	l := &client.Lock{Key: "doomed", LeaseTTL: 2, Servers: []string{srv.Addr}}
 	if got, err := l.Acquire(context.Background()); !got || err != nil {
 		t.Fatalf("Acquire = %v, %v", got, err)
@@ -179,7 +180,7 @@ func TestLockLostWhenServerStops(t *testing.T) {
 
 func TestLockCancelAcquire(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	holder := &client.Lock{Key: "contended", Servers: []string{srv.Addr}}
 	if got, err := holder.Acquire(context.Background()); !got || err != nil {
 		t.Fatalf("Acquire = %v, %v", got, err)
@@ -213,7 +214,7 @@ func TestLockCancelAcquire(t *testing.T) {
 
 func TestSemaphoreLimit(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartServer(t)
+	srv := servertest.StartServer(t)
 	ctx := context.Background()
 	sem := func() *client.Semaphore {
 		return &client.Semaphore{Key: "pool", Limit: 2, LeaseTTL: 10, Servers: []string{srv.Addr}}
@@ -253,7 +254,7 @@ func TestSemaphoreLimit(t *testing.T) {
 
 func TestLockSharding(t *testing.T) {
 	t.Parallel()
-	srvs := []*testutil.Server{testutil.StartServer(t), testutil.StartServer(t)}
+	srvs := []*servertest.Server{servertest.StartServer(t), servertest.StartServer(t)}
 	addrs := []string{srvs[0].Addr, srvs[1].Addr}
 	ctx := context.Background()
 	used := [2]int{}

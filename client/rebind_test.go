@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // splitProxy forwards one connection to target; breakClient resets the
@@ -63,7 +64,7 @@ func (p *splitProxy) closeServer() {
 }
 
 // holderOf returns the connection id holding key on m, 0 if none.
-func holderOf(m *testutil.Member, key string) uint64 {
+func holderOf(m *servertest.Member, key string) uint64 {
 	for _, l := range m.Node.FSM().Engine().Snapshot(time.Now().UnixNano()).Locks {
 		if l.Key == key {
 			return l.OwnerConnID
@@ -79,8 +80,8 @@ func holderOf(m *testutil.Member, key string) uint64 {
 // (A review found the first version released it while the Lock still
 // reported Held.)
 func TestRenewOnNewConnKeepsLease(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
 	m := c.Members()[li]
 	leader := m.Addr
 	p := newSplitProxy(t, leader)

@@ -20,12 +20,13 @@ import (
 	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/metrics"
-	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // goBuild builds ./cmd/name into a temporary directory.
@@ -52,11 +53,11 @@ func startLive(t *testing.T) liveServer {
 	reg.MustRegister(metrics.NewClusterCollector(func() metrics.ClusterSample {
 		return metrics.ClusterSample{Role: "leader", Term: 2, CommitIndex: 10, AppliedIndex: 10, LastLogIndex: 10, LeaderChanges: 1}
 	}))
-	s := testutil.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())})
+	s := servertest.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())})
 	eng = s.Engine
 	hcfg := httpfast.DefaultConfig()
 	hcfg.Addr = "127.0.0.1:0"
-	web, err := httpfast.New(hcfg, s.Engine, zap.NewNop(), httpfast.WithMetrics(reg), httpfast.WithConnections(s.TCP.Connections))
+	web, err := httpfast.New(hcfg, backend.NewLocal(s.Engine), zap.NewNop(), httpfast.WithMetrics(reg), httpfast.WithConnections(s.TCP.Connections))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
-	"github.com/latchd/latchd/replica"
+	"github.com/latchd/latchd/backend"
 )
 
 // The admin API: cluster status, membership and leadership, under
@@ -19,13 +19,13 @@ import (
 // token of its own (the client token does not open it, nor the other way
 // round). Without WithAdmin the routes do not exist (404).
 
-// WithAdmin serves the admin API for n, guarded by token (which must not
-// be empty): GET /v1/admin/cluster (n's Status, on any node), POST
-// /v1/admin/voters, DELETE /v1/admin/voters/{id} and POST
-// /v1/admin/leadership-transfer (the leader only; a follower answers 503
-// not_leader).
-func WithAdmin(n *replica.Node, token string) Option {
-	return func(o *options) { o.admin = &adminOptions{node: n, token: token} }
+// WithAdmin serves the admin API for a (a replicated backend's
+// companion, backend.Admin), guarded by token (which must not be empty):
+// GET /v1/admin/cluster (a's status, on any node), POST /v1/admin/voters,
+// DELETE /v1/admin/voters/{id} and POST /v1/admin/leadership-transfer
+// (the leader only; a follower answers 503 not_leader).
+func WithAdmin(a backend.Admin, token string) Option {
+	return func(o *options) { o.admin = &adminOptions{admin: a, token: token} }
 }
 
 // adminWait bounds a membership change or a leadership transfer; when it
@@ -100,12 +100,11 @@ func decodeAdminBody(body []byte, v any) error {
 func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 	n := s.admin
 	if o == opAdminCluster {
-		st := n.Status()
-		writeJSONValue(ctx, s, fasthttp.StatusOK, &st)
+		writeJSONValue(ctx, s, fasthttp.StatusOK, n.ClusterStatus())
 		return
 	}
 	if !n.IsLeader() {
-		notLeader(ctx, n)
+		writeNotLeader(ctx, n.LeaderAddrs().HTTPAddr)
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), adminWait)
@@ -121,12 +120,12 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 			writeError(ctx, errBadRequest, "id and raft_addr are required")
 			return
 		}
-		_, existed := member(n, *b.ID)
-		add, what := n.AddVoter, "voter"
+		existed := n.HasMember(*b.ID)
+		what := "voter"
 		if b.Learner {
-			add, what = n.AddLearner, "learner"
+			what = "learner"
 		}
-		if err := add(cctx, *b.ID, *b.RaftAddr); err != nil {
+		if err := n.AddMember(cctx, *b.ID, *b.RaftAddr, b.Learner); err != nil {
 			s.adminFail(ctx, "add "+what, err)
 			return
 		}
@@ -144,11 +143,11 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 			return
 		}
 		id := string(raw)
-		if _, ok := member(n, id); !ok {
+		if !n.HasMember(id) {
 			writeError(ctx, errNotFound, "no such voter")
 			return
 		}
-		if err := n.RemoveServer(cctx, id); err != nil {
+		if err := n.RemoveMember(cctx, id); err != nil {
 			s.adminFail(ctx, "remove server", err)
 			return
 		}
@@ -164,7 +163,7 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 		if b.ID != nil {
 			id = *b.ID
 		}
-		if err := n.TransferLeadership(cctx, id); err != nil {
+		if err := n.TransferLeader(cctx, id); err != nil {
 			s.adminFail(ctx, "transfer leadership", err)
 			return
 		}
@@ -173,26 +172,16 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 	}
 }
 
-// member reports whether id is in n's latest configuration.
-func member(n *replica.Node, id string) (replica.Member, bool) {
-	for _, m := range n.Status().Voters {
-		if m.ID == id {
-			return m, true
-		}
-	}
-	return replica.Member{}, false
-}
-
 // adminVoters is the answer of a membership change.
 type adminVoters struct {
-	Status string           `json:"status"`
-	Voters []replica.Member `json:"voters"`
+	Status string `json:"status"`
+	Voters any    `json:"voters"`
 }
 
 // writeVoters answers {"status":"ok","voters":[...]}: n's configuration
 // once the change is committed.
-func (s *Server) writeVoters(ctx *fasthttp.RequestCtx, n *replica.Node, status int) {
-	writeJSONValue(ctx, s, status, &adminVoters{Status: "ok", Voters: n.Status().Voters})
+func (s *Server) writeVoters(ctx *fasthttp.RequestCtx, n backend.Admin, status int) {
+	writeJSONValue(ctx, s, status, &adminVoters{Status: "ok", Voters: n.Voters()})
 }
 
 func writeJSONValue(ctx *fasthttp.RequestCtx, s *Server, status int, v any) {
@@ -208,11 +197,11 @@ func writeJSONValue(ctx *fasthttp.RequestCtx, s *Server, status int, v any) {
 // adminFail answers an admin call's error.
 func (s *Server) adminFail(ctx *fasthttp.RequestCtx, what string, err error) {
 	switch {
-	case errors.Is(err, replica.ErrUnknownServer):
+	case errors.Is(err, backend.ErrUnknownMember):
 		writeError(ctx, errNotFound, "no such voter (or it is this node, the leader)")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		writeError(ctx, errUnknownOutcome, "the change did not complete in time: it may or may not take effect")
-	case failCluster(ctx, err):
+	case failBackend(ctx, err):
 	default:
 		s.log.Error("admin "+what, zap.Error(err))
 		writeError(ctx, errInternal, what+" failed: "+err.Error())

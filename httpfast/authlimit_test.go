@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 )
 
@@ -37,7 +38,7 @@ func TestRegistryPerIPForgetsEnded(t *testing.T) {
 	}
 	var r registry
 	r.init(false)
-	b := &localBackend{eng: eng}
+	b := backend.NewLocal(eng)
 	ip, other := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
 	_, first, err := r.create(b, time.Minute, 0, ip, 2)
 	if err != nil {

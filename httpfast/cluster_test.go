@@ -11,9 +11,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/replica"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 const (
@@ -25,7 +27,7 @@ const (
 // serve the REST API in cluster mode, with the admin API.
 type restCluster struct {
 	t  *testing.T
-	c  *testutil.Cluster
+	c  *servertest.Cluster
 	mu sync.Mutex
 	hs map[string]*harness // by member ID
 }
@@ -36,14 +38,14 @@ func startRESTCluster(t *testing.T, mod func(*Config), limit time.Duration) *res
 	t.Helper()
 	watchdog(t, limit)
 	rc := &restCluster{t: t, hs: make(map[string]*harness)}
-	rc.c = testutil.StartClusterOpts(t, 3, testutil.ClusterOptions{
-		HTTP: func(tb testing.TB, m *testutil.Member) func(context.Context) error {
+	rc.c = servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
+		HTTP: func(tb testing.TB, m *servertest.Member) func(context.Context) error {
 			cfg := DefaultConfig()
 			cfg.Addr = m.HTTPAddr
 			if mod != nil {
 				mod(&cfg)
 			}
-			srv, err := New(cfg, nil, zap.NewNop(), WithCluster(m.Node), WithAdmin(m.Node, testAdminToken))
+			srv, err := New(cfg, m.Node, zap.NewNop(), WithAdmin(m.Node, testAdminToken))
 			if err != nil {
 				tb.Fatalf("New(%s): %v", m.ID, err)
 			}
@@ -74,15 +76,15 @@ func watchdog(t *testing.T, limit time.Duration) {
 }
 
 // leader waits for a leader and returns its member and REST harness.
-func (rc *restCluster) leader() (*testutil.Member, *harness) {
+func (rc *restCluster) leader() (*servertest.Member, *harness) {
 	rc.t.Helper()
-	m := rc.c.Members()[rc.c.Leader(testutil.LeaderTimeout)]
+	m := rc.c.Members()[rc.c.Leader(servertest.LeaderTimeout)]
 	return m, rc.h(m)
 }
 
 // followers returns the running members that do not lead.
-func (rc *restCluster) followers(leader *testutil.Member) []*testutil.Member {
-	var fs []*testutil.Member
+func (rc *restCluster) followers(leader *servertest.Member) []*servertest.Member {
+	var fs []*servertest.Member
 	for _, m := range rc.c.Members() {
 		if m != leader && m.Node != nil {
 			fs = append(fs, m)
@@ -91,19 +93,19 @@ func (rc *restCluster) followers(leader *testutil.Member) []*testutil.Member {
 	return fs
 }
 
-func (rc *restCluster) h(m *testutil.Member) *harness {
+func (rc *restCluster) h(m *servertest.Member) *harness {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.hs[m.ID]
 }
 
 // counts returns a node's replica's held and waiting counts.
-func counts(m *testutil.Member) (held, waiting int) {
+func counts(m *servertest.Member) (held, waiting int) {
 	_, g := m.Node.FSM().Engine().Metrics()
 	return g.Held, g.Waiting
 }
 
-func waitCounts(t *testing.T, m *testutil.Member, held, waiting int) {
+func waitCounts(t *testing.T, m *servertest.Member, held, waiting int) {
 	t.Helper()
 	testutil.Eventually(t, 30*time.Second, func() bool {
 		h, w := counts(m)
@@ -329,7 +331,7 @@ func TestClusterAdmin(t *testing.T) {
 
 	// Transfer leadership to any other voter: the leader changes.
 	wantStatus(t, "transfer leadership", lh.do(call{method: "POST", path: "/v1/admin/leadership-transfer", hdr: admin}), http.StatusOK, "ok")
-	var nm *testutil.Member
+	var nm *servertest.Member
 	testutil.Eventually(t, 30*time.Second, func() bool {
 		for _, m := range rc.c.Members() {
 			if m != lm && m.Node.IsLeader() {
@@ -393,7 +395,7 @@ func TestAdminAbsentWithoutWithAdmin(t *testing.T) {
 	} {
 		wantStatus(t, c.method+" "+c.path, h.do(c), http.StatusNotFound, "not_found")
 	}
-	if _, err := New(DefaultConfig(), h.ts.Engine, zap.NewNop(), WithAdmin(nil, "x")); err == nil {
+	if _, err := New(DefaultConfig(), backend.NewLocal(h.ts.Engine), zap.NewNop(), WithAdmin(nil, "x")); err == nil {
 		t.Fatal("New accepted WithAdmin without a node")
 	}
 }

@@ -6,10 +6,10 @@ import (
 	"math"
 	"time"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
-	"github.com/latchd/latchd/replica"
 )
 
 // Config sets the REST server up. Build it from DefaultConfig.
@@ -157,7 +157,6 @@ type Option func(*options)
 type options struct {
 	connections func() int
 	metrics     *metrics.Registry
-	node        *replica.Node // WithCluster
 	listeners   *listen.Set   // WithListeners
 	admin       *adminOptions // WithAdmin
 	ready       func() error  // WithReadiness
@@ -165,7 +164,7 @@ type options struct {
 }
 
 type adminOptions struct {
-	node  *replica.Node
+	admin backend.Admin
 	token string
 }
 
@@ -197,8 +196,8 @@ func WithMetrics(reg *metrics.Registry) Option {
 }
 
 // WithReadiness makes GET /readyz answer 503 with ready's error while it
-// returns one. Without it /readyz is 200 once the REST port serves, and in
-// cluster mode follows replica.Node.Ready.
+// returns one. Without it /readyz follows the backend's Ready: 200 once
+// the REST port serves on a single node.
 func WithReadiness(ready func() error) Option {
 	return func(o *options) { o.ready = ready }
 }

@@ -13,11 +13,11 @@
 // The package is thin: it decodes JSON, makes one engine call with the
 // session's owner ID and encodes the answer by appending (no fmt on the
 // lock routes). It never imports codec or server, and never decides lock
-// semantics: that is the engine's job. The calls go through a backend:
-// the engine itself, or with WithCluster a replica.Node that proposes
-// each one through raft (see cluster.go; owner IDs then carry a
-// per-process random prefix). WithAdmin adds the cluster admin API
-// (admin.go).
+// semantics: that is the engine's job. The calls go through a
+// backend.Backend: a single node's engine, or a replicated node that
+// proposes each one through raft (see cluster.go; owner IDs then carry a
+// per-process random prefix); the handlers never tell them apart.
+// WithAdmin adds the cluster admin API over a backend.Admin (admin.go).
 //
 // Concurrency: fasthttp runs each connection on its own goroutine. A
 // blocking acquire or wait parks in the engine with a one-slot channel Sink

@@ -39,7 +39,7 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 	if err != nil {
 		e, msg := apiErrFor(err)
 		if e != errMaxSessions {
-			if s.node != nil && failCluster(ctx, err) {
+			if failBackend(ctx, err) {
 				return
 			}
 			s.log.Error("open session", zap.Error(err))
@@ -70,12 +70,12 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 // The name is forgotten once the close is done (or found done): a close
 // that failed in cluster mode can be retried.
 func (s *Server) deleteSession(ctx *fasthttp.RequestCtx, id []byte) {
-	owner, ok := s.reg.lookup(s.be.engine(), id)
+	owner, ok := s.reg.lookup(s.be.Engine(), id)
 	if !ok {
 		writeError(ctx, errSessionGone, "no such session (expired or deleted)")
 		return
 	}
-	closed, err := s.be.closeSession(owner)
+	closed, err := s.closeSession(owner)
 	if err != nil {
 		s.fail(ctx, err)
 		return
@@ -98,8 +98,8 @@ func (s *Server) keepalive(ctx *fasthttp.RequestCtx, id []byte) {
 	if !ok {
 		return
 	}
-	s.be.endSession(owner)
-	ttl, ok := s.be.engine().SessionTTL(owner) // a session just begun has a TTL
+	s.endSession(owner)
+	ttl, ok := s.be.Engine().SessionTTL(owner) // a session just begun has a TTL
 	if !ok {
 		// Closed by a DELETE or Stop between the begin and now.
 		writeError(ctx, errSessionGone, "session deleted during the request")
@@ -124,12 +124,12 @@ func sessionHeader(ctx *fasthttp.RequestCtx) []byte {
 // flight (the caller must EndSession). It answers session_gone itself and
 // forgets the name when the engine has dropped the session.
 func (s *Server) begin(ctx *fasthttp.RequestCtx, id []byte) (engine.OwnerID, bool) {
-	owner, ok := s.reg.lookup(s.be.engine(), id)
+	owner, ok := s.reg.lookup(s.be.Engine(), id)
 	if !ok {
 		writeError(ctx, errSessionGone, "no such session (expired or deleted)")
 		return 0, false
 	}
-	begun, err := s.be.beginSession(owner)
+	begun, err := s.beginSession(owner)
 	if err != nil {
 		s.fail(ctx, err)
 		return 0, false
@@ -144,22 +144,23 @@ func (s *Server) begin(ctx *fasthttp.RequestCtx, id []byte) (engine.OwnerID, boo
 
 // alive reports whether owner's session is still open.
 func (s *Server) alive(owner engine.OwnerID) bool {
-	_, ok := s.be.engine().SessionTTL(owner)
+	_, ok := s.be.Engine().SessionTTL(owner)
 	return ok
 }
 
-// closeAllSessions closes every session, as Stop does. In cluster mode it
-// only forgets their names: the sessions stay in the replicated state, and
-// what they hold stays held until it is released by token or the session
-// expires on the leader, as the TCP server leaves its connections' grants
-// to the next leader. (Their parked requests are withdrawn by park.)
+// closeAllSessions closes every session, as Stop does. Over a replicated
+// backend it only forgets their names: the sessions stay in the
+// replicated state, and what they hold stays held until it is released by
+// token or the session expires on the leader, as the TCP server leaves
+// its connections' grants to the next leader. (Their parked requests are
+// withdrawn by park.)
 func (s *Server) closeAllSessions() {
 	owners := s.reg.drain()
-	if s.node != nil {
+	if s.be.Replicated() {
 		return
 	}
 	for _, owner := range owners {
-		_, _ = s.be.closeSession(owner) // a localBackend never fails
+		_, _ = s.closeSession(owner) // a single node's close does not fail
 	}
 }
 
@@ -237,7 +238,7 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	if !ok {
 		return
 	}
-	defer s.be.endSession(owner)
+	defer s.endSession(owner)
 	req.Owner = owner
 
 	switch o {
@@ -248,13 +249,13 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	case opLockWait, opSemWait:
 		s.wait(ctx, req)
 	case opLockRelease, opSemRelease:
-		if err := s.be.release(key, tok); err != nil {
+		if err := s.release(key, tok); err != nil {
 			s.fail(ctx, err)
 			return
 		}
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
 	case opLockRenew, opSemRenew:
-		ttl, err := s.be.renew(key, tok, req.TTL, owner)
+		ttl, err := s.renew(key, tok, req.TTL, owner)
 		if err != nil {
 			s.fail(ctx, err)
 			return
@@ -298,15 +299,15 @@ func (s *Server) acquire(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
 	if req.Timeout > 0 {
 		sink = s.sinks.Get().(chanSink)
 	}
-	out, err := s.be.acquire(req, sinkOrNil(sink))
+	out, err := s.acquireCall(req, sinkOrNil(sink))
 	s.answer(ctx, req.Key, req.Owner, req.Timeout, out, err, sink)
 }
 
 func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
-	out, err := s.be.enqueue(req)
+	out, err := s.enqueueCall(req)
 	if err == nil && !s.alive(req.Owner) {
 		// Closed while we enqueued: its DropOwner may have run first.
-		_ = s.be.disconnect(req.Owner, true)
+		_ = s.disconnect(req.Owner, true)
 		writeError(ctx, errSessionGone, "session deleted during the request")
 		return
 	}
@@ -325,7 +326,7 @@ func (s *Server) wait(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
 	if req.Timeout > 0 {
 		sink = s.sinks.Get().(chanSink)
 	}
-	out, err := s.be.wait(req.Key, req.Owner, req.Timeout, sinkOrNil(sink))
+	out, err := s.waitCall(req.Key, req.Owner, req.Timeout, sinkOrNil(sink))
 	s.answer(ctx, req.Key, req.Owner, req.Timeout, out, err, sink)
 }
 
@@ -346,10 +347,11 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, key []byte, owner engine.Owner
 		out, how = s.park(ctx, key, owner, sink, timeout)
 	}
 	// The sink goes back to the pool once nothing can deliver into it: the
-	// engine gave its one Outcome or never took the sink. A proposal that
-	// failed in cluster mode may still have its sink registered a moment
-	// (a grant applied as the error came back), so that sink is dropped.
-	if sink != nil && how == parkedHeard && out.Result != engine.Queued && (err == nil || s.node == nil) {
+	// engine gave its one Outcome or never took the sink. A call that
+	// failed may still have its sink registered a moment on a replicated
+	// backend (a grant applied as the error came back), so that sink is
+	// dropped.
+	if sink != nil && how == parkedHeard && out.Result != engine.Queued && err == nil {
 		s.sinks.Put(sink)
 	}
 	if err != nil {
@@ -366,11 +368,11 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, key []byte, owner engine.Owner
 		writeError(ctx, errClientGone, "the client closed its connection: the request was withdrawn")
 		return
 	}
-	alive := s.alive(owner)
-	if !alive || (out.Result == engine.Canceled && s.node == nil) {
-		// A DELETE raced the request; its DropOwner may have run before
-		// our grant, so drop again: what the session holds is released.
-		_ = s.be.disconnect(owner, true)
+	if !s.alive(owner) {
+		// A DELETE raced the request (a Canceled is its DropOwner's); its
+		// DropOwner may have run before our grant, so drop again: what the
+		// session holds is released.
+		_ = s.disconnect(owner, true)
 		writeError(ctx, errSessionGone, "session deleted during the request")
 		return
 	}
@@ -381,7 +383,7 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, key []byte, owner engine.Owner
 		writeJSON(ctx, fasthttp.StatusConflict, bodyTimedOut)
 	case engine.Drained: // the server began a graceful stop
 		writeError(ctx, errShuttingDown, msgShuttingDown)
-	case engine.Canceled: // cluster mode, the session still open
+	case engine.Canceled: // the session still open: withdrawn or restored
 		if how == parkedWithdrawn {
 			writeError(ctx, errUnavailable, "the server is stopping: the request was withdrawn; retry on the leader")
 			return
@@ -400,53 +402,97 @@ type parked uint8
 
 const (
 	parkedHeard     parked = iota // the sink heard the request's outcome
-	parkedWithdrawn               // cluster mode, Stop: withdrawn through the log, then heard
-	parkedLost                    // cluster mode: gave up on the sink; the outcome is unknown
+	parkedWithdrawn               // Stop: withdrawn (or the session closed), then heard
+	parkedLost                    // gave up on the sink; the outcome is unknown
 	parkedGone                    // the client closed its connection: withdrawn, a racing grant released
 )
 
-// parkGrace is how long past its own timeout a parked request waits in
-// cluster mode before it gives up on hearing its outcome: the timeout
+// parkGrace is how long past its own timeout a parked request waits
+// before it gives up on hearing its outcome. A single node's engine
+// always delivers by the timeout; over a replicated backend the timeout
 // comes through the log from the leader's expiry, and a failover moves
 // deadlines later by the election's length (see docs/cluster.md).
 const parkGrace = 10 * time.Second
 
-// park blocks until the engine delivers the parked request's outcome. If
-// the session is closed first (by DELETE, or by Stop), the close's
-// DropOwner delivers Canceled. Before blocking it checks the session is
-// still open: a DELETE that ran before the request was queued would leave
-// nobody to cancel it.
+// withdrawWait bounds how long a request withdrawn at Stop waits for its
+// Canceled.
+const withdrawWait = 2 * time.Second
+
+// park blocks until the engine delivers the parked request's outcome:
+// a grant, a timeout, or Canceled when the session is closed first (by
+// DELETE, or by Stop). Before blocking it checks the session is still
+// open: a DELETE that ran before the request was queued would leave
+// nobody to cancel it. The outcome comes from an entry the node applies
+// on a replicated backend (a grant, the leader's expiry, a Disconnect),
+// so a node cut off from the log may never hear it: after the request's
+// timeout and parkGrace it gives up.
 //
 // If the client closes its connection meanwhile (see gone.go), the
-// request is withdrawn and a grant that raced the withdrawal released.
+// request is withdrawn and a grant that raced the withdrawal released;
+// the outcome is still awaited, within the same bound.
 func (s *Server) park(ctx *fasthttp.RequestCtx, key []byte, owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
 	if !s.alive(owner) {
-		_ = s.be.disconnect(owner, true)
+		_ = s.disconnect(owner, true)
 	}
 	s.parked.Add(1)
 	defer s.parked.Add(-1)
 	w := s.watch.watch(ctx.Conn())
 	defer s.watch.unwatch(w)
-	if s.node != nil {
-		return s.parkCluster(key, owner, sink, timeout, w)
-	}
+	t := time.NewTimer(timeout + parkGrace)
+	defer t.Stop()
 	select {
 	case o := <-sink:
 		if s.grantUnheard(w, key, owner, o) {
 			return engine.Outcome{}, parkedGone
 		}
 		return o, parkedHeard
-	case <-s.stopping:
-		_, _ = s.be.closeSession(owner)
-		// Either the close's DropOwner cancels us, or a grant won the
-		// race and the close released it; one outcome comes either way.
-		return <-sink, parkedHeard
+	case <-t.C:
+		return engine.Outcome{}, parkedLost
 	case <-w.goneCh():
-		_ = s.be.cancelWait(key, owner) // a localBackend never fails
+		if err := s.cancelWait(key, owner); err != nil {
+			if ce := s.log.Check(zap.DebugLevel, "withdrawal of an abandoned request failed"); ce != nil {
+				ce.Write(zap.Uint64("owner", uint64(owner)), zap.Error(err))
+			}
+		}
 		// Either the withdrawal cancels us, or the request was answered
 		// first; one outcome comes either way.
-		s.abandoned(key, owner, <-sink)
+		select {
+		case o := <-sink:
+			s.abandoned(key, owner, o)
+		case <-t.C: // never heard: the timeout or a grant's lease ends it
+		}
 		return engine.Outcome{}, parkedGone
+	case <-s.stopping:
+	}
+	return s.withdraw(owner, sink)
+}
+
+// withdraw ends a parked request at Stop. A single node closes the
+// session: its DropOwner cancels the request, or a grant that won the
+// race is released. A replicated backend keeps the session (see
+// closeAllSessions) and withdraws only its waits through the log
+// (Disconnect without release). Either way the sink hears one outcome,
+// barring a snapshot restore on a replicated node.
+func (s *Server) withdraw(owner engine.OwnerID, sink chanSink) (engine.Outcome, parked) {
+	var err error
+	if s.be.Replicated() {
+		err = s.disconnect(owner, false)
+	} else {
+		_, err = s.closeSession(owner)
+	}
+	if err != nil {
+		select {
+		case o := <-sink: // heard meanwhile
+			return o, parkedHeard
+		default:
+			return engine.Outcome{}, parkedLost
+		}
+	}
+	select {
+	case o := <-sink:
+		return o, parkedWithdrawn
+	case <-time.After(withdrawWait):
+		return engine.Outcome{}, parkedLost
 	}
 }
 
@@ -469,64 +515,11 @@ func (s *Server) abandoned(key []byte, owner engine.OwnerID, o engine.Outcome) {
 		ce.Write(zap.Uint64("owner", uint64(owner)), zap.Stringer("outcome", o.Result))
 	}
 	if o.Result == engine.Granted {
-		if err := s.be.release(key, o.Token); err != nil {
+		if err := s.release(key, o.Token); err != nil {
 			if ce := s.log.Check(zap.DebugLevel, "release of an abandoned grant failed"); ce != nil {
 				ce.Write(zap.Uint64("owner", uint64(owner)), zap.Error(err))
 			}
 		}
-	}
-}
-
-// parkCluster is park in cluster mode. The outcome comes from an entry
-// the node applies (a grant, the leader's expiry, a Disconnect), so a
-// node cut off from the log may never hear it: after the request's
-// timeout and parkGrace it gives up. On Stop it withdraws the session's
-// waits through the log (Disconnect without release: the session and
-// what it holds stay, see closeAllSessions) and hears the Canceled.
-//
-// A client that goes away (gone) has its request withdrawn through the
-// log (CancelWait); the outcome is still awaited, within the same bound,
-// so a grant that won the race is released.
-func (s *Server) parkCluster(key []byte, owner engine.OwnerID, sink chanSink, timeout time.Duration, w *watched) (engine.Outcome, parked) {
-	t := time.NewTimer(timeout + parkGrace)
-	defer t.Stop()
-	select {
-	case o := <-sink:
-		if s.grantUnheard(w, key, owner, o) {
-			return engine.Outcome{}, parkedGone
-		}
-		return o, parkedHeard
-	case <-t.C:
-		return engine.Outcome{}, parkedLost
-	case <-w.goneCh():
-		if err := s.be.cancelWait(key, owner); err != nil {
-			if ce := s.log.Check(zap.DebugLevel, "withdrawal of an abandoned request not logged"); ce != nil {
-				ce.Write(zap.Uint64("owner", uint64(owner)), zap.Error(err))
-			}
-		}
-		select {
-		case o := <-sink:
-			s.abandoned(key, owner, o)
-		case <-t.C: // never heard: the timeout or a grant's lease ends it
-		}
-		return engine.Outcome{}, parkedGone
-	case <-s.stopping:
-	}
-	if err := s.be.disconnect(owner, false); err != nil {
-		select {
-		case o := <-sink: // heard meanwhile
-			return o, parkedHeard
-		default:
-			return engine.Outcome{}, parkedLost
-		}
-	}
-	// Applied on this node before Disconnect returned: the Canceled (or
-	// a grant that won the race) is in the sink, barring a restore.
-	select {
-	case o := <-sink:
-		return o, parkedWithdrawn
-	case <-time.After(proposeWait):
-		return engine.Outcome{}, parkedLost
 	}
 }
 

@@ -20,7 +20,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // harness is an engine with its clock and TCP server (from testutil) plus
@@ -28,7 +30,7 @@ import (
 // response against the OpenAPI document.
 type harness struct {
 	t      *testing.T
-	ts     *testutil.Server
+	ts     *servertest.Server
 	srv    *Server
 	base   string
 	client *http.Client
@@ -36,15 +38,15 @@ type harness struct {
 }
 
 // startHTTP starts a harness. mod adjusts the httpfast config.
-func startHTTP(t *testing.T, mod func(*Config), opts ...testutil.Option) *harness {
+func startHTTP(t *testing.T, mod func(*Config), opts ...servertest.Option) *harness {
 	t.Helper()
-	ts := testutil.StartServer(t, opts...)
+	ts := servertest.StartServer(t, opts...)
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	if mod != nil {
 		mod(&cfg)
 	}
-	srv, err := New(cfg, ts.Engine, zaptest.NewLogger(t), WithConnections(ts.TCP.Connections))
+	srv, err := New(cfg, backend.NewLocal(ts.Engine), zaptest.NewLogger(t), WithConnections(ts.TCP.Connections))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -320,10 +322,10 @@ func (c *tcpClient) read() string {
 // benchmark, logging nothing.
 func startBench(b *testing.B) *harness {
 	b.Helper()
-	ts := testutil.StartServer(b)
+	ts := servertest.StartServer(b)
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	srv, err := New(cfg, ts.Engine, zap.NewNop(), WithConnections(ts.TCP.Connections))
+	srv, err := New(cfg, backend.NewLocal(ts.Engine), zap.NewNop(), WithConnections(ts.TCP.Connections))
 	if err != nil {
 		b.Fatalf("New: %v", err)
 	}

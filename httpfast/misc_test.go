@@ -14,8 +14,9 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/internal/metrics"
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 func TestAuth(t *testing.T) {
@@ -171,12 +172,12 @@ func TestMetrics(t *testing.T) {
 // given registry and that /metrics serves all of it, the TCP side's
 // metrics included.
 func TestMetricsSharedRegistry(t *testing.T) {
-	ts := testutil.StartServer(t)
+	ts := servertest.StartServer(t)
 	reg := metrics.NewRegistry(ts.Engine)
 	reg.TCP().Opened() // stands in for a TCP server recording into reg
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	srv, err := New(cfg, ts.Engine, zaptest.NewLogger(t), WithMetrics(reg))
+	srv, err := New(cfg, backend.NewLocal(ts.Engine), zaptest.NewLogger(t), WithMetrics(reg))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

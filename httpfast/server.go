@@ -16,20 +16,19 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
-	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/internal/authlimit"
 	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
-	"github.com/latchd/latchd/replica"
 )
 
-// Server is the REST API over one engine, or over a replica.Node's
-// replicated engine (WithCluster). Build it with New.
+// Server is the REST API over one backend: a single node's engine or a
+// replicated node (package backend); it never learns which. Build it
+// with New.
 type Server struct {
 	cfg     Config
-	be      backend       // every engine mutation and read goes here
-	node    *replica.Node // cluster mode, else nil
+	be      backend.Backend // every engine mutation and read goes here
 	log     *zap.Logger
 	conns   func() int         // TCP connections, for stats and metrics
 	auth    []byte             // "Bearer <token>", or nil when auth is off
@@ -40,7 +39,7 @@ type Server struct {
 	sinks   sync.Pool // of chanSink
 	srv     *fasthttp.Server
 
-	admin     *replica.Node // WithAdmin, else nil: the admin routes are 404
+	admin     backend.Admin // WithAdmin, else nil: the admin routes are 404
 	adminAuth []byte        // "Bearer <admin token>"
 
 	ready func() error // WithReadiness, else nil
@@ -63,9 +62,9 @@ type Server struct {
 	stopped  bool
 }
 
-// New returns a server for eng with cfg, which must be valid. It does not
-// listen until Start. With WithCluster, eng is unused and may be nil.
-func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Server, error) {
+// New returns a server for be with cfg, which must be valid. It does not
+// listen until Start.
+func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -73,26 +72,21 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if (eng == nil && o.node == nil) || log == nil {
-		return nil, errors.New("httpfast: nil engine or logger")
+	if be == nil || log == nil {
+		return nil, errors.New("httpfast: nil backend or logger")
 	}
-	if o.admin != nil && (o.admin.node == nil || o.admin.token == "") {
+	if o.admin != nil && (o.admin.admin == nil || o.admin.token == "") {
 		return nil, errors.New("httpfast: the admin API needs a node and a non-empty token")
 	}
 	if o.connections == nil {
 		o.connections = func() int { return 0 }
 	}
-	var be backend = &localBackend{eng: eng}
-	if o.node != nil {
-		be = &clusterBackend{n: o.node, log: log}
-	}
 	if o.metrics == nil {
-		o.metrics = metrics.NewRegistryFunc(be.engine)
+		o.metrics = metrics.NewRegistryFunc(be.Engine)
 	}
 	s := &Server{
 		cfg:      cfg,
 		be:       be,
-		node:     o.node,
 		log:      log,
 		conns:    o.connections,
 		ready:    o.ready,
@@ -109,7 +103,7 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 		s.auth = []byte("Bearer " + cfg.AuthToken)
 	}
 	if o.admin != nil {
-		s.admin = o.admin.node
+		s.admin = o.admin.admin
 		s.adminAuth = []byte("Bearer " + o.admin.token)
 	}
 	if cfg.AuthFailuresPerMinute > 0 && (cfg.AuthToken != "" || o.admin != nil) {
@@ -118,7 +112,7 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 	if cfg.RateLimitPerIP > 0 {
 		s.lim = newIPLimiter(cfg.RateLimitPerIP, cfg.RateLimitBurst, cfg.RateLimitMaxIPs)
 	}
-	s.reg.init(o.node != nil)
+	s.reg.init(be.Replicated())
 	s.sinks.New = func() any { return make(chanSink, 1) }
 	s.srv = &fasthttp.Server{
 		Handler:              s.handle,
@@ -190,9 +184,10 @@ func (s *Server) Sessions() int { return s.reg.len() }
 
 // Stop stops accepting, makes every parked request give up, closes every
 // session (releasing what it held, as a disconnect does) and waits for
-// in-flight requests until ctx ends. In cluster mode the sessions stay
-// open in the replicated state (see closeAllSessions) and the parked
-// requests are withdrawn through the log, so the node must still run.
+// in-flight requests until ctx ends. Over a replicated backend the
+// sessions stay open in the replicated state (see closeAllSessions) and
+// the parked requests are withdrawn through the log, so the node must
+// still run.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.ln == nil {
@@ -303,8 +298,8 @@ func retryAfter(ctx *fasthttp.RequestCtx, wait time.Duration) {
 }
 
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow string) {
-	if s.node != nil && o.proposes() && !s.node.IsLeader() {
-		notLeader(ctx, s.node)
+	if o.proposes() && !s.be.IsLeader() {
+		writeNotLeader(ctx, s.be.LeaderAddrs().HTTPAddr)
 		return
 	}
 	switch o {

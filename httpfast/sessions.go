@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/clock"
 )
@@ -102,10 +103,10 @@ func (r *registry) newOwner() engine.OwnerID {
 // sessions (0: no cap) and perIP sessions opened by ip (0: no cap), and
 // names it. At a cap it returns engine.ErrMaxSessions or
 // errMaxSessionsPerIP.
-func (r *registry) create(b backend, ttl time.Duration, max int, ip netip.Addr, perIP int) (string, engine.OwnerID, error) {
+func (r *registry) create(b backend.Backend, ttl time.Duration, max int, ip netip.Addr, perIP int) (string, engine.OwnerID, error) {
 	if perIP > 0 && ip.IsValid() {
 		r.mu.Lock()
-		if r.ipFullLocked(b.engine(), ip, perIP) {
+		if r.ipFullLocked(b.Engine(), ip, perIP) {
 			r.mu.Unlock()
 			return "", 0, errMaxSessionsPerIP
 		}
@@ -130,7 +131,8 @@ func (r *registry) create(b backend, ttl time.Duration, max int, ip netip.Addr, 
 		_, _ = crand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
 		key = binary.BigEndian.Uint64(raw[:])
 	}
-	if err := b.openSession(owner, ttl, max, key); err != nil {
+	r0 := backend.Request{Op: backend.OpOpenSession, Owner: owner, TTL: ttl, MaxSessions: max, SessionKey: key}
+	if _, err := b.Do(r0, nil); err != nil {
 		return "", 0, err
 	}
 	var raw [sessionIDLen / 2]byte
@@ -139,7 +141,7 @@ func (r *registry) create(b backend, ttl time.Duration, max int, ip netip.Addr, 
 	id := hex.EncodeToString(raw[:])
 
 	r.mu.Lock()
-	r.sweepLocked(b.engine())
+	r.sweepLocked(b.Engine())
 	r.ids[id] = len(r.names)
 	r.names = append(r.names, regName{id: id, owner: owner, ip: ip})
 	if ip.IsValid() {

@@ -31,14 +31,13 @@ func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
 	if !s.budget.Fits(int64(limit)) {
 		limit = 1 // totals only
 	}
-	eng := s.be.engine()
+	eng := s.be.Engine()
 	st := eng.SnapshotMax(clock.Now(), limit)
 	_, g := eng.Metrics()
 	st.Connections = s.conns() + g.Sessions
 	var wrap func(engine.Stats) any
-	if s.node != nil {
-		cs := s.node.Status()
-		wrap = func(st engine.Stats) any { return clusterStats{Stats: st, Cluster: &cs} }
+	if cs := s.be.ClusterStatus(); cs != nil {
+		wrap = func(st engine.Stats) any { return clusterStats{Stats: st, Cluster: cs} }
 	}
 	body, err := engine.EncodeStats(st, limit, wrap)
 	if err != nil {

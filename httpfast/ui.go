@@ -12,7 +12,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/latchd/latchd/internal/clock"
-	"github.com/latchd/latchd/replica"
 )
 
 // The dashboard: static files under GET /ui/ (embedded, no build step,
@@ -119,10 +118,10 @@ type uiTotals struct {
 }
 
 type uiKeys struct {
-	Keys    []uiKey         `json:"keys"`
-	Matched int             `json:"matched"`
-	Totals  uiTotals        `json:"totals"`
-	Cluster *replica.Status `json:"cluster,omitempty"`
+	Keys    []uiKey  `json:"keys"`
+	Matched int      `json:"matched"`
+	Totals  uiTotals `json:"totals"`
+	Cluster any      `json:"cluster,omitempty"`
 }
 
 // serveUIKeys answers GET /v1/ui/keys?q=&limit=: the busiest keys whose
@@ -149,7 +148,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 	if !s.budget.Fits(int64(s.cfg.MaxStatsBytes)) {
 		limit = 0 // over the output budget: the totals only
 	}
-	eng := s.be.engine()
+	eng := s.be.Engine()
 	now := clock.Now()
 	top, matched := eng.TopKeys(now, string(q), limit)
 	c, g := eng.Metrics()
@@ -170,10 +169,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 			out.Keys[i].LeaseExpiresInS = k.LeaseExpiresInS
 		}
 	}
-	if s.node != nil {
-		st := s.node.Status()
-		out.Cluster = &st
-	}
+	out.Cluster = s.be.ClusterStatus()
 	body, err := json.Marshal(out)
 	if err != nil {
 		writeError(ctx, errInternal, "cannot encode keys")
@@ -246,7 +242,7 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	if !s.budget.Fits(int64(s.cfg.MaxStatsBytes)) {
 		most = 0
 	}
-	ki, found := s.be.engine().InspectMax(clock.Now(), string(key), most)
+	ki, found := s.be.Engine().InspectMax(clock.Now(), string(key), most)
 	st := keyState{Key: string(key), Exists: found, Holders: []keyHolder{}, Waiters: []keyWaiter{},
 		HoldersTotal: ki.HoldersTotal, WaitersTotal: ki.WaitersTotal,
 		Truncated: len(ki.Holders) < ki.HoldersTotal || len(ki.Waiters) < ki.WaitersTotal}
@@ -285,11 +281,10 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var err error
-	switch {
-	case s.ready != nil:
+	if s.ready != nil {
 		err = s.ready()
-	case s.node != nil:
-		err = s.node.Ready()
+	} else {
+		err = s.be.Ready()
 	}
 	if err != nil {
 		writeError(ctx, errUnavailable, "not ready: "+err.Error())

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/clock"
 )
@@ -141,7 +142,7 @@ func TestReadyz(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	notYet := errors.New("tcp listener not accepting")
-	srv, err := New(cfg, h.ts.Engine, zaptest.NewLogger(t), WithReadiness(func() error { return notYet }))
+	srv, err := New(cfg, backend.NewLocal(h.ts.Engine), zaptest.NewLogger(t), WithReadiness(func() error { return notYet }))
 	if err != nil {
 		t.Fatal(err)
 	}

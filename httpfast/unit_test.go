@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 )
 
@@ -144,7 +145,7 @@ func TestRegistryForgetsDropped(t *testing.T) {
 	}
 	var r registry
 	r.init(false)
-	b := &localBackend{eng: eng}
+	b := backend.NewLocal(eng)
 	ids := make(map[string]engine.OwnerID)
 	for range 100 {
 		id, owner, err := r.create(b, time.Minute, 0, netip.Addr{}, 0)

@@ -64,9 +64,6 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 	}
 }
 
-// AnswerRunners reports that Node takes an AnswerRunner (SetAnswerRunner).
-const AnswerRunners = true
-
 // SetAnswerRunner has r run the answers to applied entries' ProposeFunc
 // callbacks instead of the goroutine that applied them; nil puts them
 // back on that goroutine. Propose's answers (the REST API's, the leader's

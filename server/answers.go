@@ -25,12 +25,12 @@ import (
 // sooner by the goroutine that has them than by a loop that must first
 // be woken from epoll_wait (measured: p50 at 2,000 ops/s open loop).
 
-// answerQueue is a replica.AnswerRunner: it runs the answer batches on an
-// event loop, one gnet task for whatever is queued when it runs.
+// answerQueue runs a backend.AnswerBatcher's answer batches on an event
+// loop, one gnet task for whatever is queued when it runs.
 type answerQueue struct {
 	el   gnet.EventLoop
 	task gnet.Runnable
-	on   atomic.Bool   // the node took it (the hashicorp build does not)
+	on   atomic.Bool   // the backend took it
 	ran  atomic.Uint64 // tasks run, for tests
 
 	mu     sync.Mutex

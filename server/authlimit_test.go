@@ -6,8 +6,8 @@ import (
 
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/metrics"
-	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // TestAuthFailuresRateLimited: a failed auth closes the connection; past
@@ -16,7 +16,7 @@ import (
 // refusal is counted.
 func TestAuthFailuresRateLimited(t *testing.T) {
 	reg := metrics.NewRegistry(nil)
-	s := testutil.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())},
+	s := servertest.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())},
 		func(_ *engine.Config, c *server.Config) { c.AuthToken = "s3cret"; c.AuthFailuresPerMinute = 3 })
 	for i := range 3 {
 		c := dial(t, s.Addr)

@@ -13,6 +13,7 @@ import (
 	"github.com/latchd/latchd/internal/lincheck"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // A linearizability check of lock operations across a leader crash: many
@@ -33,11 +34,11 @@ func TestClusterLinearizableAcrossFailover(t *testing.T) {
 
 func clusterLinearizableAcrossFailover(t *testing.T, loops int) {
 	// No release on disconnect: every state change is a recorded one.
-	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) {
+	c := servertest.StartClusterWith(t, 3, nil, func(sc *server.Config) {
 		sc.AutoRelease = false
 		sc.EventLoops = loops
 	})
-	li := c.Leader(testutil.LeaderTimeout)
+	li := c.Leader(servertest.LeaderTimeout)
 	var addrs []string
 	for _, m := range c.Members() {
 		addrs = append(addrs, m.Addr)
@@ -59,7 +60,7 @@ func clusterLinearizableAcrossFailover(t *testing.T, loops int) {
 	}
 	waitOps(300)
 	c.Stop(li) // as the clients see it, a crash
-	nl := c.Leader(testutil.LeaderTimeout)
+	nl := c.Leader(servertest.LeaderTimeout)
 	waitOps(300)
 	c.Restart(li)
 	waitOps(300)

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchd/latchd/internal/testutil"
-	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // rawConn is a client usable from any goroutine: errors come back.
@@ -53,8 +52,8 @@ func TestClusterHandOffStress(t *testing.T) {
 }
 
 func clusterHandOffStress(t *testing.T, loops int) {
-	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = loops })
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = loops })
+	li := c.Leader(servertest.LeaderTimeout)
 	addr := c.Members()[li].Addr
 
 	var holders atomic.Int32
@@ -140,7 +139,7 @@ func clusterHandOffStress(t *testing.T, loops int) {
 	if grants.Load() == 0 {
 		t.Fatal("no grant in 1.5 s")
 	}
-	if on, _ := server.AnswersOnLoop(c.Members()[li].TCP); on != (loops == 1 && replica.AnswerRunners) {
+	if on, _ := server.AnswersOnLoop(c.Members()[li].TCP); on != (loops == 1) {
 		t.Fatalf("answers on the loop: %v with %d loops", on, loops)
 	}
 	t.Logf("%d grants", grants.Load())
@@ -150,11 +149,8 @@ func clusterHandOffStress(t *testing.T, loops int) {
 // carry many clients' commands writes their answers in tasks on the loop,
 // and every client gets its own answers, in order, across many rounds.
 func TestClusterAnswersOnLoop(t *testing.T) {
-	if !replica.AnswerRunners {
-		t.Skip("this replica build answers on raft's goroutine")
-	}
-	c := testutil.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = 1 })
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = 1 })
+	li := c.Leader(servertest.LeaderTimeout)
 	addr := c.Members()[li].Addr
 	const clients, rounds = 32, 40
 	errs := make(chan error, clients)

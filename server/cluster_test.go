@@ -7,6 +7,7 @@ import (
 
 	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // fenceOf returns the fence number of a grant line's token.
@@ -20,8 +21,8 @@ func fenceOf(t testing.TB, line, word string) uint64 {
 }
 
 func TestClusterLeaderGrantsFollowerRedirects(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
 	ms := c.Members()
 	leader := dial(t, ms[li].Addr)
 	follower := dial(t, ms[(li+1)%3].Addr)
@@ -88,8 +89,8 @@ func TestClusterLeaderGrantsFollowerRedirects(t *testing.T) {
 func tok2line(tok string) string { return "ok " + tok + " 30" }
 
 func TestClusterFailoverKeepsLeases(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
 	ms := c.Members()
 	holder := dial(t, ms[li].Addr)
 	line := holder.do("l", "pay", "0 30")
@@ -107,7 +108,7 @@ func TestClusterFailoverKeepsLeases(t *testing.T) {
 
 	killed := time.Now()
 	c.Stop(li)
-	nl := c.Leader(testutil.LeaderTimeout)
+	nl := c.Leader(servertest.LeaderTimeout)
 	took := time.Since(killed)
 	// Timing is reported, not asserted: make chaos measures failover.
 	t.Logf("new leader %s ready %v after the old one stopped", ms[nl].ID, took)
@@ -125,8 +126,8 @@ func TestClusterFailoverKeepsLeases(t *testing.T) {
 }
 
 func TestClusterRestartFromDisk(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
 	ms := c.Members()
 	cl := dial(t, ms[li].Addr)
 	line := cl.do("l", "migrate", "0 600")
@@ -141,7 +142,7 @@ func TestClusterRestartFromDisk(t *testing.T) {
 	for i := range ms {
 		c.Restart(i)
 	}
-	nl := c.Leader(testutil.LeaderTimeout)
+	nl := c.Leader(servertest.LeaderTimeout)
 	grantSurvived(t, dial(t, c.Members()[nl].Addr), "migrate", tok, before)
 }
 
@@ -169,8 +170,8 @@ func grantSurvived(t *testing.T, cl *client, key, tok string, before uint64) {
 // waits: nobody can resume them (w needs the owner), and left queued each
 // would be granted in turn and held unheard for a lease.
 func TestClusterStopWithdrawsWaits(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
 	ms := c.Members()
 	holder := dial(t, ms[li].Addr)
 	tok := grant(t, holder.do("l", "job", "0 30"), "ok")
@@ -182,7 +183,7 @@ func TestClusterStopWithdrawsWaits(t *testing.T) {
 	}, "the waiter never queued")
 
 	c.Stop(li)
-	nl := c.Leader(testutil.LeaderTimeout)
+	nl := c.Leader(servertest.LeaderTimeout)
 	_, g := ms[nl].Node.FSM().Engine().Metrics()
 	if g.Held != 1 || g.Waiting != 0 {
 		t.Fatalf("on the new leader held %d waiting %d; want the grant kept (1) and the wait withdrawn (0)", g.Held, g.Waiting)
@@ -200,8 +201,8 @@ func TestClusterStopWithdrawsWaits(t *testing.T) {
 // named on every command (replica.Command.Client), each wait after a
 // lock timed out and the leader soon stopped waiting.
 func TestClusterBatchWaitKnowsReleasers(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
-	li := c.Leader(testutil.LeaderTimeout)
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
 	ms := c.Members()
 	leader := dial(t, ms[li].Addr)
 	node := ms[li].Node

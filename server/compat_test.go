@@ -15,6 +15,7 @@ import (
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // The compatibility suite: exchanges over the wire whose answers are
@@ -330,7 +331,7 @@ func TestCompat(t *testing.T) {
 }
 
 func startCompatServer(t *testing.T, c compatCfg) string {
-	s := testutil.StartServer(t, func(ec *engine.Config, sc *server.Config) {
+	s := servertest.StartServer(t, func(ec *engine.Config, sc *server.Config) {
 		ec.MaxWaiters = c.maxWaiters
 		if c.maxLocks > 0 {
 			ec.MaxKeys = c.maxLocks

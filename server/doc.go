@@ -1,6 +1,11 @@
 // Package server is latchd's TCP front end: a gnet event handler that
-// decodes the three-line protocol with codec, calls the engine with the
+// decodes the three-line protocol with codec, calls the backend with the
 // connection's owner id, and encodes the answers.
+//
+// The backend (package backend) is a single node's engine or a replicated
+// node; the server has one path for both (submit.go). A call answers at
+// once, or the backend says the answer comes later and the connection
+// parks until the session, as the request's backend.Later, hears it.
 //
 // There is no goroutine, channel or timer per connection or per waiter.
 // Requests run on the connection's event loop. A blocking request that the

@@ -114,8 +114,8 @@ func (ss *session) direct(o engine.Outcome) bool {
 	return true
 }
 
-// directLine is direct for an answer already formatted (a proposal's, in
-// cluster mode).
+// directLine is direct for an answer already formatted (one the backend
+// gave later: submit.go).
 func (ss *session) directLine(line []byte) bool {
 	if !ss.hand.CompareAndSwap(handIdle, handClaimed) {
 		return false

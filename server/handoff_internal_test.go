@@ -11,6 +11,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 )
 
@@ -57,7 +58,7 @@ func TestDirectAfterCloseInTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(DefaultConfig(), eng, zap.NewNop())
+	s, err := New(DefaultConfig(), backend.NewLocal(eng), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestDirectShortWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(DefaultConfig(), eng, zap.NewNop())
+	s, err := New(DefaultConfig(), backend.NewLocal(eng), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

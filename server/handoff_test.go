@@ -14,8 +14,8 @@ import (
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
-	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // hotConn is one connection of a hot-key workload: prebuilt requests and a
@@ -101,7 +101,7 @@ func TestHotKeyHandOffAcrossLoops(t *testing.T) {
 }
 
 func hotKeyHandOff(t *testing.T, direct bool) {
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) {
+	s := servertest.StartServer(t, func(_ *engine.Config, c *server.Config) {
 		c.EventLoops = 2
 		c.DirectHandOff = direct
 	})
@@ -207,7 +207,7 @@ func BenchmarkHotKey(b *testing.B) {
 
 // benchHotKey runs b.N acquire+release ops shared by conns connections.
 func benchHotKey(b *testing.B, limit, conns int, direct bool) {
-	s := testutil.StartServer(b, func(e *engine.Config, c *server.Config) {
+	s := servertest.StartServer(b, func(e *engine.Config, c *server.Config) {
 		c.EventLoops = 2
 		c.DirectHandOff = direct
 		e.MaxWaiters = 0

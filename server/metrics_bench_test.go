@@ -8,6 +8,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/metrics"
@@ -47,7 +48,7 @@ func newRig(tb testing.TB, m *metrics.TCP) *rig {
 	if m != nil {
 		opts = append(opts, WithMetrics(m))
 	}
-	s, err := New(DefaultConfig(), eng, zap.NewNop(), opts...)
+	s, err := New(DefaultConfig(), backend.NewLocal(eng), zap.NewNop(), opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // series finds one series of a gathered family by its labels; nil if
@@ -67,7 +68,7 @@ func histogram(t *testing.T, reg *metrics.Registry, cmd string) *dto.Histogram {
 
 func TestMetricsOverTCP(t *testing.T) {
 	reg := metrics.NewRegistry(nil)
-	s := testutil.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())})
+	s := servertest.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())})
 
 	holder := dial(t, s.Addr)
 	tok := grant(t, holder.do("l", "k", "0"), "ok")
@@ -162,7 +163,7 @@ func TestMetricsOverTCP(t *testing.T) {
 
 func TestMetricsRefusedAndAuth(t *testing.T) {
 	reg := metrics.NewRegistry(nil)
-	s := testutil.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())},
+	s := servertest.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())},
 		func(_ *engine.Config, c *server.Config) { c.MaxConnections = 1; c.AuthToken = "s3cret" })
 	first := dial(t, s.Addr)
 	if got := first.do("auth", "_", "s3cret"); got != "ok" {

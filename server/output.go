@@ -196,12 +196,11 @@ func (s *Server) stats(ss *session) {
 	if !s.budget.Fits(int64(limit)) {
 		limit = 1 // totals only
 	}
-	st := s.engine().SnapshotMax(now(), limit)
+	st := s.be.Engine().SnapshotMax(now(), limit)
 	st.Connections = s.Connections()
 	var wrap func(engine.Stats) any
-	if s.node != nil {
-		cs := s.node.Status()
-		wrap = func(st engine.Stats) any { return clusterStats{Stats: st, Cluster: &cs} }
+	if cs := s.be.ClusterStatus(); cs != nil {
+		wrap = func(st engine.Stats) any { return clusterStats{Stats: st, Cluster: cs} }
 	}
 	body, err := engine.EncodeStats(st, limit, wrap)
 	var line []byte

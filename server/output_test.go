@@ -19,6 +19,7 @@ import (
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // makeKeys creates n idle keys with names of keyLen bytes on c, acquiring
@@ -74,10 +75,10 @@ func dialNonReader(t testing.TB, addr string) net.Conn {
 
 // startMetered starts a server with metrics and the given config changes,
 // and returns it with its registry.
-func startMetered(t *testing.T, opt testutil.Option) (*testutil.Server, *metrics.Registry) {
+func startMetered(t *testing.T, opt servertest.Option) (*servertest.Server, *metrics.Registry) {
 	t.Helper()
 	reg := metrics.NewRegistry(nil)
-	s := testutil.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())}, opt,
+	s := servertest.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())}, opt,
 		func(_ *engine.Config, c *server.Config) { c.SendBuffer = 16 << 10 })
 	return s, reg
 }
@@ -91,7 +92,7 @@ func closedFor(t *testing.T, reg *metrics.Registry, reason string) {
 }
 
 func TestStatsTruncated(t *testing.T) {
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) { c.MaxStatsBytes = 8 << 10 })
+	s := servertest.StartServer(t, func(_ *engine.Config, c *server.Config) { c.MaxStatsBytes = 8 << 10 })
 	makeKeys(t, dial(t, s.Addr), 100, 200) // about 25 KiB of idle keys
 	a := dial(t, s.Addr)
 	grant(t, a.do("l", "held", "0"), "ok")
@@ -129,7 +130,7 @@ func TestStatsTruncated(t *testing.T) {
 	if err := a.c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	small := testutil.StartServer(t)
+	small := servertest.StartServer(t)
 	if got := dial(t, small.Addr).do("stats", "_", "_"); strings.Contains(got, "truncated") {
 		t.Fatalf("small stats: %s", got)
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/latchd/latchd/engine"
-	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // TestOneConnectionCannotTakeEveryKey is the red team's first finding
@@ -16,7 +16,7 @@ import (
 // error_max_locks for any new key. With the per-owner cap the flood is
 // answered error_max_locks past its share and a bystander still locks.
 func TestOneConnectionCannotTakeEveryKey(t *testing.T) {
-	s := testutil.StartServer(t, func(*engine.Config, *server.Config) {})
+	s := servertest.StartServer(t, func(*engine.Config, *server.Config) {})
 	max := s.Engine.Config().MaxKeys
 	attacker, bystander := dial(t, s.Addr), dial(t, s.Addr)
 	var b strings.Builder

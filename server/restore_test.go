@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // TestRestoreClosesParkedConn: a snapshot restore on the node holding a
@@ -14,8 +15,8 @@ import (
 // granted unheard, so the outcome is unknown: the connection is closed,
 // never left parked without an answer (a review caught it left hanging).
 func TestRestoreClosesParkedConn(t *testing.T) {
-	c := testutil.StartCluster(t, 3, nil)
-	m := c.Members()[c.Leader(testutil.LeaderTimeout)]
+	c := servertest.StartCluster(t, 3, nil)
+	m := c.Members()[c.Leader(servertest.LeaderTimeout)]
 	holder := dial(t, m.Addr)
 	tok := grant(t, holder.do("l", "job", "0 30"), "ok")
 	waiter := dial(t, m.Addr)

@@ -14,25 +14,27 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/authlimit"
 	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
-	"github.com/latchd/latchd/replica"
 )
 
-// Server is the TCP front end of one engine.
+// Server is the TCP front end of one backend: a single node's engine or
+// a replicated node (package backend); it never learns which.
 type Server struct {
 	gnet.BuiltinEventEngine
 
-	cfg  Config
-	eng  *engine.Engine
-	log  *zap.Logger
-	met  *metrics.TCP  // nil: record nothing
-	node *replica.Node // cluster mode; nil: s.eng is local
-	// answerQ runs the node's answers on the event loop (answers.go):
-	// set at the first connection, with one loop.
+	cfg Config
+	be  backend.Backend
+	log *zap.Logger
+	met *metrics.TCP // nil: record nothing
+	// batcher is be, when it answers pending requests in batches: answerQ
+	// then runs them on the event loop (answers.go), set at the first
+	// connection, with one loop.
+	batcher backend.AnswerBatcher
 	answerQ atomic.Pointer[answerQueue]
 	cli     *gnet.Client // the event loops plain TCP connections are enrolled in
 	addr    string
@@ -60,21 +62,26 @@ type Server struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
-	// pending counts cluster mode's proposal goroutines (requests and
-	// Disconnects), which Stop waits for: a Disconnect proposed as the
-	// listener closes must reach the log before the node goes.
-	pending sync.WaitGroup
+	// inflight counts the requests the backend answers later (Submit's
+	// pending ones, Disconnects among them), which Stop waits for: a
+	// Disconnect submitted as the listener closes must reach the log
+	// before the node goes. It may pass through -1 while a loop's turn
+	// runs (see submit), never once the loops have stopped.
+	inflight atomic.Int64
 }
 
-// New returns a server for eng; Start runs it.
-func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Server, error) {
+// New returns a server for be; Start runs it.
+func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, eng: eng, log: log,
+	if be == nil {
+		return nil, errors.New("server: no backend")
+	}
+	s := &Server{cfg: cfg, be: be, log: log,
 		booted: make(chan struct{}), stop: make(chan struct{}),
 		kick: make(chan struct{}, 1), statsSem: make(chan struct{}, cfg.StatsConcurrency)}
 	for _, o := range opts {
@@ -83,11 +90,10 @@ func New(cfg Config, eng *engine.Engine, log *zap.Logger, opts ...Option) (*Serv
 	if s.budget == nil {
 		s.budget = budget.New(cfg.MaxOutput)
 	}
-	if s.node != nil {
+	if be.Replicated() {
 		s.nextID.Store(ownerBase())
-	} else if eng == nil {
-		return nil, errors.New("server: no engine")
 	}
+	s.batcher, _ = be.(backend.AnswerBatcher)
 	s.reg.init()
 	if cfg.AuthToken != "" && cfg.AuthFailuresPerMinute > 0 {
 		s.authLim = authlimit.New(cfg.AuthFailuresPerMinute, authlimit.DefaultMaxIPs)
@@ -262,7 +268,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		if q := s.answerQ.Load(); q != nil {
 			// After the loops: answers they never ran. A runner set by a
 			// racing OnOpen after this is refused by the closed queue.
-			s.node.SetAnswerRunner(nil)
+			s.batcher.SetAnswerBatches(nil)
 			q.close()
 		}
 		if err == nil {
@@ -272,19 +278,22 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
-// waitPending waits, within ctx, for the proposal goroutines.
+// waitPending waits, within ctx, for the requests the backend has yet to
+// answer.
 func (s *Server) waitPending(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		s.pending.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
+	if s.inflight.Load() <= 0 {
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for s.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // OnOpen admits a connection and gives it a session.
@@ -294,7 +303,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return []byte("error\n"), gnet.Close
 	}
 	ss.loop = s.loops.of(c)
-	if s.node != nil && s.answerQ.Load() == nil && s.cfg.Loops() == 1 {
+	if s.batcher != nil && s.answerQ.Load() == nil && s.cfg.Loops() == 1 {
 		s.answersOnLoop(c.EventLoop())
 	}
 	if s.cfg.DirectHandOff {
@@ -304,14 +313,14 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
-// answersOnLoop hands the node's answers to el, once.
+// answersOnLoop hands the backend's answer batches to el, once.
 func (s *Server) answersOnLoop(el gnet.EventLoop) {
 	if el == nil {
 		return
 	}
 	q := newAnswerQueue(el)
 	if s.answerQ.CompareAndSwap(nil, q) {
-		q.on.Store(s.node.SetAnswerRunner(q.put))
+		q.on.Store(s.batcher.SetAnswerBatches(q.put))
 	}
 }
 
@@ -348,8 +357,8 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 			return nil, false
 		}
 	}
-	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip, cluster: s.node != nil,
-		fd: -1, met: s.met}
+	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip,
+		fd: -1, met: s.met, srv: s}
 	if s.authLim != nil {
 		ss.authIP = addrOf(remote)
 	}
@@ -376,10 +385,11 @@ func (s *Server) close(ss *session, err error) {
 		g.Freed() // a listener out of descriptors may accept again
 	}
 	s.forget(ss)
-	if s.node != nil {
-		s.closeCluster(ss)
-	} else {
-		s.eng.DisconnectVia(now(), ss.id, s.cfg.AutoRelease, ss.via())
+	ss.closed.Store(true)
+	// Nothing of a connection that made no request is in the state. One
+	// with a request still pending is undone by its answer (answered1).
+	if ss.used && ss.inflight.Load() <= 0 {
+		s.disconnect(ss, ss.via())
 	}
 	s.debug("connection closed", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
 }

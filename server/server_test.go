@@ -13,6 +13,7 @@ import (
 	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // client is a raw protocol connection for tests.
@@ -98,7 +99,7 @@ func grant(t testing.TB, line, word string) string {
 }
 
 func TestLockReleaseRenew(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	c := dial(t, s.Addr)
 	line := c.do("l", "k1", "10")
 	tok := grant(t, line, "ok")
@@ -133,7 +134,7 @@ func TestLockReleaseRenew(t *testing.T) {
 }
 
 func TestTryLockTimeout(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	grant(t, a.do("l", "k", "0"), "ok")
 	if got := b.do("l", "k", "0"); got != "timeout" {
@@ -149,7 +150,7 @@ func TestTryLockTimeout(t *testing.T) {
 }
 
 func TestFIFOHandOffOverTCP(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	holder := dial(t, s.Addr)
 	tok := grant(t, holder.do("l", "k", "10"), "ok")
 	const n = 5
@@ -186,7 +187,7 @@ func TestFIFOHandOffOverTCP(t *testing.T) {
 }
 
 func TestSemaphore(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	cs := make([]*client, 4)
 	toks := make([]string, 3)
 	for i := range cs {
@@ -220,7 +221,7 @@ func TestSemaphore(t *testing.T) {
 }
 
 func TestTwoPhase(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	tokA := grant(t, a.do("e", "k", ""), "acquired")
 	if got := a.do("e", "k", ""); got != "error_already_enqueued" {
@@ -267,7 +268,7 @@ func TestTwoPhase(t *testing.T) {
 }
 
 func TestPipelinedAndBlockedOrdering(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	// Many requests in one write are answered in order.
 	a.send("l\np1\n0\nl\np2\n0\nl\np3\n0\nstats\n_\n_\n")
@@ -294,7 +295,7 @@ func TestPipelinedAndBlockedOrdering(t *testing.T) {
 }
 
 func TestDisconnectHandOff(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	a, b, c := dial(t, s.Addr), dial(t, s.Addr), dial(t, s.Addr)
 	grant(t, a.do("l", "k", "0"), "ok")
 	grant(t, c.do("l", "mine", "0"), "ok")
@@ -311,7 +312,7 @@ func TestDisconnectHandOff(t *testing.T) {
 func a2(t *testing.T, addr string) *client { return dial(t, addr) }
 
 func TestDisconnectWithdrawsWait(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	a, b, c := dial(t, s.Addr), dial(t, s.Addr), dial(t, s.Addr)
 	tok := grant(t, a.do("l", "k", "0"), "ok")
 	b.req("l", "k", "10")
@@ -332,7 +333,7 @@ func TestDisconnectWithdrawsWait(t *testing.T) {
 }
 
 func TestLeaseExpiryHandOff(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	tok := grant(t, a.do("l", "k", "0 1"), "ok")
 	start := time.Now()
@@ -352,7 +353,7 @@ func TestLeaseExpiryHandOff(t *testing.T) {
 }
 
 func TestProtocolViolations(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	bystander := dial(t, s.Addr)
 	tok := grant(t, bystander.do("l", "held", "0"), "ok")
 	waiter := dial(t, s.Addr)
@@ -409,7 +410,7 @@ func TestProtocolViolations(t *testing.T) {
 }
 
 func TestCRLFAndSplitWrites(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	c := dial(t, s.Addr)
 	msg := "l\r\nk\r\n0\r\n"
 	for i := 0; i < len(msg); i++ {
@@ -419,7 +420,7 @@ func TestCRLFAndSplitWrites(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) { c.AuthToken = "s3cret" })
+	s := servertest.StartServer(t, func(_ *engine.Config, c *server.Config) { c.AuthToken = "s3cret" })
 	t.Run("no auth", func(t *testing.T) {
 		c := dial(t, s.Addr)
 		if got := c.do("l", "k", "0"); got != "error_auth" {
@@ -444,7 +445,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	grant(t, a.do("l", "k", "0"), "ok")
 	grant(t, a.do("sl", "s", "0 2"), "ok")
@@ -462,7 +463,7 @@ func TestStats(t *testing.T) {
 }
 
 func TestMaxLocksAndWaiters(t *testing.T) {
-	s := testutil.StartServer(t, func(e *engine.Config, _ *server.Config) { e.MaxKeys = 2; e.MaxWaiters = 1 })
+	s := servertest.StartServer(t, func(e *engine.Config, _ *server.Config) { e.MaxKeys = 2; e.MaxWaiters = 1 })
 	a, b, c := dial(t, s.Addr), dial(t, s.Addr), dial(t, s.Addr)
 	grant(t, a.do("l", "k1", "0"), "ok")
 	grant(t, a.do("l", "k2", "0"), "ok")
@@ -484,7 +485,7 @@ func TestMaxLocksAndWaiters(t *testing.T) {
 }
 
 func TestReadTimeoutClosesPartial(t *testing.T) {
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) { c.ReadTimeout = 200 * time.Millisecond })
+	s := servertest.StartServer(t, func(_ *engine.Config, c *server.Config) { c.ReadTimeout = 200 * time.Millisecond })
 	idle := dial(t, s.Addr)
 	partial := dial(t, s.Addr)
 	partial.send("l\nk")
@@ -494,7 +495,7 @@ func TestReadTimeoutClosesPartial(t *testing.T) {
 }
 
 func TestMaxConnections(t *testing.T) {
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) { c.MaxConnections = 2 })
+	s := servertest.StartServer(t, func(_ *engine.Config, c *server.Config) { c.MaxConnections = 2 })
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	grant(t, a.do("l", "x", "0"), "ok")
 	grant(t, b.do("l", "y", "0"), "ok")
@@ -509,7 +510,7 @@ func TestManyConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 2,000 connections")
 	}
-	s := testutil.StartServer(t, func(e *engine.Config, _ *server.Config) { e.MaxKeys = 0 })
+	s := servertest.StartServer(t, func(e *engine.Config, _ *server.Config) { e.MaxKeys = 0 })
 	const n = 2000
 	conns := make([]*client, n)
 	for i := range conns {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/metrics"
@@ -31,13 +32,12 @@ type session struct {
 	out    []byte     // answers of one OnTraffic call, written once
 	ip     string     // client IP, kept only when MaxConnectionsPerIP is on
 	authIP netip.Addr // client IP, kept only while auth is limited and pending
-	// cluster is set at creation: the server runs in cluster mode.
-	cluster bool
 	// fd is the socket a direct hand-off writes to (handoff.go); -1 for
-	// none (TLS). In cluster mode the hand-off also carries the answers
-	// to proposals. met is the server's metrics, or nil.
+	// none (TLS). The hand-off also carries the answers the backend
+	// gives later. met is the server's metrics, or nil.
 	fd  int
 	met *metrics.TCP
+	srv *Server
 
 	// Any goroutine: who owns the event-loop-only fields above and the
 	// socket's write side while the session is parked (handoff.go).
@@ -48,10 +48,15 @@ type session struct {
 	parkedAt  int64
 	parkedCmd codec.Cmd
 
-	// Cluster mode. proposed (event loop only): the connection has put a
-	// command in the log. inflight: its proposals not yet returned;
-	// closed: it has closed; disconnected: its Disconnect was proposed.
-	proposed     bool
+	// The backend's side (submit.go). Event loop only: used, the
+	// connection made a request the backend took (so a Disconnect is
+	// due at close); cmd, the command of the request pending, written
+	// before it is submitted and read by Answer. Any goroutine:
+	// inflight, its requests the backend has yet to answer; closed, it
+	// has closed; disconnected, its Disconnect was submitted.
+	used         bool
+	cmd          codec.Cmd
+	req          backend.Request // the request being submitted
 	inflight     atomic.Int32
 	closed       atomic.Bool
 	disconnected atomic.Bool
@@ -86,13 +91,14 @@ type session struct {
 // connection's loop.
 func (ss *session) Deliver(o engine.Outcome) {
 	if o.Result == engine.Canceled {
-		// On a single node only DropOwner cancels, and only for a closed
-		// connection. In cluster mode a snapshot restore also cancels
-		// every parked request: the request may still be queued there and
-		// be granted unheard, so the outcome is unknown. Closing the
-		// connection says so (and releases, through the log, what it
-		// holds), as for any proposal whose fate is unknown.
-		if ss.cluster && !ss.closed.Load() {
+		// The connection's own Disconnect cancels its parked request,
+		// once it has closed. On a replicated node a snapshot restore
+		// also cancels every parked request: the request may still be
+		// queued there and be granted unheard, so the outcome is
+		// unknown. Closing the connection says so (and releases, through
+		// the log, what it holds), as for any request whose fate is
+		// unknown.
+		if !ss.closed.Load() {
 			_ = ss.conn.Close()
 		}
 		return

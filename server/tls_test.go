@@ -17,6 +17,7 @@ import (
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // selfSigned makes a certificate for 127.0.0.1 at test time.
@@ -60,7 +61,7 @@ func dialTLS(t *testing.T, addr string, pool *x509.CertPool) *client {
 
 func TestTLS(t *testing.T) {
 	cert, pool := selfSigned(t)
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) {
+	s := servertest.StartServer(t, func(_ *engine.Config, c *server.Config) {
 		c.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	})
 	a, b := dialTLS(t, s.Addr, pool), dialTLS(t, s.Addr, pool)
@@ -93,7 +94,7 @@ func TestTLS(t *testing.T) {
 }
 
 func TestMaxConnectionsPerIP(t *testing.T) {
-	s := testutil.StartServer(t, func(_ *engine.Config, c *server.Config) { c.MaxConnectionsPerIP = 2 })
+	s := servertest.StartServer(t, func(_ *engine.Config, c *server.Config) { c.MaxConnectionsPerIP = 2 })
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	grant(t, a.do("l", "x", "0"), "ok")
 	grant(t, b.do("l", "y", "0"), "ok")

@@ -8,8 +8,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/codec"
-	"github.com/latchd/latchd/engine"
-	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/internal/clock"
 )
 
@@ -117,56 +115,7 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 		s.protocolError(ss, errNotAuthed)
 		return codec.AppendStatus(out, codec.StatusErrorAuth), true
 	}
-	if s.node != nil && req.Cmd != codec.CmdStats {
-		return s.propose(ss, req, out), false
-	}
-	switch req.Cmd {
-	case codec.CmdLock, codec.CmdSemLock:
-		o, err := s.eng.Acquire(t, s.acquireReq(ss, req), ss)
-		if err != nil {
-			return codec.AppendStatus(out, statusFor(err)), false
-		}
-		ss.parked = o.Result == engine.Queued
-		if ss.parked {
-			return out, false
-		}
-		return appendOutcome(out, codec.StatusOK, o), false
-	case codec.CmdEnqueue, codec.CmdSemEnqueue:
-		o, err := s.eng.Enqueue(t, s.acquireReq(ss, req))
-		if err != nil {
-			return codec.AppendStatus(out, statusFor(err)), false
-		}
-		return appendOutcome(out, codec.StatusAcquired, o), false
-	case codec.CmdWait, codec.CmdSemWait:
-		o, err := s.eng.Wait(t, req.Key, ss.id, seconds(req.Timeout), ss)
-		if err != nil {
-			return codec.AppendStatus(out, statusFor(err)), false
-		}
-		ss.parked = o.Result == engine.Queued
-		if ss.parked {
-			return out, false
-		}
-		return appendOutcome(out, codec.StatusOK, o), false
-	case codec.CmdRelease, codec.CmdSemRelease:
-		tok, err := fence.Parse(req.Token)
-		if err == nil {
-			err = s.eng.ReleaseVia(t, req.Key, tok, ss.via())
-		}
-		if err != nil {
-			return codec.AppendStatus(out, codec.StatusError), false
-		}
-		return codec.AppendStatus(out, codec.StatusOK), false
-	case codec.CmdRenew, codec.CmdSemRenew:
-		tok, err := fence.Parse(req.Token)
-		var ttl time.Duration
-		if err == nil {
-			ttl, err = s.eng.RenewAs(t, req.Key, tok, seconds(req.TTL), ss.id)
-		}
-		if err != nil {
-			return codec.AppendStatus(out, codec.StatusError), false
-		}
-		return codec.AppendRemaining(out, int64(ttl/time.Second)), false
-	case codec.CmdStats:
+	if req.Cmd == codec.CmdStats {
 		// With many keys the snapshot and its JSON take tens of
 		// milliseconds: build them off the loop, so the other connections
 		// on it are not stalled. The connection parks meanwhile, so
@@ -175,22 +124,7 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 		go s.stats(ss)
 		return out, false
 	}
-	return codec.AppendStatus(out, codec.StatusError), true
-}
-
-func (s *Server) acquireReq(ss *session, req *codec.Request) engine.AcquireReq {
-	limit := 1
-	if req.Cmd.Semaphore() {
-		limit = int(req.Limit)
-	}
-	return engine.AcquireReq{
-		Key:     req.Key,
-		Owner:   ss.id,
-		Limit:   limit,
-		TTL:     seconds(req.TTL),
-		Timeout: seconds(req.Timeout),
-		Salt:    clock.Salt(),
-	}
+	return s.submit(ss, t, req, out)
 }
 
 // auth checks the shared secret in constant time. Without a configured

@@ -8,10 +8,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/clock"
-	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 	"github.com/latchd/latchd/soak"
 )
 
@@ -27,11 +28,11 @@ func config(t *testing.T) soak.Config {
 }
 
 // startServer starts an engine, its expiry clock and a TCP server on
-// 127.0.0.1:0 like testutil.StartServer, with no key cap, idle keys
+// 127.0.0.1:0 like servertest.StartServer, with no key cap, idle keys
 // collected after 100 ms and the run's read timeout, but with a silent
 // logger: under -v, testutil logs every connection at debug level, and a
 // soak opens tens of thousands.
-func startServer(t *testing.T, cfg soak.Config) *testutil.Server {
+func startServer(t *testing.T, cfg soak.Config) *servertest.Server {
 	t.Helper()
 	ecfg := engine.DefaultConfig()
 	ecfg.MaxKeys = 0
@@ -46,7 +47,7 @@ func startServer(t *testing.T, cfg soak.Config) *testutil.Server {
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := server.New(scfg, eng, zap.NewNop())
+	srv, err := server.New(scfg, backend.NewLocal(eng), zap.NewNop())
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
@@ -64,7 +65,7 @@ func startServer(t *testing.T, cfg soak.Config) *testutil.Server {
 		close(stop)
 		<-done
 	})
-	return &testutil.Server{Addr: srv.Addr(), Engine: eng, TCP: srv}
+	return &servertest.Server{Addr: srv.Addr(), Engine: eng, TCP: srv}
 }
 
 // finish logs the report and fails the test on any violation.
@@ -77,7 +78,7 @@ func finish(t *testing.T, r *soak.Report) {
 }
 
 // gauges returns the engine gauges and open connections as one string.
-func gauges(s *testutil.Server) string {
+func gauges(s *servertest.Server) string {
 	_, g := s.Engine.Metrics()
 	return fmt.Sprintf("keys=%d held=%d waiting=%d conns=%d", g.Keys, g.Held, g.Waiting, s.TCP.Connections())
 }
@@ -85,7 +86,7 @@ func gauges(s *testutil.Server) string {
 // settled polls until the engine holds nothing, queues nothing, has
 // collected every idle key and the server has no connection, and returns
 // a violation if it does not get there within timeout.
-func settled(s *testutil.Server, conns int, timeout time.Duration) []soak.Violation {
+func settled(s *servertest.Server, conns int, timeout time.Duration) []soak.Violation {
 	ok := soak.PollUntil(timeout, func() bool {
 		_, g := s.Engine.Metrics()
 		return g.Held == 0 && g.Waiting == 0 && g.Keys == 0 && s.TCP.Connections() == conns

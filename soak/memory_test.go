@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
 	"github.com/latchd/latchd/soak"
 )
 
@@ -321,7 +321,7 @@ func churnOne(addr string, i int, st *churnStats) *soak.Conn {
 
 // churnSettled waits until only the sentinel is connected, holding its
 // lock, with no waiter and no other key left.
-func churnSettled(s *testutil.Server) []soak.Violation {
+func churnSettled(s *servertest.Server) []soak.Violation {
 	ok := soak.PollUntil(10*time.Second, func() bool {
 		_, g := s.Engine.Metrics()
 		return s.TCP.Connections() == 1 && g.Held == 1 && g.Waiting == 0 && g.Keys == 1

@@ -32,6 +32,7 @@ import (
 	"github.com/latchd/latchd/internal/metrics"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/server/servertest"
 )
 
 // bin is the latchctl binary the tests run, built once by TestMain.
@@ -110,7 +111,7 @@ func waitFile(t *testing.T, path string, limit time.Duration) string {
 	return strings.TrimSpace(string(b))
 }
 
-func holders(s *testutil.Server, key string) int {
+func holders(s *servertest.Server, key string) int {
 	st := s.Engine.Snapshot(0)
 	for _, l := range st.Locks {
 		if l.Key == key {
@@ -129,7 +130,7 @@ func holders(s *testutil.Server, key string) int {
 // time, and each later holder sees a larger fence.
 func TestLockExcludesAndFenceRises(t *testing.T) {
 	t.Parallel()
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	dir := t.TempDir()
 	const n = 3
 	script := `date +%s%N > "$0.start"; sleep 0.3; date +%s%N > "$0.end"; ` +
@@ -179,7 +180,7 @@ func TestLockExcludesAndFenceRises(t *testing.T) {
 
 func TestExitStatuses(t *testing.T) {
 	t.Parallel()
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	ctx := context.Background()
 	conn, err := client.Dial(ctx, s.Addr)
 	if err != nil {
@@ -220,7 +221,7 @@ func TestExitStatuses(t *testing.T) {
 // and its command is killed with it.
 func TestKilledHolderReleases(t *testing.T) {
 	t.Parallel()
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	holder := start(t, nil, "--addr", s.Addr, "lock", "k", "--", "sh", "-c", `echo $$ > "$0"; exec sleep 30`, pidFile)
@@ -325,7 +326,7 @@ func TestLostLeaseStopsCommand(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := testutil.StartServer(t)
+			s := servertest.StartServer(t)
 			p := newStallProxy(t, s.Addr)
 			base := filepath.Join(t.TempDir(), "cmd")
 			script := tt.trap + `; echo ready > "$0.ready"; while :; do sleep 0.05; done`
@@ -360,7 +361,7 @@ func TestLostLeaseStopsCommand(t *testing.T) {
 // released.
 func TestSignalsForwarded(t *testing.T) {
 	t.Parallel()
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	base := filepath.Join(t.TempDir(), "cmd")
 	script := `trap 'echo HUP >> "$0.sig"' HUP; trap 'exit 3' TERM; echo ready > "$0.ready"; while :; do sleep 0.05; done`
 	holder := start(t, nil, "--addr", s.Addr, "lock", "k", "--", "sh", "-c", script, base)
@@ -382,7 +383,7 @@ func TestSignalsForwarded(t *testing.T) {
 
 func TestSemAndElect(t *testing.T) {
 	t.Parallel()
-	s := testutil.StartServer(t)
+	s := servertest.StartServer(t)
 	ctx := context.Background()
 	conn, err := client.Dial(ctx, s.Addr)
 	if err != nil {
@@ -412,7 +413,7 @@ func TestStatsAndHealth(t *testing.T) {
 	t.Parallel()
 	var eng *engine.Engine // set below, before anything scrapes
 	reg := metrics.NewRegistryFunc(func() *engine.Engine { return eng })
-	s := testutil.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())})
+	s := servertest.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())})
 	eng = s.Engine
 	stopMetrics, metricsAddr, err := metrics.Serve("127.0.0.1:0", reg, zap.NewNop())
 	if err != nil {
@@ -474,7 +475,7 @@ func regexpLine(out string, fields ...string) bool {
 func TestTLSAndAuth(t *testing.T) {
 	t.Parallel()
 	cert, caFile := selfSigned(t)
-	s := testutil.StartServer(t, func(_ *engine.Config, sc *server.Config) {
+	s := servertest.StartServer(t, func(_ *engine.Config, sc *server.Config) {
 		sc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		sc.AuthToken = "s3cret"
 	})
@@ -496,7 +497,7 @@ func TestTLSAndAuth(t *testing.T) {
 // With --servers, latchctl finds the cluster's leader from any seed.
 func TestClusterFollowsLeader(t *testing.T) {
 	t.Parallel()
-	c := testutil.StartCluster(t, 3, nil)
+	c := servertest.StartCluster(t, 3, nil)
 	leader := c.Leader(10 * time.Second)
 	var seeds []string
 	for i, m := range c.Members() {

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/budget"
@@ -134,6 +135,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 	var (
 		eng   *engine.Engine
 		node  *replica.Node
+		be    backend.Backend // what the front ends serve: node, or eng
 		engFn func() *engine.Engine
 	)
 	if o.raftDir != "" {
@@ -148,14 +150,14 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 				log.Warn("raft shutdown", zap.Error(err))
 			}
 		}()
-		engFn = node.FSM().Engine
+		engFn, be = node.FSM().Engine, node
 	} else {
 		local, err := startEngine(o, &ecfg, log)
 		if err != nil {
 			return sum, err
 		}
 		defer local.stop()
-		eng = local.eng
+		eng, be = local.eng, backend.NewLocal(local.eng)
 		engFn = func() *engine.Engine { return eng }
 	}
 	scfg, _ := o.serverConfig() // validated by run; the caps filled in since
@@ -185,7 +187,6 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 	go memtrim.Run(stopTrim, time.Second, trimIdle, memtrim.Gauges{Held: held, Made: out.Made})
 	sopts := []server.Option{server.WithMetrics(reg.TCP()), server.WithOutputBudget(out), server.WithListeners(lns)}
 	if node != nil {
-		sopts = append(sopts, server.WithCluster(node))
 		reg.MustRegister(metrics.NewClusterCollector(func() metrics.ClusterSample {
 			st := node.Status()
 			return metrics.ClusterSample{Role: st.Role, Term: st.Term, CommitIndex: st.CommitIndex,
@@ -195,7 +196,7 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 				SnapshotWriteFailures: st.SnapshotWriteFailures}
 		}))
 	}
-	srv, err := server.New(scfg, eng, log.Named("tcp"), sopts...)
+	srv, err := server.New(scfg, be, log.Named("tcp"), sopts...)
 	if err != nil {
 		return sum, err
 	}
@@ -211,13 +212,10 @@ func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger,
 		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg),
 			httpfast.WithReadiness(rd.check), httpfast.WithListeners(lns),
 			httpfast.WithOutputBudget(out)}
-		if node != nil {
-			hopts = append(hopts, httpfast.WithCluster(node))
-			if o.adminToken != "" {
-				hopts = append(hopts, httpfast.WithAdmin(node, o.adminToken))
-			}
+		if node != nil && o.adminToken != "" {
+			hopts = append(hopts, httpfast.WithAdmin(node, o.adminToken))
 		}
-		web, err = httpfast.New(hcfg, eng, log.Named("http"), hopts...)
+		web, err = httpfast.New(hcfg, be, log.Named("http"), hopts...)
 		if err == nil {
 			err = web.Start()
 		}

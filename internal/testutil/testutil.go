@@ -1,80 +1,16 @@
-// Package testutil starts in-process latchd servers on loopback for tests
-// and polls conditions with deadlines. Only _test.go files import it.
+// Package testutil holds generic helpers for tests: polling a condition
+// with a deadline and claiming a free loopback port. It imports nothing of
+// the project above internal/, so every package's tests may use it; the
+// helpers that start servers live beside them (server/servertest). Only
+// _test.go files import it.
 package testutil
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
-	"github.com/latchd/latchd/engine"
-	"github.com/latchd/latchd/internal/clock"
-	"github.com/latchd/latchd/server"
+	"github.com/latchd/latchd/internal/testport"
 )
-
-// Server is a running engine, its expiry clock and a TCP server.
-type Server struct {
-	Addr   string
-	Engine *engine.Engine
-	TCP    *server.Server
-}
-
-// Option adjusts the configs before the server starts.
-type Option func(*engine.Config, *server.Config)
-
-// StartServer starts an engine and a TCP server on 127.0.0.1:0 and stops
-// both when the test ends. The clock ticks every 5 ms.
-func StartServer(tb testing.TB, opts ...Option) *Server {
-	tb.Helper()
-	return StartServerWith(tb, nil, opts...)
-}
-
-// StartServerWith is StartServer with options for server.New, such as
-// server.WithMetrics.
-func StartServerWith(tb testing.TB, sopts []server.Option, opts ...Option) *Server {
-	tb.Helper()
-	ecfg := engine.DefaultConfig()
-	scfg := server.DefaultConfig()
-	scfg.Addr = "127.0.0.1:0"
-	scfg.EventLoops = 2
-	for _, o := range opts {
-		o(&ecfg, &scfg)
-	}
-	ecfg.FenceSeed = uint64(clock.Now())
-	eng, err := engine.New(ecfg)
-	if err != nil {
-		tb.Fatalf("engine.New: %v", err)
-	}
-	var log *zap.Logger
-	if t, ok := tb.(*testing.T); ok && testing.Verbose() {
-		log = zaptest.NewLogger(t, zaptest.Level(zap.DebugLevel))
-	} else {
-		log = zap.NewNop()
-	}
-	srv, err := server.New(scfg, eng, log, sopts...)
-	if err != nil {
-		tb.Fatalf("server.New: %v", err)
-	}
-	if err := srv.Start(); err != nil {
-		tb.Fatalf("server.Start: %v", err)
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); clock.Drive(stop, eng, 5*time.Millisecond) }()
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			tb.Errorf("server.Stop: %v", err)
-		}
-		close(stop)
-		<-done
-	})
-	return &Server{Addr: srv.Addr(), Engine: eng, TCP: srv}
-}
 
 // Eventually polls cond every few milliseconds until it holds or timeout
 // passes, then fails the test with msg.
@@ -87,4 +23,15 @@ func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, msg stri
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// FreePort returns a loopback address nobody listens on now, for a
+// server to bind a moment later (internal/testport): from below Linux's
+// ephemeral range (32768 up), where an outgoing connection cannot take it
+// in between, and claimed for this process, so a test in another package
+// running at the same time is not handed it too (both happened: a member
+// failed to bind its raft port).
+func FreePort(tb testing.TB) string {
+	tb.Helper()
+	return testport.Free(tb)
 }

@@ -1,4 +1,4 @@
-package testutil
+package servertest
 
 import (
 	"context"
@@ -10,15 +10,14 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/latchd/latchd/internal/testport"
+	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
 
 // Cluster is an in-process latchd cluster on loopback: each member is a
-// replica.Node on disk (bbolt log store, real TCP transport, fsync on), a TCP
-// server in cluster mode and, with ClusterOptions.HTTP, a REST server in
-// cluster mode.
+// replica.Node on disk (real TCP transport, fsync on), a TCP server over
+// it and, with ClusterOptions.HTTP, a REST server over it.
 type Cluster struct {
 	tb      testing.TB
 	mu      sync.Mutex
@@ -41,10 +40,10 @@ type Member struct {
 	stopHTTP func(context.Context) error // nil while stopped or without HTTP
 }
 
-// HTTPStarter starts member m's REST server in cluster mode, listening on
-// m.HTTPAddr over m.Node (running), and returns what stops it. It is a
-// function because this package cannot import httpfast (whose tests
-// import this package).
+// HTTPStarter starts member m's REST server, listening on m.HTTPAddr
+// over m.Node (running), and returns what stops it. It is a function
+// because this package cannot import httpfast (whose tests import this
+// package).
 type HTTPStarter func(tb testing.TB, m *Member) (stop func(context.Context) error)
 
 // ClusterOptions adjust StartClusterOpts.
@@ -75,17 +74,6 @@ func ClusterConfig(id string) replica.Config {
 	return cfg
 }
 
-// FreePort returns a loopback address nobody listens on now, for a
-// member to bind a moment later (internal/testport): from below Linux's
-// ephemeral range (32768 up), where an outgoing connection cannot take it
-// in between, and claimed for this process, so a test in another package
-// running at the same time is not handed it too (both happened: a member
-// failed to bind its raft port).
-func FreePort(tb testing.TB) string {
-	tb.Helper()
-	return testport.Free(tb)
-}
-
 // StartCluster starts n members bootstrapped together and stops them when
 // the test ends. edit, if not nil, adjusts every member's Config.
 func StartCluster(tb testing.TB, n int, edit func(*replica.Config)) *Cluster {
@@ -107,10 +95,10 @@ func StartClusterOpts(tb testing.TB, n int, o ClusterOptions) *Cluster {
 	c := &Cluster{tb: tb, edit: o.Edit, sedit: o.ServerEdit, http: o.HTTP}
 	var peers []replica.Peer
 	for i := range n {
-		m := &Member{ID: fmt.Sprint("n", i+1), Addr: FreePort(tb), RaftAddr: FreePort(tb),
+		m := &Member{ID: fmt.Sprint("n", i+1), Addr: testutil.FreePort(tb), RaftAddr: testutil.FreePort(tb),
 			Dir: filepath.Join(tb.TempDir(), "raft")}
 		if c.http != nil {
-			m.HTTPAddr = FreePort(tb)
+			m.HTTPAddr = testutil.FreePort(tb)
 		}
 		c.members = append(c.members, m)
 		peers = append(peers, replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.Addr})
@@ -178,7 +166,7 @@ func (c *Cluster) start(i int, peers []replica.Peer) {
 	if c.sedit != nil {
 		c.sedit(&scfg)
 	}
-	srv, err := server.New(scfg, nil, log, server.WithCluster(node))
+	srv, err := server.New(scfg, node, log)
 	if err != nil {
 		c.tb.Fatalf("server.New(%s): %v", m.ID, err)
 	}
@@ -230,7 +218,7 @@ func (c *Cluster) Stop(i int) {
 const LeaderTimeout = 30 * time.Second
 
 // stableFor is how long a leader must keep every running member's
-// agreement before Leader returns it: one lease check (LeaderLeaseTimeout)
+// agreement before Leader returns it: a few heartbeats
 // past its election, the usual moment a leader elected in a stall loses
 // its place.
 const stableFor = 600 * time.Millisecond
@@ -246,7 +234,7 @@ const stableFor = 600 * time.Millisecond
 func (c *Cluster) Leader(timeout time.Duration) int {
 	c.tb.Helper()
 	leader, since := -1, time.Time{}
-	Eventually(c.tb, timeout, func() bool {
+	testutil.Eventually(c.tb, timeout, func() bool {
 		i := c.agreedLeader()
 		if i < 0 || i != leader {
 			leader, since = i, time.Now()

@@ -1,0 +1,264 @@
+package server
+
+import (
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/backend"
+	"github.com/latchd/latchd/codec"
+	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/fence"
+	"github.com/latchd/latchd/internal/clock"
+)
+
+// Every mutating request goes to the backend (backend.Backend) through
+// Submit, one path for either kind. A single node answers at once, on the
+// event loop: the answer is appended to the turn's output, or the
+// connection parks on a Queued outcome until its Sink hears the grant or
+// the timeout. A replicated leader takes the request and answers later:
+// the connection parks (so later requests keep their order) and the
+// session, as the request's backend.Later, hears the reply on the
+// replica's goroutine that applied the entry (or, with one event loop, in
+// a task on the loop: answers.go); the line is written like a grant
+// (directly to an idle connection, else through its loop). A follower
+// refuses at once: "error_not_leader <leader-client-addr>".
+//
+// What a connection did is undone when it closes, through the backend:
+// once its last pending request has been answered, so the Disconnect can
+// never overtake the Acquire it should undo. A follower cannot propose; a
+// connection that closes on a node that lost leadership leaves its grants
+// to their leases, and so does every connection when a server over a
+// replicated backend stops: the next leader keeps their grants, which the
+// clients renew there by token.
+
+// ownerBase returns where a replicated node's connection IDs start: a
+// random 31-bit prefix per process, so owners are unique across the
+// cluster and across restarts (a new leader keeps the grants of an old
+// one's connections, and a new connection must not inherit them). Bit 63
+// stays clear: it marks REST sessions.
+func ownerBase() uint64 { return (clock.Salt() & 0x7fff_ffff) << 32 }
+
+// clusterStats is the stats answer of a replicated node: the engine's
+// fields and the node's raft state under "cluster".
+type clusterStats struct {
+	engine.Stats
+	Cluster any `json:"cluster"`
+}
+
+// submit runs a mutating request. It returns the output and whether the
+// connection must close after it is written. Event loop only.
+func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([]byte, bool) {
+	// One Request per connection: Submit takes a pointer, and a local
+	// would escape. Set field by field (a composite literal would be
+	// built aside and copied); the session fields stay zero.
+	r := &ss.req
+	r.Key, r.Owner, r.Client, r.Now = req.Key, ss.id, ss.id, t
+	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
+	if req.Cmd.Semaphore() {
+		r.Limit = int(req.Limit)
+	}
+	var sink engine.Sink
+	switch req.Cmd {
+	case codec.CmdLock, codec.CmdSemLock:
+		r.Op, sink = backend.OpAcquire, ss
+	case codec.CmdEnqueue, codec.CmdSemEnqueue:
+		r.Op = backend.OpEnqueue
+	case codec.CmdWait, codec.CmdSemWait:
+		r.Op, sink = backend.OpWait, ss
+	case codec.CmdRelease, codec.CmdSemRelease, codec.CmdRenew, codec.CmdSemRenew:
+		tok, err := fence.Parse(req.Token)
+		if err != nil {
+			return codec.AppendStatus(out, codec.StatusError), false
+		}
+		r.Op, r.Token = backend.OpRelease, tok
+		if req.Cmd == codec.CmdRenew || req.Cmd == codec.CmdSemRenew {
+			r.Op = backend.OpRenew
+		}
+	default:
+		return codec.AppendStatus(out, codec.StatusError), true
+	}
+	ss.cmd = req.Cmd // read by Answer: the connection parks until then
+	rep, pending, err := s.be.Submit(r, sink, ss.via(), ss)
+	r.Key = nil // a view of the read buffer
+	if pending {
+		// Answer may have run already, on another goroutine: the
+		// counters may pass through -1, which no reader acts on before
+		// this turn ends (see session.Answer and close).
+		ss.parked, ss.used = true, true
+		ss.inflight.Add(1)
+		s.inflight.Add(1)
+		return out, false
+	}
+	if err == nil {
+		ss.used = true
+	}
+	out, ss.parked, _ = appendReply(out, req.Cmd, rep, err, false)
+	return out, false
+}
+
+// appendReply appends the answer to a request of cmd that the backend
+// answered with rep or err. It reports whether the connection parks (the
+// outcome comes through its Sink) and whether it must close instead: an
+// error other than the engine's or not_leader, for a request the backend
+// had taken (taken), means its outcome is unknown, and answering either
+// way could be a lie (and l has no bare error to give).
+func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken bool) (_ []byte, park, closeNow bool) {
+	if err != nil {
+		return appendErr(out, cmd, err, taken)
+	}
+	switch cmd {
+	case codec.CmdLock, codec.CmdSemLock, codec.CmdWait, codec.CmdSemWait:
+		if rep.Outcome.Result == engine.Queued {
+			return out, true, false
+		}
+		return appendOutcome(out, codec.StatusOK, rep.Outcome), false, false
+	case codec.CmdEnqueue, codec.CmdSemEnqueue:
+		return appendOutcome(out, codec.StatusAcquired, rep.Outcome), false, false
+	case codec.CmdRelease, codec.CmdSemRelease:
+		return codec.AppendStatus(out, codec.StatusOK), false, false
+	case codec.CmdRenew, codec.CmdSemRenew:
+		return codec.AppendRemaining(out, int64(rep.Outcome.TTL/time.Second)), false, false
+	}
+	return codec.AppendStatus(out, codec.StatusError), false, false
+}
+
+// appendErr is appendReply for an error.
+func appendErr(out []byte, cmd codec.Cmd, err error, taken bool) (_ []byte, park, closeNow bool) {
+	switch {
+	case !engineError(err):
+		if addr, ok := notLeader(err); ok {
+			return appendNotLeader(out, addr), false, false
+		}
+		if taken {
+			return out, false, true
+		}
+		return codec.AppendStatus(out, codec.StatusError), false, false
+	case cmd == codec.CmdRelease || cmd == codec.CmdSemRelease ||
+		cmd == codec.CmdRenew || cmd == codec.CmdSemRenew:
+		return codec.AppendStatus(out, codec.StatusError), false, false
+	}
+	return codec.AppendStatus(out, statusFor(err)), false, false
+}
+
+// notLeader returns the leader's client address when err is a
+// *backend.NotLeaderError. Apart from appendErr so the engine's errors
+// never move an error target to the heap.
+func notLeader(err error) (string, bool) {
+	var nl *backend.NotLeaderError
+	if errors.As(err, &nl) {
+		return nl.Leader.ClientAddr, true
+	}
+	return "", false
+}
+
+// engineError reports whether err is the engine's answer to a request
+// (which the protocol has a status for), not the backend's.
+func engineError(err error) bool {
+	for _, e := range [...]error{engine.ErrMaxKeys, engine.ErrMaxWaiters, engine.ErrLimitMismatch,
+		engine.ErrNotHolder, engine.ErrAlreadyQueued, engine.ErrNotQueued, engine.ErrLeaseExpired,
+		engine.ErrBadRequest, engine.ErrDraining} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Answer implements backend.Later: the reply to ss's pending request,
+// handed back to the connection: written to the socket here when the
+// connection is parked idle (the direct hand-off), else queued for its
+// loop. It runs on the backend's goroutine that has the reply, or in the
+// loop's answer task (answers.go), and never blocks.
+func (ss *session) Answer(rep backend.Reply, err error) {
+	s := ss.srv
+	defer s.inflight.Add(-1)
+	defer s.answered1(ss) // before the count: it may submit a Disconnect
+	line, park, closeNow := appendReply(nil, ss.cmd, rep, err, true)
+	switch {
+	case park:
+		return // ss hears the grant or the timeout as a Sink
+	case closeNow:
+		s.debug("request outcome unknown", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
+		_ = ss.conn.Close()
+		return
+	}
+	if ss.directLine(line) {
+		return
+	}
+	ss.mu.Lock()
+	ss.inbox = append(ss.inbox, line...)
+	ss.delivered = true
+	ss.mu.Unlock()
+	ss.wake()
+}
+
+// answered1 ends one pending request of ss; the last one of a closed
+// connection submits its Disconnect.
+func (s *Server) answered1(ss *session) {
+	if ss.inflight.Add(-1) == 0 && ss.closed.Load() {
+		s.disconnect(ss, nil)
+	}
+}
+
+// disconnect submits ss's Disconnect, once: what the connection waits for
+// is withdrawn and, with AutoRelease, what it holds released. via is the
+// connection's loop when called on it, else nil.
+func (s *Server) disconnect(ss *session, via engine.Via) {
+	if !ss.disconnected.CompareAndSwap(false, true) {
+		return
+	}
+	release := s.cfg.AutoRelease
+	if s.be.Replicated() && s.stopping() {
+		// Shutting down: the clients move to the next leader and renew
+		// their grants there by token; releasing them now would take
+		// away locks their holders still rely on. Their waits go: no
+		// one can resume a wait of this connection (w needs its owner),
+		// and left queued each would be granted in turn and held unheard
+		// for a lease.
+		release = false
+	}
+	s.inflight.Add(1)
+	r := &ss.req
+	*r = backend.Request{Op: backend.OpDisconnect, Owner: ss.id, Release: release}
+	_, pending, err := s.be.Submit(r, nil, via, (*dropped)(ss))
+	*r = backend.Request{}
+	if !pending {
+		s.inflight.Add(-1)
+		if err != nil {
+			s.debug("disconnect not applied", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
+		}
+	}
+}
+
+// dropped is a session whose Disconnect is pending: its Answer only logs.
+type dropped session
+
+// Answer implements backend.Later for the Disconnect.
+func (d *dropped) Answer(_ backend.Reply, err error) {
+	ss := (*session)(d)
+	defer ss.srv.inflight.Add(-1)
+	if err != nil {
+		ss.srv.debug("disconnect not applied", zap.Uint64("conn_id", uint64(ss.id)), zap.Error(err))
+	}
+}
+
+// stopping reports whether Stop has begun.
+func (s *Server) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// appendNotLeader appends "error_not_leader <addr>", or the bare status
+// while no leader is known.
+func appendNotLeader(dst []byte, addr string) []byte {
+	if addr == "" {
+		return codec.AppendStatus(dst, codec.StatusErrorNotLeader)
+	}
+	return codec.AppendBody(dst, codec.StatusErrorNotLeader, []byte(addr))
+}
