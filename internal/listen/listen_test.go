@@ -212,13 +212,13 @@ func waitDown(set *Set, want []string, d time.Duration) []string {
 	}
 }
 
-// TestReportWhileWaitingIsNotDownForEver: a connection that could not be
+// TestGuardReportWhileWaitingIsNotDownForEver: a connection that could not be
 // taken over for want of a descriptor is reported after Accept returned
 // it, by which time Accept may be waiting in the kernel for the next
 // client. Once descriptors are free the listener must not be down, though
 // no client connects to prove it: /healthz would answer 503 for as long as
 // nobody does.
-func TestReportWhileWaitingIsNotDownForEver(t *testing.T) {
+func TestGuardReportWhileWaitingIsNotDownForEver(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -245,11 +245,11 @@ func TestReportWhileWaitingIsNotDownForEver(t *testing.T) {
 	}
 }
 
-// TestDownUntilDescriptorsFree: a listener whose backoff step ends while
+// TestGuardDownUntilDescriptorsFree: a listener whose backoff step ends while
 // the process still has no descriptor free goes back to its accept, which
 // may then wait for a client. It is down while no descriptor is free and
 // up once one is, with no client connecting in between.
-func TestDownUntilDescriptorsFree(t *testing.T) {
+func TestGuardDownUntilDescriptorsFree(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
