@@ -115,7 +115,9 @@ func TestAcceptSurvivesFDExhaustion(t *testing.T) {
 	flooded = nil
 	start := time.Now()
 	// Accepting again: a new TCP client gets a lock, a new REST client an
-	// answer, /healthz 200.
+	// answer, /healthz 200. Once one TCP client is served no other dials
+	// the TCP port, as no client reaches a node its balancer reads 503
+	// from: /healthz must see the listener back without one.
 	deadline = time.Now().Add(10 * time.Second)
 	var tcpOK, httpOK bool
 	var lastCode int

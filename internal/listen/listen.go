@@ -5,8 +5,8 @@
 // net.Listener so that Accept never returns such an error. It counts it,
 // logs it (at most once a second per listener), backs off (5 ms doubling to
 // 1 s) and tries again, while the connections already open keep being
-// served. A Set tracks which of its listeners are in backoff, for
-// /healthz.
+// served. A Set tells which of its listeners cannot take a connection
+// now, for /healthz.
 package listen
 
 import (
@@ -37,6 +37,7 @@ const logEvery = time.Second
 type Set struct {
 	log   *zap.Logger
 	count func(listener, reason string) // may be nil
+	free  func() bool                   // whether a descriptor is free now: fdAvailable
 
 	mu  sync.Mutex
 	all []*Guard
@@ -48,7 +49,7 @@ func NewSet(log *zap.Logger, count func(listener, reason string)) *Set {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Set{log: log, count: count}
+	return &Set{log: log, count: count, free: fdAvailable}
 }
 
 // Wrap guards ln under name (tcp, http, metrics, debug: the metric's
@@ -59,16 +60,22 @@ func (s *Set) Wrap(name string, ln net.Listener) net.Listener {
 		s = NewSet(nil, nil)
 	}
 	g := &Guard{Listener: ln, name: name, set: s, nudge: make(chan struct{}, 1)}
-	g.accepting.Store(true)
 	s.mu.Lock()
 	s.all = append(s.all, g)
 	s.mu.Unlock()
 	return g
 }
 
-// Down returns the names of the listeners in backoff after an accept
-// error, sorted; none when every listener is accepting. A closed listener
-// is not down. A nil Set has none.
+// Down returns the names of the listeners that cannot take a connection
+// now, sorted: those sleeping a backoff step after an accept error, and
+// those that ran out of descriptors while the process still has none
+// free. None when every listener can accept. A closed listener is not
+// down. A nil Set has none.
+//
+// It answers for the present, not from the last accept: a listener whose
+// accept waits in the kernel with nothing queued learns of no recovery
+// until a client connects, and a client that asks /healthz first, or a
+// balancer that sends none while it reads 503, would wait for ever.
 func (s *Set) Down() []string {
 	if s == nil {
 		return nil
@@ -76,7 +83,7 @@ func (s *Set) Down() []string {
 	var down []string
 	s.mu.Lock()
 	for _, g := range s.all {
-		if !g.accepting.Load() && !g.closed.Load() {
+		if g.down() {
 			down = append(down, g.name)
 		}
 	}
@@ -92,9 +99,14 @@ type Guard struct {
 	name string
 	set  *Set
 
-	accepting atomic.Bool // false while in backoff after a resource error
-	closed    atomic.Bool
-	nudge     chan struct{} // one slot: a descriptor was freed
+	// short: a resource error since the last accept, or since a backoff
+	// step that ended with a descriptor free. backing: sleeping a backoff
+	// step. Either may be set while Accept waits for a client: a Report
+	// from another goroutine, or a step that ended with none free.
+	short   atomic.Bool
+	backing atomic.Bool
+	closed  atomic.Bool
+	nudge   chan struct{} // one slot: a descriptor was freed
 
 	owed atomic.Bool // Report asked for a backoff before the next accept
 
@@ -115,8 +127,8 @@ func (g *Guard) Accept() (net.Conn, error) {
 	for {
 		c, err := g.Listener.Accept()
 		if err == nil {
-			if !g.accepting.Load() {
-				g.accepting.Store(true)
+			if g.short.Load() {
+				g.short.Store(false)
 			}
 			g.wait = 0
 			return c, nil
@@ -141,7 +153,7 @@ func (g *Guard) Report(err error) {
 }
 
 // record counts and logs an accept error and reports whether it calls for
-// a backoff; it marks the listener down if so.
+// a backoff; it marks descriptors short if so.
 func (g *Guard) record(err error) bool {
 	reason, resource := classify(err)
 	if g.set.count != nil {
@@ -151,15 +163,17 @@ func (g *Guard) record(err error) bool {
 	if resource {
 		// A peer that went away before its turn (ECONNABORTED,
 		// ECONNRESET) is not: nothing to wait for.
-		g.accepting.Store(false)
+		g.short.Store(true)
 	}
 	return resource
 }
 
 // backoff sleeps the next backoff step, or until Freed is called, then
-// marks the listener up again if descriptors are free: it may have nobody
-// to accept, and Accept says otherwise if it fails again.
+// clears the shortage if a descriptor is free: it may have nobody to
+// accept, and Accept says otherwise if it fails again.
 func (g *Guard) backoff() {
+	g.backing.Store(true)
+	defer g.backing.Store(false)
 	g.wait = min(max(g.wait*2, MinBackoff), MaxBackoff)
 	t := time.NewTimer(g.wait)
 	select {
@@ -167,8 +181,8 @@ func (g *Guard) backoff() {
 	case <-g.nudge:
 		t.Stop()
 	}
-	if fdAvailable() {
-		g.accepting.Store(true)
+	if g.set.free() {
+		g.short.Store(false)
 	}
 }
 
@@ -193,8 +207,20 @@ func (g *Guard) Close() error {
 	return g.Listener.Close()
 }
 
-// Accepting reports whether the listener is not in backoff.
-func (g *Guard) Accepting() bool { return g.accepting.Load() }
+// Accepting reports whether the listener can take a connection now (see
+// Set.Down).
+func (g *Guard) Accepting() bool { return !g.down() }
+
+// down: sleeping a backoff step, or short of descriptors with none free
+// now. A listener short of them whose process has one free is not down:
+// its next accept takes it, whether Accept is about to call the kernel
+// or waits there for a client.
+func (g *Guard) down() bool {
+	if g.closed.Load() {
+		return false
+	}
+	return g.backing.Load() || (g.short.Load() && !g.set.free())
+}
 
 func (g *Guard) logError(err error, reason string) {
 	g.logMu.Lock()

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -108,11 +110,7 @@ func TestGuardDownWhileBackingOff(t *testing.T) {
 			c.Close()
 		}
 	}()
-	deadline := time.Now().Add(2 * time.Second)
-	for len(set.Down()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if down := set.Down(); len(down) != 1 || down[0] != "http" {
+	if down := waitDown(set, []string{"http"}, 2*time.Second); len(down) != 1 || down[0] != "http" {
 		t.Fatalf("Down() = %v while backing off; want [http]", down)
 	}
 	_ = ln.Close()
@@ -181,5 +179,105 @@ func TestFreedCutsBackoff(t *testing.T) {
 	ac.Close()
 	if d := time.Since(start); d >= time.Second {
 		t.Fatalf("accepted after %v; Freed should cut the 1.275 s of backoff short", d)
+	}
+}
+
+// acceptInBackground runs Accept on ln until it is closed, closing what it
+// accepts, and returns a channel closed when it ends.
+func acceptInBackground(ln net.Listener) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return done
+}
+
+// waitDown polls set.Down until it returns want (nil: none) or the deadline
+// passes, and returns the last answer.
+func waitDown(set *Set, want []string, d time.Duration) []string {
+	deadline := time.Now().Add(d)
+	for {
+		got := set.Down()
+		if strings.Join(got, ",") == strings.Join(want, ",") || !time.Now().Before(deadline) {
+			return got
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestGuardReportWhileWaitingIsNotDownForEver: a connection that could not be
+// taken over for want of a descriptor is reported after Accept returned
+// it, by which time Accept may be waiting in the kernel for the next
+// client. Once descriptors are free the listener must not be down, though
+// no client connects to prove it: /healthz would answer 503 for as long as
+// nobody does.
+func TestGuardReportWhileWaitingIsNotDownForEver(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := NewSet(nil, nil)
+	g := set.Wrap("tcp", inner).(*Guard)
+	done := acceptInBackground(g)
+	defer func() { _ = g.Close(); <-done }()
+	// One client through, so the accept loop runs and waits for the next.
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read from a connection the accept loop closed: want EOF")
+	}
+	c.Close()
+	g.Report(os.NewSyscallError("dup", syscall.EMFILE))
+	if down := waitDown(set, nil, 10*time.Second); len(down) != 0 {
+		t.Fatalf("Down() = %v with descriptors free and nobody connecting; want none", down)
+	}
+	if !g.Accepting() {
+		t.Fatal("Accepting() = false with descriptors free")
+	}
+}
+
+// TestGuardDownUntilDescriptorsFree: a listener whose backoff step ends while
+// the process still has no descriptor free goes back to its accept, which
+// may then wait for a client. It is down while no descriptor is free and
+// up once one is, with no client connecting in between.
+func TestGuardDownUntilDescriptorsFree(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free atomic.Bool
+	counted := make(chan struct{}, 1)
+	set := NewSet(nil, func(string, string) {
+		select {
+		case counted <- struct{}{}:
+		default:
+		}
+	})
+	set.free = free.Load
+	emfile := os.NewSyscallError("accept4", syscall.EMFILE)
+	ln := set.Wrap("tcp", &script{Listener: inner, errs: []error{emfile}})
+	done := acceptInBackground(ln)
+	defer func() { _ = ln.Close(); <-done }()
+	<-counted
+	// Whether sleeping its backoff step or waiting in accept after it, the
+	// listener has no descriptor for a client.
+	for range 20 {
+		if down := set.Down(); len(down) != 1 || down[0] != "tcp" {
+			t.Fatalf("Down() = %v with no descriptor free; want [tcp]", down)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	free.Store(true)
+	if down := waitDown(set, nil, 10*time.Second); len(down) != 0 {
+		t.Fatalf("Down() = %v with descriptors free and nobody connecting; want none", down)
 	}
 }
