@@ -1,10 +1,10 @@
 // Package soak is latchd's reliability suite: it drives a real server over
 // loopback TCP with the raw three-line protocol and checks what must
-// survive random load, bad input and churn. The tests live in this
-// package's _test.go files; the rest is the small driver library they
-// share: a raw protocol connection (Conn), a random-load generator (Load)
-// that records a History of client-observed grants and answers, checkers
-// over that History, bad-input floods, heap and goroutine probes, and a
+// survive random load, bad input and churn. Everything lives in this
+// package's _test.go files, the tests and the driver library they share:
+// a raw protocol connection (Conn), a random-load generator (Load) that
+// records a History of client-observed grants and answers, checkers over
+// that History, bad-input floods, heap and goroutine probes, and a
 // Report that prints what was tried and what survived.
 //
 // Two sizes: a short run inside `go test -race ./soak/` (part of

@@ -1,109 +1,229 @@
-package soak_test
+package soak
 
 import (
-	"strings"
-	"testing"
+	"fmt"
+	"slices"
+	"sync"
 	"time"
-
-	"github.com/latchd/latchd/soak"
 )
 
-const ms = time.Millisecond
-
-// g builds a grant on key with limit: request sent at sent, granted at
-// recv, proven held until end (end < 0: no proof), with fence f.
-func g(key string, limit int, f uint64, sent, recv, end time.Duration) soak.Grant {
-	return soak.Grant{Key: key, Limit: limit, Fence: f, Sent: sent, Recv: recv, End: end, Ended: end >= 0}
+// Grant is one slot a client was granted, in client-observed time (offsets
+// from the History's epoch on the monotonic clock).
+type Grant struct {
+	Key   string
+	Limit int
+	Fence uint64
+	Sent  time.Duration // the request that was granted (l, sl, e, se) left
+	Recv  time.Duration // the grant arrived
+	// End is the last instant the client can prove the slot was held;
+	// meaningful only when Ended. See the package doc.
+	End   time.Duration
+	Ended bool
 }
 
-// The checkers must be able to fail: each bad history here is one a broken
-// server could produce.
-func TestCheckHolders(t *testing.T) {
-	tests := []struct {
-		name   string
-		grants []soak.Grant
-		want   int // violations
-	}{
-		{"hand-off that touches", []soak.Grant{g("k", 1, 1, 0, 1*ms, 5*ms), g("k", 1, 2, 2*ms, 5*ms, 9*ms)}, 0},
-		{"two lock holders", []soak.Grant{g("k", 1, 1, 0, 1*ms, 5*ms), g("k", 1, 2, 2*ms, 4*ms, 9*ms)}, 1},
-		{"other keys do not count", []soak.Grant{g("a", 1, 1, 0, 1*ms, 5*ms), g("b", 1, 2, 0, 2*ms, 9*ms)}, 0},
-		{"unproven interval left out", []soak.Grant{g("k", 1, 1, 0, 1*ms, -1), g("k", 1, 2, 0, 2*ms, 9*ms)}, 0},
-		{"semaphore at its limit", []soak.Grant{g("s", 2, 1, 0, 1*ms, 9*ms), g("s", 2, 2, 0, 2*ms, 9*ms)}, 0},
-		{"semaphore over its limit", []soak.Grant{g("s", 2, 1, 0, 1*ms, 9*ms), g("s", 2, 2, 0, 2*ms, 9*ms),
-			g("s", 2, 3, 0, 3*ms, 4*ms)}, 1},
-		{"nested", []soak.Grant{g("k", 1, 1, 0, 1*ms, 9*ms), g("k", 1, 2, 0, 2*ms, 3*ms), g("k", 1, 3, 0, 4*ms, 5*ms)}, 2},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, v := soak.CheckHolders(tt.grants)
-			if len(v) != tt.want {
-				t.Errorf("got %d violations %v, want %d", len(v), v, tt.want)
-			}
-		})
-	}
+// Wait is one request answered by a deadline: l, sl, w, sw.
+type Wait struct {
+	Key     string
+	Cmd     string
+	Timeout time.Duration
+	Sent    time.Duration
+	Recv    time.Duration // when Result is "lost", when the client gave up
+	Result  string        // granted, timeout, lost, or the unexpected answer
 }
 
-func TestCheckFences(t *testing.T) {
-	tests := []struct {
-		name   string
-		grants []soak.Grant
-		want   int
-	}{
-		{"increasing", []soak.Grant{g("a", 1, 5, 0, 1*ms, -1), g("b", 1, 6, 2*ms, 3*ms, -1)}, 0},
-		{"concurrent requests may get either order", []soak.Grant{g("a", 1, 6, 0, 3*ms, -1), g("b", 1, 5, 1*ms, 2*ms, -1)}, 0},
-		{"goes back on one key", []soak.Grant{g("k", 1, 6, 0, 1*ms, -1), g("k", 1, 5, 2*ms, 3*ms, -1)}, 1},
-		{"goes back across keys", []soak.Grant{g("a", 1, 6, 0, 1*ms, -1), g("b", 1, 5, 2*ms, 3*ms, -1)}, 1},
-		{"repeats", []soak.Grant{g("a", 1, 5, 0, 1*ms, -1), g("b", 1, 5, 0, 1*ms, -1)}, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, v := soak.CheckFences(tt.grants)
-			if len(v) != tt.want {
-				t.Errorf("got %d violations %v, want %d", len(v), v, tt.want)
-			}
-		})
-	}
+// Violation is one broken invariant.
+type Violation struct {
+	Check  string
+	Detail string
 }
 
-func TestCheckWaits(t *testing.T) {
-	w := func(timeout, sent, recv time.Duration, result string) soak.Wait {
-		return soak.Wait{Key: "k", Cmd: "l", Timeout: timeout, Sent: sent, Recv: recv, Result: result}
-	}
-	tests := []struct {
-		name string
-		wait soak.Wait
-		want int
-	}{
-		{"granted at once", w(time.Second, 0, 1*ms, "granted"), 0},
-		{"timeout on time", w(time.Second, 0, 1010*ms, "timeout"), 0},
-		{"timeout late", w(time.Second, 0, 1200*ms, "timeout"), 1},
-		{"timeout early", w(time.Second, 0, 900*ms, "timeout"), 1},
-		{"try-lock", w(0, 0, 1*ms, "timeout"), 0},
-		{"never answered", w(time.Second, 0, 11*time.Second, "lost"), 1},
-		{"unexpected answer", w(time.Second, 0, 1*ms, "error"), 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, v := soak.CheckWaits([]soak.Wait{tt.wait}, 100*ms)
-			if len(v) != tt.want {
-				t.Errorf("got %d violations %v, want %d", len(v), v, tt.want)
-			}
-		})
-	}
+func (v Violation) String() string { return v.Check + ": " + v.Detail }
+
+// History collects what the clients of a run observed. Safe for concurrent
+// use.
+type History struct {
+	epoch time.Time
+
+	mu     sync.Mutex
+	grants []Grant
+	waits  []Wait
+	viol   []Violation
 }
 
-func TestReport(t *testing.T) {
-	r := soak.NewReport("demo")
-	r.Note("load", "10 clients")
-	r.Add("fences", "5 grants", "", nil)
-	r.Add("holders", "5 grants", "", []soak.Violation{{Check: "holders", Detail: "two"}})
-	if got := len(r.Violations()); got != 1 {
-		t.Fatalf("Violations() = %d, want 1", got)
+// NewHistory starts a history; its clock starts now.
+func NewHistory() *History { return &History{epoch: time.Now()} }
+
+// Now is the time since the epoch, on the monotonic clock.
+func (h *History) Now() time.Duration { return time.Since(h.epoch) }
+
+// At converts an offset back to a time.Time, for deadlines.
+func (h *History) At(d time.Duration) time.Time { return h.epoch.Add(d) }
+
+// AddGrant records a finished grant.
+func (h *History) AddGrant(g Grant) {
+	h.mu.Lock()
+	h.grants = append(h.grants, g)
+	h.mu.Unlock()
+}
+
+// AddWait records an answered (or lost) blocking request.
+func (h *History) AddWait(w Wait) {
+	h.mu.Lock()
+	h.waits = append(h.waits, w)
+	h.mu.Unlock()
+}
+
+// Violate records a violation a client saw directly.
+func (h *History) Violate(check, format string, args ...any) {
+	h.mu.Lock()
+	h.viol = append(h.viol, Violation{check, fmt.Sprintf(format, args...)})
+	h.mu.Unlock()
+}
+
+// Grants, Waits and Direct return copies of what was recorded.
+func (h *History) Grants() []Grant {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.grants)
+}
+
+// Waits returns a copy of the recorded blocking requests.
+func (h *History) Waits() []Wait {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.waits)
+}
+
+// Direct returns the violations the clients recorded as they ran.
+func (h *History) Direct() []Violation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.viol)
+}
+
+// CheckHolders reports every instant at which more than its limit of the
+// proven holding intervals [Recv, End] overlap on a key. Intervals that
+// only touch do not overlap: a release sent at t frees the slot after t,
+// and the next grant arrives later still.
+func CheckHolders(grants []Grant) (checked int, v []Violation) {
+	type event struct {
+		at    time.Duration
+		delta int
+		g     int
 	}
-	s := r.String()
-	for _, want := range []string{"== demo ==", "fences", "TOTAL"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("report lacks %q:\n%s", want, s)
+	byKey := map[string][]event{}
+	limits := map[string]int{}
+	for i, g := range grants {
+		if !g.Ended || g.End <= g.Recv {
+			continue
+		}
+		checked++
+		byKey[g.Key] = append(byKey[g.Key], event{g.Recv, +1, i}, event{g.End, -1, i})
+		if l, ok := limits[g.Key]; !ok || g.Limit < l {
+			limits[g.Key] = g.Limit
 		}
 	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		ev := byKey[k]
+		slices.SortFunc(ev, func(a, b event) int {
+			if a.at != b.at {
+				return cmpDur(a.at, b.at)
+			}
+			return a.delta - b.delta // ends before starts
+		})
+		active := map[int]bool{}
+		for _, e := range ev {
+			if e.delta < 0 {
+				delete(active, e.g)
+				continue
+			}
+			active[e.g] = true
+			if len(active) > limits[k] {
+				var fences []uint64
+				for i := range active {
+					fences = append(fences, grants[i].Fence)
+				}
+				slices.Sort(fences)
+				v = append(v, Violation{"holders", fmt.Sprintf("key %q: %d holders at %v, limit %d (fences %v)",
+					k, len(active), e.at, limits[k], fences)})
+			}
+		}
+	}
+	return checked, v
+}
+
+// CheckFences reports grants whose fence is not above that of every grant
+// that arrived before their request was sent, and fence numbers issued
+// twice. The fence counter is server-wide, so all keys are checked at once.
+func CheckFences(grants []Grant) (checked int, v []Violation) {
+	seen := make(map[uint64]int, len(grants))
+	for i, g := range grants {
+		if j, ok := seen[g.Fence]; ok {
+			v = append(v, Violation{"fences", fmt.Sprintf("fence %d granted twice: key %q and key %q",
+				g.Fence, grants[j].Key, g.Key)})
+		}
+		seen[g.Fence] = i
+	}
+	byRecv := slices.Clone(grants)
+	slices.SortFunc(byRecv, func(a, b Grant) int { return cmpDur(a.Recv, b.Recv) })
+	bySent := slices.Clone(grants)
+	slices.SortFunc(bySent, func(a, b Grant) int { return cmpDur(a.Sent, b.Sent) })
+	j, best := 0, -1
+	for _, b := range bySent {
+		for ; j < len(byRecv) && byRecv[j].Recv < b.Sent; j++ {
+			if best < 0 || byRecv[j].Fence > byRecv[best].Fence {
+				best = j
+			}
+		}
+		checked++
+		if best >= 0 && byRecv[best].Fence >= b.Fence {
+			a := byRecv[best]
+			v = append(v, Violation{"fences", fmt.Sprintf(
+				"grant on %q (fence %d) arrived at %v, before the request for %q (fence %d) was sent at %v",
+				a.Key, a.Fence, a.Recv, b.Key, b.Fence, b.Sent)})
+		}
+	}
+	return checked, v
+}
+
+// CheckWaits reports blocking requests that were never answered, answered
+// later than their timeout plus slack, or timed out before their timeout.
+// It also returns the worst lateness past the timeout.
+func CheckWaits(waits []Wait, slack time.Duration) (worst time.Duration, v []Violation) {
+	for _, w := range waits {
+		took := w.Recv - w.Sent
+		switch {
+		case w.Result == "lost":
+			v = append(v, Violation{"answers", fmt.Sprintf("%s %q (timeout %v) sent at %v: no answer after %v",
+				w.Cmd, w.Key, w.Timeout, w.Sent, took)})
+			continue
+		case w.Result != "granted" && w.Result != "timeout":
+			v = append(v, Violation{"answers", fmt.Sprintf("%s %q: unexpected answer %q", w.Cmd, w.Key, w.Result)})
+		case w.Result == "timeout" && took < w.Timeout:
+			v = append(v, Violation{"answers", fmt.Sprintf("%s %q timed out after %v, before its timeout %v",
+				w.Cmd, w.Key, took, w.Timeout)})
+		}
+		late := took - w.Timeout
+		worst = max(worst, late)
+		if late > slack {
+			v = append(v, Violation{"answers", fmt.Sprintf("%s %q (timeout %v) answered %s after %v: %v past the timeout, slack %v",
+				w.Cmd, w.Key, w.Timeout, w.Result, took, late, slack)})
+		}
+	}
+	return worst, v
+}
+
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
