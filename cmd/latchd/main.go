@@ -71,7 +71,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	defer func() { _ = log.Sync() }()
 	for _, w := range o.warnings {
-		log.Warn("flag accepted for dflockd compatibility has no effect", zap.String("flag", "--"+w.flag), zap.String("why", w.why))
+		log.Warn("flag accepted for compatibility has no effect", zap.String("flag", "--"+w.flag), zap.String("why", w.why))
 	}
 
 	// A signal starts a graceful stop; a second one cuts its drain short.
