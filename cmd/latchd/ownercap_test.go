@@ -73,7 +73,7 @@ func childHeap(t *testing.T, debugAddr string, gc bool) uint64 {
 	return n
 }
 
-// TestWaiterFloodMemoryReturns is the red team's second finding (#11) in
+// TestWaiterFloodMemoryReturns is a waiter flood in
 // small: connections each enqueue on 1,024 keys (with --max-waiters 0), a
 // collection runs, then they all close. The waiters' entries, live at the last collection, became
 // garbage that nothing collected: the heap stayed at its peak (154 MB for
