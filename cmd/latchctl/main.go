@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -248,7 +249,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	c.register(top)
 	top.Usage = func() {
 		fmt.Fprint(stderr, usage)
-		top.PrintDefaults()
+		printFlags(stderr, top)
 	}
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -263,6 +264,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	sub, rest := top.Arg(0), top.Args()[1:]
 	fs := flag.NewFlagSet("latchctl "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of latchctl %s:\n", sub)
+		printFlags(stderr, fs)
+	}
 	c.register(fs)
 
 	var err error
@@ -287,6 +292,19 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	return report(err, stderr)
 }
+
+// printFlags writes fs's flags as PrintDefaults does, but each written
+// --flag, as the docs and the examples write them.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(w)
+	_, _ = io.WriteString(w, dashes.ReplaceAllString(b.String(), "$1--")) // nowhere to report a failed write of the help
+}
+
+// dashes matches the single dash PrintDefaults puts before each flag name.
+var dashes = regexp.MustCompile(`(?m)^(\s+)-`)
 
 // report prints err and returns the exit status it calls for.
 func report(err error, stderr io.Writer) int {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -540,4 +541,22 @@ func selfSigned(t *testing.T) (tls.Certificate, string) {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, caFile
+}
+
+// TestHelpWritesDoubleDash: latchctl's help and each subcommand's write
+// every flag --flag, as the docs do.
+func TestHelpWritesDoubleDash(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"lock", "-h"}, {"sem", "--help"}, {"top", "-h"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, func(string) string { return "" }, &out, &errb); code != 0 {
+			t.Fatalf("latchctl %v: exit %d, want 0", args, code)
+		}
+		help := errb.String()
+		if !strings.Contains(help, "\n  --addr string") {
+			t.Errorf("latchctl %v: no --addr line in:\n%s", args, help)
+		}
+		if m := regexp.MustCompile(`(?m)^\s+-[a-z]`).FindString(help); m != "" {
+			t.Errorf("latchctl %v: a flag written with one dash: %q", args, m)
+		}
+	}
 }

@@ -38,121 +38,166 @@ type heldFlags struct {
 	limit                   int
 }
 
+// held is one lock, sem or elect run: what to hold, and the command to
+// run while holding it.
+type held struct {
+	sub, key string
+	cmd      []string
+	hf       heldFlags
+	c        *common
+	opts     []client.Option
+	stderr   io.Writer
+}
+
 func runHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io.Writer) int {
-	hf := heldFlags{timeout: -1, killAfter: 10 * time.Second}
-	if sub != "elect" {
-		fs.Var((*optSeconds)(&hf.timeout), "timeout", "how long to wait for the key (0: try once; default: wait as long as it takes)")
-	}
-	if sub == "sem" {
-		fs.IntVar(&hf.limit, "limit", 0, "the semaphore's limit: how many may hold it at once (required)")
-	}
-	fs.Var((*seconds)(&hf.ttl), "ttl", "lease length, renewed while CMD runs (default: the server's, 33 s unless configured)")
-	fs.Var((*seconds)(&hf.killAfter), "kill-after", "when the lease is lost: time between CMD's SIGTERM and SIGKILL")
-	pos, cmd, err := parse(fs, args)
-	if err == nil {
-		err = checkHeld(sub, pos, cmd, hf)
-	}
+	r, err := parseHeld(sub, fs, c, args, stderr)
 	if err != nil {
 		return report(err, stderr)
 	}
-	opts, err := c.options()
-	if err != nil {
-		return report(usagef("%v", err), stderr)
-	}
-	key := pos[0]
-	ttl := int((hf.ttl + time.Second - 1) / time.Second)
-
 	// Until CMD starts, a signal abandons the wait (the connection closes
 	// and the server withdraws it).
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gotCh, watched := make(chan os.Signal, 1), make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case s := <-sigs:
-			gotCh <- s
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	// got returns the signal that ended the wait, if any; the watcher has
-	// stopped when it returns.
-	got := func() os.Signal {
-		cancel()
-		<-watched
-		select {
-		case s := <-gotCh:
-			return s
-		default:
-			return nil
-		}
-	}
-
-	var (
-		h       holder
-		release func(context.Context) error
-		timeout = hf.timeout
-	)
-	switch sub {
-	case "lock", "sem":
-		var acquire func(context.Context) (bool, error)
-		if sub == "lock" {
-			l := &client.Lock{Key: key, LeaseTTL: ttl, Options: opts}
-			setTarget(c, &l.Servers, &l.Cluster)
-			h, release = l, l.Release
-			acquire = func(ctx context.Context) (bool, error) { return l.Acquire(ctx) }
-			l.AcquireTimeout = waitFor(timeout)
-		} else {
-			s := &client.Semaphore{Key: key, Limit: hf.limit, LeaseTTL: ttl, Options: opts}
-			setTarget(c, &s.Servers, &s.Cluster)
-			h, release = s, s.Release
-			acquire = func(ctx context.Context) (bool, error) { return s.Acquire(ctx) }
-			s.AcquireTimeout = waitFor(timeout)
-		}
-		for {
-			ok, err := acquire(ctx)
-			if err != nil {
-				return acquireFailed(err, got(), key, stderr)
-			}
-			if ok {
-				break
-			}
-			if timeout >= 0 {
-				_ = got() // stop the watcher
-				fmt.Fprintf(stderr, "latchctl: timed out after %v waiting for %s\n", timeout, key)
-				return exitTimeout
-			}
-		}
-	case "elect":
-		e := &client.Election{Name: key, LeaseTTL: ttl, Options: opts}
-		setTarget(c, &e.Servers, &e.Cluster)
-		h, release = e, e.Resign
-		if err := e.Campaign(ctx); err != nil {
-			return acquireFailed(err, got(), key, stderr)
-		}
+	w := watchSignals()
+	defer w.stop()
+	h, release, code := r.take(w)
+	if h == nil {
+		return code
 	}
 	// From here on, signals go to CMD; one that arrived as the wait ended
 	// is passed on as soon as CMD starts.
-	status := supervise(h, key, cmd, hf.killAfter, sigs, got(), stderr)
+	status := supervise(h, r.key, r.cmd, r.hf.killAfter, w.sigs, w.got(), stderr)
+	return r.release(release, status)
+}
 
-	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer rcancel()
-	err = release(rctx)
+// parseHeld reads the flags and arguments of lock, sem or elect.
+func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io.Writer) (*held, error) {
+	r := &held{sub: sub, c: c, stderr: stderr, hf: heldFlags{timeout: -1, killAfter: 10 * time.Second}}
+	if sub != "elect" {
+		fs.Var((*optSeconds)(&r.hf.timeout), "timeout", "how long to wait for the key (0: try once; default: wait as long as it takes)")
+	}
+	if sub == "sem" {
+		fs.IntVar(&r.hf.limit, "limit", 0, "the semaphore's limit: how many may hold it at once (required)")
+	}
+	fs.Var((*seconds)(&r.hf.ttl), "ttl", "lease length, renewed while CMD runs (default: the server's, 33 s unless configured)")
+	fs.Var((*seconds)(&r.hf.killAfter), "kill-after", "when the lease is lost: time between CMD's SIGTERM and SIGKILL")
+	pos, cmd, err := parse(fs, args)
+	if err == nil {
+		err = checkHeld(sub, pos, cmd, r.hf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.opts, err = c.options(); err != nil {
+		return nil, usagef("%v", err)
+	}
+	r.key, r.cmd = pos[0], cmd
+	return r, nil
+}
+
+// ttlSeconds is --ttl in whole seconds, rounded up (0: the server's).
+func (r *held) ttlSeconds() int { return int((r.hf.ttl + time.Second - 1) / time.Second) }
+
+// take acquires the lock or semaphore, or wins the election. It returns
+// what is held and how to give it up, or a nil holder and the exit status.
+func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
+	if r.sub == "elect" {
+		e := &client.Election{Name: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts}
+		setTarget(r.c, &e.Servers, &e.Cluster)
+		if err := e.Campaign(w.ctx); err != nil {
+			return nil, nil, acquireFailed(err, w.got(), r.key, r.stderr)
+		}
+		return e, e.Resign, 0
+	}
+	var (
+		h       holder
+		release func(context.Context) error
+		acquire func(context.Context) (bool, error)
+	)
+	if r.sub == "lock" {
+		l := &client.Lock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.hf.timeout)}
+		setTarget(r.c, &l.Servers, &l.Cluster)
+		h, release, acquire = l, l.Release, l.Acquire
+	} else {
+		s := &client.Semaphore{Key: r.key, Limit: r.hf.limit, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.hf.timeout)}
+		setTarget(r.c, &s.Servers, &s.Cluster)
+		h, release, acquire = s, s.Release, s.Acquire
+	}
+	for {
+		ok, err := acquire(w.ctx)
+		switch {
+		case err != nil:
+			return nil, nil, acquireFailed(err, w.got(), r.key, r.stderr)
+		case ok:
+			return h, release, 0
+		case r.hf.timeout >= 0:
+			_ = w.got() // stop the watcher
+			fmt.Fprintf(r.stderr, "latchctl: timed out after %v waiting for %s\n", r.hf.timeout, r.key)
+			return nil, nil, exitTimeout
+		}
+		// No --timeout: wait again.
+	}
+}
+
+// release gives up what CMD ran under and returns the exit status: CMD's,
+// or exitLost when the lease turns out lost at the release.
+func (r *held) release(release func(context.Context) error, status int) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := release(ctx)
 	switch {
 	case status == exitLost:
 	case errors.Is(err, client.ErrLost):
 		// Lost after CMD had finished, but while it may still have been
 		// writing: say so, as for a loss while it ran.
-		fmt.Fprintf(stderr, "latchctl: the lease on %s was lost: %v\n", key, err)
+		fmt.Fprintf(r.stderr, "latchctl: the lease on %s was lost: %v\n", r.key, err)
 		return exitLost
 	case err != nil:
-		fmt.Fprintf(stderr, "latchctl: release %s: %v (the lease ends with its TTL)\n", key, err)
+		fmt.Fprintf(r.stderr, "latchctl: release %s: %v (the lease ends with its TTL)\n", r.key, err)
 	}
 	return status
+}
+
+// signalWatch abandons the wait on the first forwarded signal: it cancels
+// ctx and keeps the signal for got.
+type signalWatch struct {
+	sigs    chan os.Signal
+	ctx     context.Context
+	cancel  context.CancelFunc
+	gotCh   chan os.Signal
+	watched chan struct{}
+}
+
+func watchSignals() *signalWatch {
+	w := &signalWatch{sigs: make(chan os.Signal, 8), gotCh: make(chan os.Signal, 1), watched: make(chan struct{})}
+	signal.Notify(w.sigs, forwarded...)
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	go func() {
+		defer close(w.watched)
+		select {
+		case s := <-w.sigs:
+			w.gotCh <- s
+			w.cancel()
+		case <-w.ctx.Done():
+		}
+	}()
+	return w
+}
+
+// got stops the watcher and returns the signal that ended the wait, if
+// any; the watcher has stopped when it returns.
+func (w *signalWatch) got() os.Signal {
+	w.cancel()
+	<-w.watched
+	select {
+	case s := <-w.gotCh:
+		return s
+	default:
+		return nil
+	}
+}
+
+func (w *signalWatch) stop() {
+	signal.Stop(w.sigs)
+	w.cancel()
 }
 
 func checkHeld(sub string, pos, cmd []string, hf heldFlags) error {

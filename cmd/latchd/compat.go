@@ -54,10 +54,10 @@ func envNames(flagName string) []string {
 }
 
 // applyEnv fills every flag not given on the command line from the first
-// of its variables that is set, and returns where each flag's value came
-// from.
-func applyEnv(fs *flag.FlagSet, getenv func(string) string) (map[string]source, error) {
-	src := map[string]source{}
+// of its variables that is set. It returns where each flag's value came
+// from and, for those set from the environment, the variable's name.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) (map[string]source, map[string]string, error) {
+	src, vars := map[string]source{}, map[string]string{}
 	fs.Visit(func(f *flag.Flag) { src[f.Name] = fromFlag })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -75,14 +75,14 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) (map[string]source, 
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
 			}
-			src[f.Name] = fromDflockdEnv
+			src[f.Name], vars[f.Name] = fromDflockdEnv, name
 			if strings.HasPrefix(name, "LATCHD_") {
 				src[f.Name] = fromLatchdEnv
 			}
 			return
 		}
 	})
-	return src, errors.Join(errs...)
+	return src, vars, errors.Join(errs...)
 }
 
 // boolWord maps the yes/no spellings dflockd accepts in its environment
@@ -98,14 +98,25 @@ func boolWord(v string) string {
 }
 
 // addDflockdFlags defines the dflockd v1.10 flags latchd has no flag of
-// its own for. (--write-timeout and --shutdown-timeout are real latchd
-// flags, defined with the server's.)
-func (o *options) addDflockdFlags(fs *flag.FlagSet) {
-	fs.IntVar(&o.leaseSweepInterval, "lease-sweep-interval", 1,
-		"dflockd compatibility, no effect: leases expire at their deadline, there is no sweep")
-	fs.IntVar(&o.gcInterval, "gc-interval", 5,
-		"dflockd compatibility, no effect: an idle key is pruned at its --gc-max-idle deadline, there is no GC pass")
-	fs.BoolVar(&o.debug, "debug", false, "same as --log-level debug (dflockd's flag)")
+// its own for (--write-timeout and --shutdown-timeout are real latchd
+// flags, defined with the listeners' and limits'), and the flags latchd
+// itself retired, accepted so that old configurations still start.
+func (o *options) addDflockdFlags(g *flagGroup) {
+	g.boolFlag(&o.debug, "debug", false, "same as --log-level debug (dflockd's flag)")
+	g.intFlag(&o.leaseSweepInterval, "lease-sweep-interval", 1,
+		"no effect, accepted for dflockd: leases expire at their deadline, there is no sweep")
+	g.intFlag(&o.gcInterval, "gc-interval", 5,
+		"no effect, accepted for dflockd: an idle key is pruned at its --gc-max-idle deadline, there is no GC pass")
+	g.boolFlag(&o.loopRawWait, "loop-raw-wait", true,
+		"no effect: accepted and ignored; kept so old configurations start")
+}
+
+// retired are the flags accepted with no effect, and why; setting one
+// logs a warning.
+var retired = [...]struct{ name, why string }{
+	{"lease-sweep-interval", "latchd expires each lease at its own deadline (within ~10 ms); there is no sweep to pace"},
+	{"gc-interval", "latchd prunes each idle key when its --gc-max-idle runs out; there is no periodic GC pass"},
+	{"loop-raw-wait", "latchd's event loops wait in the Go runtime's network poller; the flag is retired"},
 }
 
 // applyDflockdFlags turns the dflockd flags into latchd settings and
@@ -114,10 +125,7 @@ func (o *options) applyDflockdFlags(src map[string]source) {
 	if o.debug {
 		o.logLevel = "debug"
 	}
-	for _, f := range [...]struct{ name, why string }{
-		{"lease-sweep-interval", "latchd expires each lease at its own deadline (within ~10 ms); there is no sweep to pace"},
-		{"gc-interval", "latchd prunes each idle key when its --gc-max-idle runs out; there is no periodic GC pass"},
-	} {
+	for _, f := range retired {
 		if src[f.name] != fromDefault {
 			o.warnings = append(o.warnings, warning{flag: f.name, why: f.why})
 		}

@@ -43,7 +43,7 @@ func acceptErrors(scrape, name string) float64 {
 	return total
 }
 
-// TestAcceptSurvivesFDExhaustion is issue #11's reproduction: a running
+// TestAcceptSurvivesFDExhaustion reproduces descriptor exhaustion: a running
 // latchd's descriptor limit is lowered to 128 and 200 connections are
 // opened to each listener. Connected clients must keep being served,
 // /healthz must say 503 while a listener is out of descriptors and 200

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,17 +17,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
-	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/buildinfo"
 	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/internal/fencefile"
-	"github.com/latchd/latchd/internal/listen"
-	"github.com/latchd/latchd/internal/memtrim"
-	"github.com/latchd/latchd/internal/metrics"
-	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
 
@@ -72,7 +65,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	defer func() { _ = log.Sync() }()
 	for _, w := range o.warnings {
-		log.Warn("flag accepted for dflockd compatibility has no effect", zap.String("flag", "--"+w.flag), zap.String("why", w.why))
+		log.Warn("flag accepted for compatibility has no effect", zap.String("flag", "--"+w.flag), zap.String("why", w.why))
 	}
 
 	// A signal starts a graceful stop; a second one cuts its drain short.
@@ -120,156 +113,6 @@ func (s stopSummary) log(log *zap.Logger, err error) {
 		return
 	}
 	log.Info("latchd stopped", fields...)
-}
-
-// serve runs until ctx ends, then shuts everything down. A signal on sigs
-// during the drain cuts it short.
-func serve(ctx context.Context, o *options, ecfg engine.Config, log *zap.Logger, sigs <-chan os.Signal) (sum stopSummary, err error) {
-	sum.reason = "startup failed"
-	limit, lerr := listen.RaiseNoFile()
-	if lerr != nil {
-		log.Warn("cannot read the file descriptor limit", zap.Error(lerr))
-	} else {
-		o.applyFDLimit(limit)
-	}
-	var (
-		eng   *engine.Engine
-		node  *replica.Node
-		be    backend.Backend // what the front ends serve: node, or eng
-		engFn func() *engine.Engine
-	)
-	if o.raftDir != "" {
-		if node, err = startNode(o, ecfg, log); err != nil {
-			return sum, err
-		}
-		// Registered first: the node shuts down after the listeners, so
-		// their connections' Disconnects can still be proposed.
-		defer func() {
-			node.HandOff(handOffWait) // a leader hands over before it stops
-			if err := node.Shutdown(); err != nil {
-				log.Warn("raft shutdown", zap.Error(err))
-			}
-		}()
-		engFn, be = node.FSM().Engine, node
-	} else {
-		local, err := startEngine(o, &ecfg, log)
-		if err != nil {
-			return sum, err
-		}
-		defer local.stop()
-		eng, be = local.eng, backend.NewLocal(local.eng)
-		engFn = func() *engine.Engine { return eng }
-	}
-	scfg, _ := o.serverConfig() // validated by run; the caps filled in since
-	rd := &readiness{httpOn: o.httpPort != 0, node: node}
-	go logRefusals(ctx.Done(), engFn, refusalLogEvery, log)
-	reg := metrics.NewRegistryFunc(engFn)
-	var lnMet *metrics.Listeners
-	lns := listen.NewSet(log.Named("listen"), func(l, r string) { lnMet.AcceptError(l, r) })
-	lnMet = reg.Listeners(lns.Down)
-
-	out := budget.New(scfg.MaxOutput) // unsent output, TCP and REST together
-	reg.MustRegister(metrics.NewOutputCollector(out.Used, out.Max()))
-	stopTrim := make(chan struct{})
-	defer close(stopTrim)
-	// Held counts the engine's entries too: when a flood of waiters goes
-	// (1,000 connections x 1,024 keys, then all closed), ~150 MB become
-	// garbage that was live at the last collection, so neither the quiet
-	// rule nor the runtime notices it, and it stayed in use until the
-	// forced collection two minutes later (#11).
-	held := func() int64 {
-		n := out.Used()
-		if e := engFn(); e != nil {
-			n += e.HeapEstimate()
-		}
-		return n
-	}
-	go memtrim.Run(stopTrim, time.Second, trimIdle, memtrim.Gauges{Held: held, Made: out.Made})
-	sopts := []server.Option{server.WithMetrics(reg.TCP()), server.WithOutputBudget(out), server.WithListeners(lns)}
-	if node != nil {
-		reg.MustRegister(metrics.NewClusterCollector(func() metrics.ClusterSample {
-			st := node.Status()
-			return metrics.ClusterSample{Role: st.Role, Term: st.Term, CommitIndex: st.CommitIndex,
-				AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LeaderChanges: st.LeaderChanges,
-				ProposedEntries: st.ProposedEntries, ProposedCommands: st.ProposedCommands,
-				BatchWaits: st.BatchWaits, BatchWaitTimeouts: st.BatchWaitTimeouts,
-				SnapshotWriteFailures: st.SnapshotWriteFailures}
-		}))
-	}
-	srv, err := server.New(scfg, be, log.Named("tcp"), sopts...)
-	if err != nil {
-		return sum, err
-	}
-
-	if err := srv.Start(); err != nil {
-		return sum, err
-	}
-	rd.tcp.Store(true)
-	go logConnRefusals(ctx.Done(), srv.Refused, 250*time.Millisecond, refusalLogEvery, scfg.MaxConnections, scfg.MaxConnectionsPerIP, log)
-	var web *httpfast.Server
-	if o.httpPort != 0 {
-		hcfg, _ := o.httpConfig() // validated by run
-		hopts := []httpfast.Option{httpfast.WithConnections(srv.Connections), httpfast.WithMetrics(reg),
-			httpfast.WithReadiness(rd.check), httpfast.WithListeners(lns),
-			httpfast.WithOutputBudget(out)}
-		if node != nil && o.adminToken != "" {
-			hopts = append(hopts, httpfast.WithAdmin(node, o.adminToken))
-		}
-		web, err = httpfast.New(hcfg, be, log.Named("http"), hopts...)
-		if err == nil {
-			err = web.Start()
-		}
-		if err != nil {
-			_ = stopAll(context.Background(), srv, nil)
-			return sum, err
-		}
-		rd.http.Store(true)
-	}
-	if o.metricsAddr != "" { // the REST port serves /metrics too, when it is on
-		mopts := append(o.metricsOptions(), metrics.WithReadiness(rd.check),
-			metrics.WithListenerWrap(func(ln net.Listener) net.Listener { return lns.Wrap("metrics", ln) }))
-		stopMetrics, _, err := metrics.Serve(o.metricsAddr, reg, log.Named("metrics"), mopts...)
-		if err != nil {
-			_ = stopAll(context.Background(), srv, web)
-			return sum, err
-		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = stopMetrics(ctx)
-		}()
-	}
-	if o.debugAddr != "" {
-		startDebug(o.debugAddr, lns, log)
-	}
-	if node != nil && o.join != "" {
-		go joinCluster(ctx, o, node, log.Named("join"))
-	}
-	log.Info("latchd listening", zap.String("tcp", srv.Addr()), zap.Bool("tls", scfg.TLS != nil),
-		zap.String("version", buildinfo.Get().Version), zap.Int("shards", ecfg.Shards), zap.Bool("auth", scfg.AuthToken != ""),
-		zap.Uint64("fd_limit", limit), zap.Int("max_connections", o.maxConns), zap.Int("http_max_connections", o.httpMaxConns))
-
-	<-ctx.Done()
-	rd.stopping.Store(true)
-	sum.reason = context.Cause(ctx).Error()
-	sum.began = time.Now()
-	log.Info("shutting down", zap.String("reason", sum.reason), zap.Int("shutdown_timeout_s", o.shutdownTimeout))
-	if eng != nil { // a single node drains; a cluster node withdraws its waits through the log in Stop
-		sum.waiters = drain(eng, srv, web, secs(o.shutdownTimeout), sigs)
-		sum.drainedAt = time.Since(sum.began)
-	}
-	sum.conns = srv.Connections()
-	if web != nil {
-		sum.sessions = web.Sessions()
-	}
-	if eng != nil {
-		_, g := eng.Metrics()
-		sum.leases = g.Held
-	}
-	// Closing is quick (milliseconds); the bound is for a wedged peer.
-	ctx, cancel := context.WithTimeout(context.Background(), stopBudget(node != nil))
-	defer cancel()
-	return sum, stopAll(ctx, srv, web)
 }
 
 // stopBudget bounds closing everything after the drain: a single node

@@ -14,38 +14,37 @@ import (
 )
 
 // TestMaxKeysPerOwnerDefault: with default flags one connection or session
-// may hold or wait on a quarter of --max-locks (256 of 1,024), so it
-// cannot take every key (#11); the share follows --max-locks, an explicit
-// value wins, and --max-locks 0 (no cap) leaves owners uncapped too.
+// may hold or wait on 256 keys (a quarter of the default --max-locks), so
+// it cannot take every key; 0 means no cap, as for every other cap, and the
+// value does not follow --max-locks.
 func TestMaxKeysPerOwnerDefault(t *testing.T) {
 	for _, tt := range []struct {
+		name string
 		args []string
 		want int
 	}{
-		{nil, 256},
-		{[]string{"--max-locks", "100"}, 25},
-		{[]string{"--max-locks", "2"}, 1},
-		{[]string{"--max-locks", "0"}, 0},
-		{[]string{"--max-keys-per-owner", "10"}, 10},
-		{[]string{"--max-locks", "0", "--max-keys-per-owner", "10"}, 10},
+		{name: "default", want: 256},
+		{name: "max-locks does not change it", args: []string{"--max-locks", "100"}, want: 256},
+		{name: "no cap on keys", args: []string{"--max-locks", "0"}, want: 256},
+		{name: "zero is no cap", args: []string{"--max-keys-per-owner", "0"}, want: 0},
+		{name: "explicit", args: []string{"--max-locks", "0", "--max-keys-per-owner", "10"}, want: 10},
 	} {
-		o, err := parseOptions(tt.args, func(string) string { return "" }, &bytes.Buffer{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := o.engineConfig()
-		if err != nil {
-			t.Fatalf("%v: %v", tt.args, err)
-		}
-		if c.MaxKeysPerOwner != tt.want {
-			t.Errorf("%v: max keys per owner %d, want %d", tt.args, c.MaxKeysPerOwner, tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseOptions(tt.args, func(string) string { return "" }, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := o.engineConfig()
+			if err != nil {
+				t.Fatalf("%v: %v", tt.args, err)
+			}
+			if c.MaxKeysPerOwner != tt.want {
+				t.Errorf("%v: max keys per owner %d, want %d", tt.args, c.MaxKeysPerOwner, tt.want)
+			}
+		})
 	}
-	o, err := parseOptions([]string{"--max-keys-per-owner", "-1"}, func(string) string { return "" }, &bytes.Buffer{})
-	if err == nil {
-		if _, err = o.engineConfig(); err == nil {
-			t.Fatal("--max-keys-per-owner -1 accepted")
-		}
+	if _, err := parseOptions([]string{"--max-keys-per-owner", "-1"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
+		t.Fatal("--max-keys-per-owner -1 accepted")
 	}
 }
 
@@ -74,7 +73,7 @@ func childHeap(t *testing.T, debugAddr string, gc bool) uint64 {
 	return n
 }
 
-// TestWaiterFloodMemoryReturns is the red team's second finding (#11) in
+// TestWaiterFloodMemoryReturns is a waiter flood in
 // small: connections each enqueue on 1,024 keys (with --max-waiters 0), a
 // collection runs, then they all close. The waiters' entries, live at the last collection, became
 // garbage that nothing collected: the heap stayed at its peak (154 MB for
