@@ -294,18 +294,21 @@ func TestClusterBudgetExhausted(t *testing.T) {
 	})
 	t.Run("deadline", func(t *testing.T) {
 		a := newFakeNode(t, notLeader(""))
-		// A backoff far past a deadline far off: giving up at once and
-		// waiting for the deadline are seconds apart, whatever the load.
-		c := dialCluster(t, []string{a.Addr}, client.WithBackoff(time.Minute, time.Minute), client.WithMaxAttempts(100))
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		// A backoff (2 to 4 h with its jitter) past a deadline an hour
+		// off: giving up at once comes well within the test's 10 s,
+		// waiting for the deadline does not.
+		c := dialCluster(t, []string{a.Addr}, client.WithBackoff(4*time.Hour, 4*time.Hour), client.WithMaxAttempts(100))
+		dctx, cancel := context.WithTimeout(ctx, time.Hour)
 		defer cancel()
-		start := time.Now()
-		_, err := c.Acquire(dctx, "k", 0, 0)
-		if !errors.Is(err, client.ErrNoLeader) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Acquire = %v; want ErrNoLeader and DeadlineExceeded", err)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("gave up after %v; a backoff past the deadline should end it at once", d)
+		errc := make(chan error, 1)
+		go func() { _, err := c.Acquire(dctx, "k", 0, 0); errc <- err }()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, client.ErrNoLeader) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire = %v; want ErrNoLeader and DeadlineExceeded", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("still retrying after 10 s; a backoff past the deadline should end it at once")
 		}
 	})
 }

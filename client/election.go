@@ -48,8 +48,8 @@ func (e *Election) Campaign(ctx context.Context) error {
 		return nil
 	}
 	for {
-		sp, err := newSpec(lockCmds, e.Name, 1, campaignWait, e.LeaseTTL, e.Servers, e.Cluster, e.AuthToken, e.TLSConfig, e.Options)
-		won, err := e.l.acquire(ctx, sp, err)
+		won, err := e.l.acquire(ctx, slots{k: lockCmds, key: e.Name, limit: 1, timeout: campaignWait,
+			ttlSeconds: e.LeaseTTL, servers: e.Servers, cluster: e.Cluster, auth: e.AuthToken, tls: e.TLSConfig, opts: e.Options})
 		switch {
 		case errors.Is(err, ErrHeld):
 			// The lease reached its local end while a renewal was in

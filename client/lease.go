@@ -60,27 +60,41 @@ func (sp *spec) dial(ctx context.Context) (leaseConn, error) {
 	return Dial(ctx, sp.server, sp.opts...)
 }
 
-func newSpec(k cmds, key string, limit int, timeout time.Duration, ttlSeconds int,
-	servers, cluster []string, auth string, tlsCfg *tls.Config, extra []Option) (spec, error) {
-	if ttlSeconds < 0 {
-		return spec{}, fmt.Errorf("%w: lease TTL %d s < 0", ErrBadRequest, ttlSeconds)
+// slots is what a Lock, Semaphore or Election asks for: limit slots of
+// key on the commands k, with the fields of Lock that say how and where.
+type slots struct {
+	k          cmds
+	key        string
+	limit      int
+	timeout    time.Duration
+	ttlSeconds int
+	servers    []string
+	cluster    []string
+	auth       string
+	tls        *tls.Config
+	opts       []Option
+}
+
+func (w slots) spec() (spec, error) {
+	if w.ttlSeconds < 0 {
+		return spec{}, fmt.Errorf("%w: lease TTL %d s < 0", ErrBadRequest, w.ttlSeconds)
 	}
-	opts := make([]Option, 0, 2+len(extra))
-	if auth != "" {
-		opts = append(opts, WithAuthToken(auth))
+	opts := make([]Option, 0, 2+len(w.opts))
+	if w.auth != "" {
+		opts = append(opts, WithAuthToken(w.auth))
 	}
-	if tlsCfg != nil {
-		opts = append(opts, WithTLS(tlsCfg))
+	if w.tls != nil {
+		opts = append(opts, WithTLS(w.tls))
 	}
 	return spec{
-		k:       k,
-		key:     key,
-		limit:   limit,
-		timeout: timeout,
-		ttl:     time.Duration(ttlSeconds) * time.Second,
-		server:  ServerFor(servers, key),
-		cluster: cluster,
-		opts:    append(opts, extra...),
+		k:       w.k,
+		key:     w.key,
+		limit:   w.limit,
+		timeout: w.timeout,
+		ttl:     time.Duration(w.ttlSeconds) * time.Second,
+		server:  ServerFor(w.servers, w.key),
+		cluster: w.cluster,
+		opts:    append(opts, w.opts...),
 	}, nil
 }
 
@@ -148,9 +162,10 @@ func (h *held) isLost() bool {
 	}
 }
 
-func (l *lease) acquire(ctx context.Context, sp spec, specErr error) (bool, error) {
-	if specErr != nil {
-		return false, specErr
+func (l *lease) acquire(ctx context.Context, w slots) (bool, error) {
+	sp, err := w.spec()
+	if err != nil {
+		return false, err
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
@@ -176,9 +191,10 @@ func (l *lease) acquire(ctx context.Context, sp spec, specErr error) (bool, erro
 	return true, nil
 }
 
-func (l *lease) enqueue(ctx context.Context, sp spec, specErr error) (bool, error) {
-	if specErr != nil {
-		return false, specErr
+func (l *lease) enqueue(ctx context.Context, w slots) (bool, error) {
+	sp, err := w.spec()
+	if err != nil {
+		return false, err
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
@@ -207,7 +223,11 @@ func (l *lease) enqueue(ctx context.Context, sp spec, specErr error) (bool, erro
 	return false, nil
 }
 
-func (l *lease) wait(ctx context.Context, sp spec, timeout time.Duration) (bool, error) {
+func (l *lease) wait(ctx context.Context, w slots, timeout time.Duration) (bool, error) {
+	sp, err := w.spec()
+	if err != nil {
+		return false, err
+	}
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()

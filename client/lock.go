@@ -58,35 +58,30 @@ type Lock struct {
 	leased
 }
 
-func (l *Lock) spec() (spec, error) {
-	return newSpec(lockCmds, l.Key, 1, l.AcquireTimeout, l.LeaseTTL, l.Servers, l.Cluster, l.AuthToken, l.TLSConfig, l.Options)
+// slots is what l asks for: a lock is the semaphore of limit 1, on the
+// lock commands.
+func (l *Lock) slots() slots {
+	return slots{k: lockCmds, key: l.Key, limit: 1, timeout: l.AcquireTimeout, ttlSeconds: l.LeaseTTL,
+		servers: l.Servers, cluster: l.Cluster, auth: l.AuthToken, tls: l.TLSConfig, opts: l.Options}
 }
 
 // Acquire waits up to AcquireTimeout for the lock. It returns true when it
 // got the lock, false (and a nil error) when the wait timed out. Canceling
 // ctx abandons the wait at once: the connection is closed and the server
 // withdraws it.
-func (l *Lock) Acquire(ctx context.Context) (bool, error) {
-	sp, err := l.spec()
-	return l.l.acquire(ctx, sp, err)
-}
+func (l *Lock) Acquire(ctx context.Context) (bool, error) { return l.l.acquire(ctx, l.slots()) }
 
 // Enqueue takes the lock if it is free and nobody waits (true), or joins
 // the FIFO queue without blocking (false): call Wait next. Work done
 // between the two is the point of the two phases.
 func (l *Lock) Enqueue(ctx context.Context) (acquired bool, err error) {
-	sp, err := l.spec()
-	return l.l.enqueue(ctx, sp, err)
+	return l.l.enqueue(ctx, l.slots())
 }
 
 // Wait blocks up to timeout for the lock after an Enqueue that returned
 // false. It returns false on timeout, and the place in the queue is lost.
 func (l *Lock) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
-	sp, err := l.spec()
-	if err != nil {
-		return false, err
-	}
-	return l.l.wait(ctx, sp, timeout)
+	return l.l.wait(ctx, l.slots(), timeout)
 }
 
 // Semaphore is Lock for a key that up to Limit holders share: the same
@@ -106,34 +101,28 @@ type Semaphore struct {
 	leased
 }
 
-func (s *Semaphore) spec() (spec, error) {
-	return newSpec(semCmds, s.Key, s.Limit, s.AcquireTimeout, s.LeaseTTL, s.Servers, s.Cluster, s.AuthToken, s.TLSConfig, s.Options)
+func (s *Semaphore) slots() slots {
+	return slots{k: semCmds, key: s.Key, limit: s.Limit, timeout: s.AcquireTimeout, ttlSeconds: s.LeaseTTL,
+		servers: s.Servers, cluster: s.Cluster, auth: s.AuthToken, tls: s.TLSConfig, opts: s.Options}
 }
 
 // Acquire is Lock.Acquire for one slot.
-func (s *Semaphore) Acquire(ctx context.Context) (bool, error) {
-	sp, err := s.spec()
-	return s.l.acquire(ctx, sp, err)
-}
+func (s *Semaphore) Acquire(ctx context.Context) (bool, error) { return s.l.acquire(ctx, s.slots()) }
 
 // Enqueue is Lock.Enqueue for one slot.
 func (s *Semaphore) Enqueue(ctx context.Context) (acquired bool, err error) {
-	sp, err := s.spec()
-	return s.l.enqueue(ctx, sp, err)
+	return s.l.enqueue(ctx, s.slots())
 }
 
 // Wait is Lock.Wait for one slot.
 func (s *Semaphore) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
-	sp, err := s.spec()
-	if err != nil {
-		return false, err
-	}
-	return s.l.wait(ctx, sp, timeout)
+	return s.l.wait(ctx, s.slots(), timeout)
 }
 
-// leased is the half of Lock and Semaphore that does not depend on the
-// kind of key: the grant held, its release and its signals. Both embed it,
-// so these methods are written once.
+// leased is what Lock and Semaphore share: the grant held, its release
+// and its signals. Both embed it, so these methods are written once, and
+// both take their grants through the same lease methods, a Lock with a
+// limit of 1.
 type leased struct{ l lease }
 
 // Release releases the lock or semaphore slot, or withdraws from the queue

@@ -11,10 +11,10 @@ type heapItem interface{ *entry | *session }
 // sessions' idle deadlines (sessionHeap).
 //
 // The items are reached through the type switches of index, before and
-// setDeadline rather than through methods of a type parameter, and the
-// methods below call each other as little as possible: Go neither inlines
-// one generic method into another nor calls a type parameter's methods
-// directly. Measured with cachegrind (instructions per op against the
+// setDeadline rather than through methods of a type parameter: Go
+// neither inlines one generic method into another nor calls a type
+// parameter's methods directly. Sifting up is written once (up), at the
+// cost of a call: within cachegrind's noise. Measured with cachegrind (instructions per op against the
 // two hand-written heaps this replaced): AcquireRelease/uncontended
 // +2%, HandOff +4%, Sessions/touch +3%; a method-based version cost up to
 // +12%.
@@ -58,18 +58,9 @@ func (h *indexHeap[E]) set(x E, deadline int64) {
 		return
 	}
 	*h = append(*h, x)
-	hh := *h
-	i := len(hh) - 1
+	i := len(*h) - 1
 	*index(x) = i
-	for i > 0 { // sift up
-		p := (i - 1) / 2
-		if !before(hh[i], hh[p]) {
-			break
-		}
-		hh[i], hh[p] = hh[p], hh[i]
-		*index(hh[i]), *index(hh[p]) = i, p
-		i = p
-	}
+	h.up(i)
 }
 
 // remove takes x out of the heap.
@@ -95,10 +86,14 @@ func (h *indexHeap[E]) remove(x E) {
 
 // fix restores the order after the item at i changed its deadline.
 func (h indexHeap[E]) fix(i int) {
-	if h.down(i) {
-		return
+	if !h.down(i) {
+		h.up(i)
 	}
-	for i > 0 { // sift up
+}
+
+// up sifts the item at i up.
+func (h indexHeap[E]) up(i int) {
+	for i > 0 {
 		p := (i - 1) / 2
 		if !before(h[i], h[p]) {
 			return

@@ -74,12 +74,10 @@ func TestClientGoneRacesGrant(t *testing.T) {
 		ch := h.async(call{method: "POST", path: key, session: c, body: `{"acquire_timeout_s":20}`})
 		waitParked(t, h, 2)
 		_ = conn.Close()
-		start := time.Now()
 		wantStatus(t, "a releases", h.do(call{method: "DELETE", path: key, session: a, body: `{"token":"` + r.str("token") + `"}`}), http.StatusOK, "ok")
+		// recv's deadline (10 s) comes well before b's session TTL (60 s)
+		// and c's own wait (20 s) end.
 		wantStatus(t, "c's blocking acquire", recv(t, ch, "c's blocking acquire"), http.StatusOK, "ok")
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("round %d: c got the lock %v after the release; want at once", i, d)
-		}
 		waitParked(t, h, 0)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/server"
 	"github.com/latchd/latchd/server/servertest"
 )
@@ -58,6 +59,7 @@ func clusterHandOffStress(t *testing.T, loops int) {
 
 	var holders atomic.Int32
 	var grants atomic.Int64
+	var maxReleased atomic.Uint64 // the highest fence released so far
 	errs := make(chan error, 64)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -87,10 +89,30 @@ func clusterHandOffStress(t *testing.T, loops int) {
 					errs <- fmt.Errorf("worker %d lock: %q", w, line)
 					return
 				}
+				// A grant's fence must be above every fence released
+				// before it, as in the engine's concurrency test; read
+				// once granted, since nobody releases while this worker
+				// holds. A stale or reused token is not.
+				fn, err := fence.FenceOf(f[1])
+				if last := maxReleased.Load(); err != nil || fn <= last {
+					errs <- fmt.Errorf("worker %d: granted fence %d (%v) after fence %d was released", w, fn, err, last)
+				}
+				// Hold across a renewal's round trip (a raft commit), so
+				// that a second grant would overlap this one.
 				if h := holders.Add(1); h != 1 {
 					errs <- fmt.Errorf("worker %d: %d holders at once", w, h)
 				}
+				if line, err := r.do("n", "hot", f[1]+" 30"); err != nil || !strings.HasPrefix(line, "ok") {
+					errs <- fmt.Errorf("worker %d renew: %q, %v", w, line, err)
+					return
+				}
+				if h := holders.Load(); h != 1 {
+					errs <- fmt.Errorf("worker %d: %d holders at once", w, h)
+				}
 				grants.Add(1)
+				for m := maxReleased.Load(); m < fn && !maxReleased.CompareAndSwap(m, fn); {
+					m = maxReleased.Load()
+				}
 				holders.Add(-1)
 				if line, err := r.do("r", "hot", f[1]); err != nil || line != "ok" {
 					errs <- fmt.Errorf("worker %d release: %q, %v", w, line, err)

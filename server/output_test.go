@@ -225,8 +225,9 @@ func heapInuse() uint64 {
 // TestAmplificationBounded is the attack in small: connections
 // that each pipeline stats requests and never read. The heap must stay
 // within a bound (before the fix each connection could hold 4 MiB and
-// every stats answer was built at once), a bystander's lock round trip
-// must stay fast, and the memory must come back once they close.
+// every stats answer was built at once), a bystander must go on making
+// lock round trips (a count over the attack's 3 s or more), and the
+// memory must come back once they close.
 func TestAmplificationBounded(t *testing.T) {
 	const (
 		attackers = 60
@@ -313,8 +314,10 @@ func TestAmplificationBounded(t *testing.T) {
 	slices.Sort(lats)
 	n := len(lats)
 	mu.Unlock()
-	if n < 10 {
-		t.Fatalf("bystander made %d round trips in 3 s", n)
+	// 5 ms apart: a served bystander makes hundreds, one held up for a
+	// second at a time a handful.
+	if n < 30 {
+		t.Fatalf("bystander made %d round trips in %v of attack", n, attack.Round(time.Millisecond))
 	}
 	p99 := lats[min(n-1, n*99/100)]
 	t.Logf("attack %v: heap in use: base %d MiB, peak %d MiB; bystander %d round trips, p99 %v; budget used %d; closed for the budget %v, for the cap %v",
@@ -323,9 +326,6 @@ func TestAmplificationBounded(t *testing.T) {
 		counter(t, reg, "latchd_tcp_protocol_errors_total", "reason", "outbound_overflow"))
 	if peak > base+heapBound {
 		t.Errorf("heap peaked at %d MiB over a %d MiB base, want at most %d MiB more", peak>>20, base>>20, heapBound>>20)
-	}
-	if p99 > time.Second {
-		t.Errorf("bystander p99 %v under attack, want < 1s", p99)
 	}
 	closedFor(t, reg, "output_budget")
 	testutil.Eventually(t, 10*time.Second, func() bool { return s.TCP.Connections() == 1 }, "attackers still open")

@@ -141,11 +141,12 @@ func TestTryLockTimeout(t *testing.T) {
 		t.Fatalf("try-lock on busy key: got %q, want timeout", got)
 	}
 	start := time.Now()
+	// do fails unless the answer comes within its read deadline (5 s).
 	if got := b.do("l", "k", "1"); got != "timeout" {
 		t.Fatalf("1s lock on busy key: got %q, want timeout", got)
 	}
-	if d := time.Since(start); d < 900*time.Millisecond || d > 3*time.Second {
-		t.Errorf("timeout came after %v, want ~1s", d)
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("timeout came after %v, before the 1 s wait ended", d)
 	}
 }
 
@@ -336,14 +337,10 @@ func TestLeaseExpiryHandOff(t *testing.T) {
 	s := servertest.StartServer(t)
 	a, b := dial(t, s.Addr), dial(t, s.Addr)
 	tok := grant(t, a.do("l", "k", "0 1"), "ok")
-	start := time.Now()
-	b.req("l", "k", "10")
+	// line's read deadline (5 s) separates a hand-off at the lease's end
+	// (1 s) from the wait's own end (60 s).
+	b.req("l", "k", "60")
 	grant(t, b.line(), "ok")
-	// The bound separates a hand-off at the lease's end (1 s) from one
-	// at the wait's own timeout (10 s), with room for a loaded -race run.
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("hand-off after %v, want at the lease's end (1s)", d)
-	}
 	if got := a.do("n", "k", tok); got != "error" {
 		t.Errorf("renew after expiry: got %q, want error", got)
 	}

@@ -51,6 +51,30 @@ type Gauges struct {
 // own, so the two quiet rules do not fire there, however large its live
 // heap. Run returns when stop is closed.
 func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
+	run(stop, every, minIdle, g, nil)
+}
+
+// rule names the rules of Run that fired at one check, as bits.
+type rule uint8
+
+const (
+	ruleDropped rule = 1 << iota // Held fell by more than worth
+	ruleGarbage                  // quiet, with garbage or churned buffers
+	ruleIdle                     // free heap over minIdle and over the objects
+	ruleGrown                    // quiet, with the live heap grown since the low
+)
+
+// when returns r if b, else 0.
+func when(b bool, r rule) rule {
+	if b {
+		return r
+	}
+	return 0
+}
+
+// run is Run; checked, if not nil, is called after every check with the
+// rules that fired (0: no trim), once the trim is done.
+func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, checked func(rule)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var peak int64
@@ -99,7 +123,8 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 		idle := m.free > minIdle && m.free > m.objects
 		low = min(low, m.live)
 		grown := quiet && m.live > low+worth
-		if dropped || garbage || idle || grown {
+		fired := when(dropped, ruleDropped) | when(garbage, ruleGarbage) | when(idle, ruleIdle) | when(grown, ruleGrown)
+		if fired != 0 {
 			// Two collections: what sync.Pools held (gnet's buffers, say)
 			// survives the first one in their victim caches.
 			runtime.GC()
@@ -109,6 +134,9 @@ func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 			low = m.live
 		}
 		last = m
+		if checked != nil {
+			checked(fired)
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package memtrim
 
 import (
 	"runtime"
-	"runtime/metrics"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,8 +9,61 @@ import (
 
 var sink [][]byte
 
-// TestRunReturnsFreedHeap frees 64 MiB and checks that Run gives the free
-// heap back to the OS.
+// check is what one check of run saw and did: the rules that fired (0:
+// no trim), and what Held returned to it.
+type check struct {
+	fired rule
+	held  int64
+}
+
+// startRun runs run until the test ends and returns its checks, in order.
+func startRun(t *testing.T, every time.Duration, minIdle uint64, g Gauges) <-chan check {
+	t.Helper()
+	checks := make(chan check, 1000)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var held int64 // written and read by run's goroutine only
+	if h := g.Held; h != nil {
+		g.Held = func() int64 { held = h(); return held }
+	}
+	go func() {
+		defer close(done)
+		run(stop, every, minIdle, g, func(r rule) {
+			select {
+			case checks <- check{r, held}:
+			case <-stop:
+			}
+		})
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return checks
+}
+
+// waitCheck reads checks until one satisfies ok and returns it, failing
+// the test if none does within 10 s.
+func waitCheck(t *testing.T, checks <-chan check, what string, ok func(check) bool) check {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		select {
+		case c := <-checks:
+			if ok(c) {
+				return c
+			}
+		case <-deadline.C:
+			t.Fatalf("no check %s within 10 s", what)
+		}
+	}
+}
+
+// trimmedBy reports whether a check trimmed for one of the rules in r.
+func trimmedBy(r rule) func(check) bool {
+	return func(c check) bool { return c.fired&r != 0 }
+}
+
+// TestRunReturnsFreedHeap frees 64 MiB and checks that Run trims for the
+// idle heap, giving it back to the OS.
 func TestRunReturnsFreedHeap(t *testing.T) {
 	for range 64 {
 		sink = append(sink, make([]byte, 1<<20))
@@ -21,57 +73,25 @@ func TestRunReturnsFreedHeap(t *testing.T) {
 	if idle := read().free; idle < 32<<20 {
 		t.Skipf("only %d MiB free after GC: the runtime returned it already", idle>>20)
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{}) }()
-	defer func() { close(stop); <-done }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		idle := read().free
-		if idle < 8<<20 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d MiB of free heap still held after 5 s", idle>>20)
-		}
-		time.Sleep(10 * time.Millisecond)
+	checks := startRun(t, 10*time.Millisecond, 8<<20, Gauges{})
+	waitCheck(t, checks, "trimming the free heap", trimmedBy(ruleIdle))
+	if idle := read().free; idle >= 8<<20 {
+		t.Fatalf("%d MiB of free heap still held after the trim", idle>>20)
 	}
 }
 
-// TestRunTrimsAfterGaugeDrop: a drop of the gauge triggers a trim even
-// though no collection has run since.
+// TestRunTrimsAfterGaugeDrop: the first check that sees the gauge fallen
+// by 64 MiB trims, though no collection has run since.
 func TestRunTrimsAfterGaugeDrop(t *testing.T) {
-	g := int64(64 << 20)
-	gauge := make(chan int64, 1)
-	gauge <- g
-	var last int64
-	held := func() int64 {
-		select {
-		case last = <-gauge:
-		default:
-		}
-		return last
+	var held atomic.Int64
+	held.Store(64 << 20)
+	checks := startRun(t, 10*time.Millisecond, 8<<20, Gauges{Held: held.Load})
+	waitCheck(t, checks, "seeing the peak", func(c check) bool { return c.held == 64<<20 })
+	held.Store(0)
+	c := waitCheck(t, checks, "seeing the drop", func(c check) bool { return c.held == 0 })
+	if c.fired&ruleDropped == 0 {
+		t.Fatalf("the check that saw the gauge fall by 64 MiB fired %04b, not the drop rule", c.fired)
 	}
-	before := numGC()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{Held: held}) }()
-	defer func() { close(stop); <-done }()
-	time.Sleep(50 * time.Millisecond) // the peak is seen
-	gauge <- 0
-	deadline := time.Now().Add(5 * time.Second)
-	for numGC() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("no collection after the gauge fell by 64 MiB")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func numGC() uint32 {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.NumGC
 }
 
 // TestRunCollectsAfterQuietBurst: garbage left by a burst, with no
@@ -81,22 +101,17 @@ func TestRunCollectsAfterQuietBurst(t *testing.T) {
 	// Run watches from before the burst, as in latchd (it starts with
 	// the process): a collection the burst itself triggers sees the
 	// buffers live, and only a baseline taken before tells that apart.
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 20*time.Millisecond, 8<<20, Gauges{}) }()
-	defer func() { close(stop); <-done }()
-	time.Sleep(100 * time.Millisecond) // a few quiet intervals: the baseline
-	before := numGC()
+	checks := startRun(t, 20*time.Millisecond, 8<<20, Gauges{})
+	for range 3 { // a few quiet intervals: the baseline
+		waitCheck(t, checks, "before the burst", func(check) bool { return true })
+	}
 	for range 32 {
 		sink = append(sink, make([]byte, 1<<20))
 	}
 	sink = nil // 32 MiB of garbage, live at any collection during the burst
-	deadline := time.Now().Add(5 * time.Second)
-	for numGC() == before || read().objects > 16<<20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 5 s: %d collections since the burst, %d MiB in objects", numGC()-before, read().objects>>20)
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitCheck(t, checks, "collecting the burst", trimmedBy(ruleGarbage|ruleGrown))
+	if objects := read().objects; objects > 16<<20 {
+		t.Fatalf("%d MiB in objects after the trim", objects>>20)
 	}
 }
 
@@ -105,20 +120,11 @@ func TestRunCollectsAfterQuietBurst(t *testing.T) {
 // live.
 func TestRunTrimsAfterChurn(t *testing.T) {
 	var made atomic.Uint64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{Made: made.Load}) }()
-	defer func() { close(stop); <-done }()
-	time.Sleep(50 * time.Millisecond)
-	before := numGC()
+	checks := startRun(t, 10*time.Millisecond, 8<<20, Gauges{Made: made.Load})
+	// Run has read its baseline of Made before its first check.
+	waitCheck(t, checks, "before the buffers", func(check) bool { return true })
 	made.Add(64 << 20)
-	deadline := time.Now().Add(5 * time.Second)
-	for numGC() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("no collection after 64 MiB of buffers were made")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCheck(t, checks, "after 64 MiB of buffers were made", trimmedBy(ruleGarbage))
 }
 
 // node is a small object with a pointer, as an engine entry is.
@@ -131,52 +137,41 @@ var chain *node
 
 // TestRunCollectsGarbageLiveAtLastCollection: many small objects, live at
 // the last collection, become garbage while the program is quiet (a
-// million queued waiters whose connections all closed, #11). Nothing
-// else allocates, so the runtime would keep them until its forced
-// collection two minutes later; Run must collect them.
+// million queued waiters whose connections all closed). Nothing else
+// allocates, so the runtime would keep them until its forced collection
+// two minutes later; Run must collect them.
 func TestRunCollectsGarbageLiveAtLastCollection(t *testing.T) {
 	runtime.GC()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 50*time.Millisecond, 8<<20, Gauges{}) }()
-	defer func() { close(stop); <-done }()
+	checks := startRun(t, 50*time.Millisecond, 8<<20, Gauges{})
 	for range 300_000 { // ~33 MiB
 		chain = &node{next: chain}
 	}
 	runtime.GC() // the chain is live at this collection...
 	chain = nil  // ...and garbage right after it
-	before := numGC()
-	deadline := time.Now().Add(5 * time.Second)
-	for numGC() == before || read().live > 16<<20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d MiB live at the last collection, no collection since 5 s", read().live>>20)
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitCheck(t, checks, "collecting the grown live heap", trimmedBy(ruleGrown))
+	if live := read().live; live > 16<<20 {
+		t.Fatalf("%d MiB live after the trim", live>>20)
 	}
 }
 
 // TestRunLeavesABusyLargeHeapToTheRuntime: a large live heap and a
 // steady stream of allocation, with minIdle of garbage gathering between
 // the runtime's own collections. Trimming there forces a full mark of
-// the live heap every few intervals (two forced collections each time);
-// the runtime collects on its own when the heap reaches its goal. The
-// intervals are long against the steps of allocation, so a stall of the
-// test's goroutine on a loaded machine does not make one look quiet; a
-// couple of trims are still allowed for that (the old rule forced about
-// twenty).
+// the live heap every few intervals; the runtime collects on its own when
+// the heap reaches its goal. The intervals are long against the steps of
+// allocation, so a stall of the test's goroutine on a loaded machine does
+// not make one look quiet; a couple of trims are still allowed for that
+// (the old rule trimmed about ten times).
 func TestRunLeavesABusyLargeHeapToTheRuntime(t *testing.T) {
 	for range 400_000 { // ~44 MiB live, all pointers to mark
 		chain = &node{next: chain}
 	}
 	defer func() { chain = nil }()
 	runtime.GC()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 50*time.Millisecond, 1<<20, Gauges{}) }()
-	defer func() { close(stop); <-done }()
-	before := forcedGC()
+	checks := startRun(t, 50*time.Millisecond, 1<<20, Gauges{})
 	// 128 KiB every 2 ms for a second: about 3 MiB an interval, 64 MiB
-	// in all, so a collection of the runtime's own or two.
+	// in all, so a collection of the runtime's own or two. The sleep
+	// paces the allocation; it synchronises nothing.
 	var keep [][]byte
 	for range 500 {
 		keep = append(keep, make([]byte, 128<<10))
@@ -185,15 +180,19 @@ func TestRunLeavesABusyLargeHeapToTheRuntime(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	if n := forcedGC() - before; n > 4 {
-		t.Fatalf("%d forced collections while the program allocated about 3 MiB an interval", n)
+	n, trims := 0, 0
+	for len(checks) > 0 {
+		if (<-checks).fired != 0 {
+			trims++
+		}
+		n++
 	}
-}
-
-func forcedGC() uint64 {
-	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
+	if n < 10 {
+		t.Fatalf("only %d checks while the program allocated for over a second", n)
+	}
+	if trims > 2 {
+		t.Fatalf("%d trims in %d checks while the program allocated about 3 MiB an interval", trims, n)
+	}
 }
 
 // TestRunWeighsATrimAgainstTheLiveHeap: with 44 MiB live, a gauge drop of
@@ -207,25 +206,20 @@ func TestRunWeighsATrimAgainstTheLiveHeap(t *testing.T) {
 	runtime.GC()
 	var held atomic.Int64
 	held.Store(9 << 20)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); Run(stop, 10*time.Millisecond, 8<<20, Gauges{Held: held.Load}) }()
-	defer func() { close(stop); <-done }()
-	time.Sleep(50 * time.Millisecond) // the peak is seen
-	before := forcedGC()
+	checks := startRun(t, 10*time.Millisecond, 8<<20, Gauges{Held: held.Load})
+	waitCheck(t, checks, "seeing the 9 MiB peak", func(c check) bool { return c.held == 9<<20 })
 	held.Store(0)
-	time.Sleep(100 * time.Millisecond) // ten intervals
-	if n := forcedGC() - before; n > 0 {
-		t.Fatalf("%d forced collections after the gauge fell by 9 MiB with 44 MiB live", n)
+	for range 10 {
+		c := waitCheck(t, checks, "seeing the 9 MiB drop", func(c check) bool { return c.held == 0 })
+		if c.fired&ruleDropped != 0 {
+			t.Fatal("a trim for a gauge drop of 9 MiB with 44 MiB live")
+		}
 	}
 	held.Store(64 << 20)
-	time.Sleep(50 * time.Millisecond)
+	waitCheck(t, checks, "seeing the 64 MiB peak", func(c check) bool { return c.held == 64<<20 })
 	held.Store(0)
-	deadline := time.Now().Add(5 * time.Second)
-	for forcedGC() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("no collection after the gauge fell by 64 MiB")
-		}
-		time.Sleep(10 * time.Millisecond)
+	c := waitCheck(t, checks, "seeing the 64 MiB drop", func(c check) bool { return c.held == 0 })
+	if c.fired&ruleDropped == 0 {
+		t.Fatalf("the check that saw the gauge fall by 64 MiB with 44 MiB live fired %04b, not the drop rule", c.fired)
 	}
 }

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// A StateCapture is the engine's state at one moment, encoded shard by
+// shard afterwards: CaptureState takes what is not per shard at once, and
+// a shard is encoded at the first change made to it after that (lockW),
+// or by Finish, whichever comes first. So the engine can go on changing
+// while a snapshot of a large state is encoded, each change waiting only
+// for the shards it changes that are not encoded yet.
+type StateCapture struct {
+	e       *Engine
+	counter uint64         // the fence counter
+	sess    []byte         // the sessions' section
+	parts   [][]byte       // per shard: appendStateLocked
+	lapsed  [][]lapsedList // per shard: its lapsed two-phase grants
+}
+
+// lapsedList is one owner's lapsed keys in a shard, sorted.
+type lapsedList struct {
+	owner OwnerID
+	keys  []string
+}
+
+// CaptureState begins a capture of the state as it is now. Like
+// WriteState it needs no mutating call to run meanwhile, but only for the
+// call itself (which is short: it encodes the sessions, and marks the
+// shards); Finish then encodes what the changes since have not. One
+// capture at a time: a shard another capture still waits for is encoded
+// for it first.
+func (e *Engine) CaptureState() *StateCapture {
+	c := &StateCapture{
+		e:       e,
+		counter: e.fence.Load(),
+		sess:    e.sess.appendState(nil),
+		parts:   make([][]byte, len(e.shards)),
+		lapsed:  make([][]lapsedList, len(e.shards)),
+	}
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		if s.capt != nil {
+			s.capt.encodeLocked(s)
+		}
+		s.capt = c
+		s.mu.Unlock()
+	}
+	return c
+}
+
+// lockW locks s for a change: a capture still waiting for s encodes it
+// first. Every call that changes a shard locks it with lockW, or with
+// mu and settleLocked before its first change (a call that visits every
+// shard and changes few, so that the rest stay for the writer).
+func (s *shard) lockW() {
+	s.mu.Lock()
+	s.settleLocked()
+}
+
+// settleLocked encodes s for a capture still waiting for it; under mu.
+func (s *shard) settleLocked() {
+	if s.capt != nil {
+		s.capt.encodeLocked(s)
+	}
+}
+
+// encodeLocked encodes s for c; under s.mu, with s.capt == c.
+func (c *StateCapture) encodeLocked(s *shard) {
+	c.parts[s.idx] = s.appendStateLocked(make([]byte, 0, 64*len(s.res)+256))
+	c.lapsed[s.idx] = s.lapsedLocked()
+	s.capt = nil
+}
+
+// Finish encodes the shards no change has encoded yet, one at a time,
+// and appends the whole state, as WriteState writes it, to b, growing it
+// once. It may run beside changes to the engine, and leaves them the
+// other processors; call it once.
+func (c *StateCapture) Finish(b []byte) []byte { return c.finish(b, 1) }
+
+// finish is Finish on up to workers goroutines.
+func (c *StateCapture) finish(b []byte, workers int) []byte {
+	e := c.e
+	encode := func(i int) {
+		s := &e.shards[i]
+		s.mu.Lock()
+		if s.capt == c {
+			c.encodeLocked(s)
+		}
+		s.mu.Unlock()
+	}
+	workers = min(workers, len(e.shards))
+	if workers <= 1 {
+		for i := range e.shards {
+			encode(i)
+		}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < len(e.shards); i = int(next.Add(1) - 1) {
+					encode(i)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	n, lists := 0, 0
+	for i, p := range c.parts {
+		n += len(p)
+		lists += len(c.lapsed[i])
+	}
+	start := len(b)
+	b = slices.Grow(b, n+len(c.sess)+4096)
+	b = append(b, stateMagic...)
+	b = append(b, stateVersion)
+	b = binary.AppendUvarint(b, uint64(len(e.shards)))
+	b = binary.AppendUvarint(b, c.counter)
+	for _, p := range c.parts {
+		b = append(b, p...)
+	}
+	b = append(b, c.sess...)
+	b = appendLapsed(b, c.lapsed, lists)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
+}
