@@ -21,8 +21,9 @@ import (
 // cannot be trusted, so it is rebuilt from the others.
 const walRepair = "The files are left as they are. Repair this node as one that lost its disk " +
 	"(docs/cluster.md, \"A node lost its disk\"): remove it from the cluster " +
-	"(DELETE /v1/admin/voters/{id} on the leader), empty its raft dir, start it " +
-	"and add it back; it catches up from the leader's snapshot"
+	"(DELETE /v1/admin/voters/{id} on the leader), empty its --raft-dir (move it aside to keep it " +
+	"for diagnosis), and add it back as a new member (start it with --join and a new --node-id); " +
+	"it catches up from the leader's snapshot and log"
 
 // OpenWAL opens (or creates) the log in dir. segmentSize 0 means the
 // default. The caller keeps other processes out of dir (DiskStorage holds
