@@ -46,9 +46,10 @@ type WAL struct {
 	segs []*walSegment
 	// first and last are the log's bounds, 0 and 0 when it is empty.
 	first, last   uint64
-	cut           int64 // bytes of an unfinished write Open cut off the tail
-	closed        bool  // under mu
-	err           error // under wmu; sticky: a failed write leaves the tail unknown
+	cut           int64       // bytes of an unfinished write Open found at the tail
+	torn          *walSegment // the segment they are in, until cutTorn cuts them; under wmu
+	closed        bool        // under mu
+	err           error       // under wmu; sticky: a failed write leaves the tail unknown
 	buf           []byte
 	busy          atomic.Int32 // the disk is busy (SetBusy)
 	slowUntil     atomic.Int64 // ... or was slow until this time (monoNow; SetSlowUntil)
@@ -60,7 +61,7 @@ type walSegment struct {
 	f     *os.File
 	offs  []int64 // offs[i]: offset of record first+i
 	size  int64   // end of the last record
-	alloc int64   // the file's length: zeros from size on (walPrealloc)
+	alloc int64   // the file's length: zeros from size on (walPrealloc), but for WAL.torn
 }
 
 const (
@@ -101,8 +102,8 @@ func (w *WAL) bounds() {
 	}
 }
 
-// Cut returns how many bytes of an unfinished write at the tail Open cut
-// off (0 if none). The caller logs it: a write torn by a crash is
+// Cut returns how many bytes of an unfinished write Open found at the
+// tail, to be cut off before the next write (0 if none). The caller logs it: a write torn by a crash is
 // expected, but a large cut after a clean stop means damage.
 func (w *WAL) Cut() int64 { return w.cut }
 
@@ -233,6 +234,9 @@ func (w *WAL) Append(recs []walRecord) error {
 		w.buf = walAppend(w.buf, r)
 	}
 
+	if err := w.cutTorn(); err != nil {
+		return w.fail(err)
+	}
 	s, err := w.active(next, empty)
 	if err != nil {
 		return w.fail(err)

@@ -29,10 +29,13 @@ const walRepair = "The files are left as they are. Repair this node as one that 
 // default. The caller keeps other processes out of dir (DiskStorage holds
 // the raft directory's LOCK).
 //
-// A bad record is cut off as a write that never finished only at the tail
-// of the newest segment and only if nothing intact follows it (tornTail).
-// Any other damage refuses the open with errWALCorrupt naming the file and
-// the byte offset, and no file is changed.
+// Open changes no file. A bad record is taken for a write that never
+// finished only at the tail of the newest segment and only if nothing
+// intact follows it (intactAfter); it is cut off before the next write
+// (cutTorn), so that a node that finds more damage after Open (a commit
+// index past the log) can still refuse with the files as they were. Any
+// other damage refuses the open with errWALCorrupt naming the file and the
+// byte offset.
 func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 	if segmentSize <= 0 {
 		segmentSize = walSegmentSize
@@ -49,22 +52,6 @@ func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 	if err := w.readSegments(); err != nil {
 		w.closeAll()
 		return nil, err
-	}
-	// Only now that every segment checks out: drop what follows the last
-	// record of each (preallocated zeros, or the unfinished write).
-	for _, s := range w.segs {
-		if s.alloc == s.size {
-			continue
-		}
-		if err := s.f.Truncate(s.size); err != nil {
-			w.closeAll()
-			return nil, fmt.Errorf("replica: %w", err)
-		}
-		if err := s.f.Sync(); err != nil {
-			w.closeAll()
-			return nil, fmt.Errorf("replica: %w", err)
-		}
-		s.alloc = s.size
 	}
 	w.bounds()
 	return w, nil
@@ -125,10 +112,9 @@ func (w *WAL) path(first uint64) string {
 }
 
 // openSegment reads a segment's records, without changing the file. What
-// follows the last record is zeros (preallocated space) or, in the newest
-// segment (tail), a write that never finished (tornTail): s.alloc is then
-// the file's length, past s.size, and OpenWAL cuts it. Anything else is
-// damage.
+// follows the last record is zeros (preallocated space, s.alloc) or, in
+// the newest segment (tail), a write that never finished: w.torn, which
+// cutTorn cuts off before the next write. Anything else is damage.
 func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 	f, err := os.OpenFile(w.path(first), os.O_RDWR, 0o600)
 	if err != nil {
@@ -161,6 +147,7 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 		if at < 0 {
 			// A write that never finished: never acknowledged, so it goes.
 			w.cut = int64(len(trimZeros(rest)))
+			w.torn = s
 			return s, nil
 		}
 		why = fmt.Sprintf("an intact entry follows it at byte %d", at)
@@ -168,6 +155,24 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 	_ = f.Close()
 	return nil, fmt.Errorf("%w: %s is damaged at byte %d (entry %d): %s, so it is not a write "+
 		"that a crash cut short. %s", errWALCorrupt, f.Name(), off, next, why, walRepair)
+}
+
+// cutTorn cuts off the unfinished write Open found, if its segment is
+// still there, before anything is written after it. w.wmu is held.
+func (w *WAL) cutTorn() error {
+	s := w.torn
+	if s == nil {
+		return nil
+	}
+	w.torn = nil
+	if !slices.Contains(w.segs, s) || s.alloc == s.size {
+		return nil // removed, or already cut (deleteSuffix)
+	}
+	if err := s.f.Truncate(s.size); err != nil {
+		return err
+	}
+	s.alloc = s.size
+	return s.f.Sync()
 }
 
 // intactAfter returns the offset of the first intact record after the bad
