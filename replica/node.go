@@ -232,7 +232,13 @@ func (n *Node) loadState() error {
 		return fmt.Errorf("replica: %w", err)
 	}
 	li, _ := n.mem.LastIndex()
-	hs.Commit = new(min(max(hs.GetCommit(), n.snapIndex), li))
+	if c := hs.GetCommit(); c > li {
+		// Entries are written (and synced) before the commit index that
+		// covers them: a commit past the log means entries were lost.
+		return fmt.Errorf("%w: raft dir %s: committed entries are missing: the hard state's commit index is %d, "+
+			"the log and snapshot end at %d. %s", errWALCorrupt, st.dir, c, li, walRepair)
+	}
+	hs.Commit = new(max(hs.GetCommit(), n.snapIndex))
 	if err := n.mem.SetHardState(hs); err != nil {
 		return fmt.Errorf("replica: %w", err)
 	}

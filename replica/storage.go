@@ -85,7 +85,7 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 		return fail(err)
 	}
 	if cut := st.wal.Cut(); cut > 0 {
-		log.Warn("raft log: cut an unfinished write at the tail", zap.Int64("bytes", cut))
+		log.Warn("raft log: an unfinished write at the tail is cut off before the next write", zap.Int64("bytes", cut))
 	}
 	if st.hs, err = os.OpenFile(filepath.Join(cfg.RaftDir, "hardstate"), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
 		return fail(fmt.Errorf("replica: %w", err))

@@ -6,12 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,10 +24,12 @@ import (
 // where body is a walRecord's encoding (encodeRecord). A segment grows
 // past walSegmentSize only by one batch; the next batch opens a new one.
 //
-// Recovery: Open reads every record. A bad record (short, bad checksum,
-// out of sequence) at the tail of the newest segment is a write that never
-// completed, so never acknowledged: the file is cut there. Damage anywhere
-// else, or a gap between segments, is corruption and Open refuses.
+// Recovery (walopen.go): Open reads every record. A bad record (short,
+// bad checksum, out of sequence) in the newest segment with nothing intact
+// after it is a write that never completed, so never acknowledged: the
+// file is cut there. Damage anywhere else (an intact record follows it, or
+// an older segment), or a gap between segments, is corruption: Open
+// refuses and changes nothing.
 //
 // Deletion is what the node asks for: a prefix (compaction after a
 // snapshot: whole segments below the new first index are removed), a
@@ -48,9 +46,10 @@ type WAL struct {
 	segs []*walSegment
 	// first and last are the log's bounds, 0 and 0 when it is empty.
 	first, last   uint64
-	cut           int64 // bytes of an unfinished write Open cut off the tail
-	closed        bool  // under mu
-	err           error // under wmu; sticky: a failed write leaves the tail unknown
+	cut           int64       // bytes of an unfinished write Open found at the tail
+	torn          *walSegment // the segment they are in, until cutTorn cuts them; under wmu
+	closed        bool        // under mu
+	err           error       // under wmu; sticky: a failed write leaves the tail unknown
 	buf           []byte
 	busy          atomic.Int32 // the disk is busy (SetBusy)
 	slowUntil     atomic.Int64 // ... or was slow until this time (monoNow; SetSlowUntil)
@@ -62,7 +61,7 @@ type walSegment struct {
 	f     *os.File
 	offs  []int64 // offs[i]: offset of record first+i
 	size  int64   // end of the last record
-	alloc int64   // the file's length: zeros from size on (walPrealloc)
+	alloc int64   // the file's length: zeros from size on (walPrealloc), but for WAL.torn
 }
 
 const (
@@ -88,144 +87,6 @@ var (
 	errNoRecord   = errors.New("replica: no such raft log entry")
 )
 
-// OpenWAL opens (or creates) the log in dir. segmentSize 0 means the
-// default. The caller keeps other processes out of dir (DiskStorage holds
-// the raft directory's LOCK).
-func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
-	if segmentSize <= 0 {
-		segmentSize = walSegmentSize
-	}
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("replica: %w", err)
-		}
-		if err := syncDir(filepath.Dir(dir)); err != nil { // the new name is durable
-			return nil, fmt.Errorf("replica: %w", err)
-		}
-	}
-	w := &WAL{dir: dir, max: segmentSize}
-	names, err := w.segmentNames()
-	if err != nil {
-		return nil, err
-	}
-	for i, first := range names {
-		s, err := w.openSegment(first, i == len(names)-1)
-		if err != nil {
-			w.closeAll()
-			return nil, err
-		}
-		if len(w.segs) > 0 {
-			prev := w.segs[len(w.segs)-1]
-			if want := prev.first + uint64(len(prev.offs)); s.first != want {
-				_ = s.f.Close()
-				w.closeAll()
-				return nil, fmt.Errorf("%w: %s starts at %d, want %d", errWALCorrupt, w.path(first), s.first, want)
-			}
-		}
-		w.segs = append(w.segs, s)
-	}
-	// An empty segment only makes sense at the end, as the next to fill.
-	for _, s := range w.segs[:max(len(w.segs)-1, 0)] {
-		if len(s.offs) == 0 {
-			name := w.path(s.first)
-			w.closeAll()
-			return nil, fmt.Errorf("%w: empty segment %s before others", errWALCorrupt, name)
-		}
-	}
-	w.bounds()
-	return w, nil
-}
-
-// segmentNames lists the segments' first indexes, oldest first.
-func (w *WAL) segmentNames() ([]uint64, error) {
-	ents, err := os.ReadDir(w.dir)
-	if err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
-	}
-	var firsts []uint64
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), walExt)
-		if !ok || e.IsDir() {
-			continue
-		}
-		first, err := strconv.ParseUint(name, 10, 64)
-		if err != nil {
-			continue // not ours
-		}
-		firsts = append(firsts, first)
-	}
-	slices.Sort(firsts)
-	return firsts, nil
-}
-
-func (w *WAL) path(first uint64) string {
-	return filepath.Join(w.dir, fmt.Sprintf("%020d%s", first, walExt))
-}
-
-// openSegment reads a segment's records. In the newest segment (tail) a
-// bad record ends the log and the file is cut there.
-func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
-	f, err := os.OpenFile(w.path(first), os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("replica: read %s: %w", f.Name(), err)
-	}
-	s := &walSegment{first: first, f: f}
-	var off int64
-	for off < int64(len(data)) {
-		n, ok := walCheck(data[off:], first+uint64(len(s.offs)))
-		if !ok {
-			break
-		}
-		s.offs = append(s.offs, off)
-		off += int64(n)
-	}
-	s.size = off
-	if off < int64(len(data)) {
-		zeros := allZero(data[off:]) // space preallocated (walPrealloc), never written
-		if !tail && !zeros {
-			_ = f.Close()
-			return nil, fmt.Errorf("%w: %s damaged at offset %d", errWALCorrupt, f.Name(), off)
-		}
-		// An unfinished write: never acknowledged, so drop it for good.
-		if !zeros {
-			w.cut = int64(len(data)) - off
-		}
-		if err := f.Truncate(off); err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("replica: %w", err)
-		}
-		if err := f.Sync(); err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("replica: %w", err)
-		}
-	}
-	s.alloc = s.size
-	return s, nil
-}
-
-// walCheck reports the size of the record at the front of b, if it is
-// whole, intact and holds index.
-func walCheck(b []byte, index uint64) (int, bool) {
-	if len(b) < walHeaderSize {
-		return 0, false
-	}
-	n := binary.LittleEndian.Uint32(b)
-	if n == 0 || n > walMaxRecord || uint64(len(b)) < walHeaderSize+uint64(n) {
-		return 0, false
-	}
-	rec := b[8 : walHeaderSize+int(n)]
-	if crc32.Checksum(rec, walCRC) != binary.LittleEndian.Uint32(b[4:]) ||
-		binary.LittleEndian.Uint64(rec) != index {
-		return 0, false
-	}
-	return walHeaderSize + int(n), true
-}
-
 // bounds sets first and last from the segments. w.mu is held (or w is
 // not shared yet).
 func (w *WAL) bounds() {
@@ -241,8 +102,8 @@ func (w *WAL) bounds() {
 	}
 }
 
-// Cut returns how many bytes of an unfinished write at the tail Open cut
-// off (0 if none). The caller logs it: a write torn by a crash is
+// Cut returns how many bytes of an unfinished write Open found at the
+// tail, to be cut off before the next write (0 if none). The caller logs it: a write torn by a crash is
 // expected, but a large cut after a clean stop means damage.
 func (w *WAL) Cut() int64 { return w.cut }
 
@@ -373,6 +234,9 @@ func (w *WAL) Append(recs []walRecord) error {
 		w.buf = walAppend(w.buf, r)
 	}
 
+	if err := w.cutTorn(); err != nil {
+		return w.fail(err)
+	}
 	s, err := w.active(next, empty)
 	if err != nil {
 		return w.fail(err)
@@ -467,15 +331,6 @@ func (s *walSegment) prealloc(end int64) error {
 	}
 	s.alloc = n
 	return nil
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // fail makes err sticky: after a failed write the file's tail is unknown,

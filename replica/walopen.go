@@ -1,0 +1,232 @@
+package replica
+
+// Opening the log: every segment is read back and checked, and the bad
+// bytes found are either a write that never finished (cut off) or damage
+// (the node refuses to start).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// walRepair is what an operator does about a damaged log: the node's data
+// cannot be trusted, so it is rebuilt from the others.
+const walRepair = "The files are left as they are. Repair this node as one that lost its disk " +
+	"(docs/cluster.md, \"A node lost its disk\"): remove it from the cluster " +
+	"(DELETE /v1/admin/voters/{id} on the leader), empty its --raft-dir (move it aside to keep it " +
+	"for diagnosis), and add it back as a new member (start it with --join and a new --node-id); " +
+	"it catches up from the leader's snapshot and log"
+
+// OpenWAL opens (or creates) the log in dir. segmentSize 0 means the
+// default. The caller keeps other processes out of dir (DiskStorage holds
+// the raft directory's LOCK).
+//
+// Open changes no file. A bad record is taken for a write that never
+// finished only at the tail of the newest segment and only if nothing
+// intact follows it (intactAfter); it is cut off before the next write
+// (cutTorn), so that a node that finds more damage after Open (a commit
+// index past the log) can still refuse with the files as they were. Any
+// other damage refuses the open with errWALCorrupt naming the file and the
+// byte offset.
+func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
+	if segmentSize <= 0 {
+		segmentSize = walSegmentSize
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+		if err := syncDir(filepath.Dir(dir)); err != nil { // the new name is durable
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+	}
+	w := &WAL{dir: dir, max: segmentSize}
+	if err := w.readSegments(); err != nil {
+		w.closeAll()
+		return nil, err
+	}
+	w.bounds()
+	return w, nil
+}
+
+// readSegments opens and checks every segment into w.segs, oldest first.
+func (w *WAL) readSegments() error {
+	names, err := w.segmentNames()
+	if err != nil {
+		return err
+	}
+	for i, first := range names {
+		s, err := w.openSegment(first, i == len(names)-1)
+		if err != nil {
+			return err
+		}
+		w.segs = append(w.segs, s)
+		if i == 0 {
+			continue
+		}
+		prev := w.segs[i-1]
+		if len(prev.offs) == 0 {
+			// An empty segment only makes sense at the end, as the next to fill.
+			return fmt.Errorf("%w: empty segment %s before others. %s", errWALCorrupt, w.path(prev.first), walRepair)
+		}
+		if want := prev.first + uint64(len(prev.offs)); s.first != want {
+			return fmt.Errorf("%w: %s starts at entry %d, want %d (entries are missing). %s",
+				errWALCorrupt, w.path(first), s.first, want, walRepair)
+		}
+	}
+	return nil
+}
+
+// segmentNames lists the segments' first indexes, oldest first.
+func (w *WAL) segmentNames() ([]uint64, error) {
+	ents, err := os.ReadDir(w.dir)
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	var firsts []uint64
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), walExt)
+		if !ok || e.IsDir() {
+			continue
+		}
+		first, err := strconv.ParseUint(name, 10, 64)
+		if err != nil {
+			continue // not ours
+		}
+		firsts = append(firsts, first)
+	}
+	slices.Sort(firsts)
+	return firsts, nil
+}
+
+func (w *WAL) path(first uint64) string {
+	return filepath.Join(w.dir, fmt.Sprintf("%020d%s", first, walExt))
+}
+
+// openSegment reads a segment's records, without changing the file. What
+// follows the last record is zeros (preallocated space, s.alloc) or, in
+// the newest segment (tail), a write that never finished: w.torn, which
+// cutTorn cuts off before the next write. Anything else is damage.
+func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
+	f, err := os.OpenFile(w.path(first), os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("replica: read %s: %w", f.Name(), err)
+	}
+	s := &walSegment{first: first, f: f, alloc: int64(len(data))}
+	var off int64
+	for off < int64(len(data)) {
+		n, ok := walCheck(data[off:], first+uint64(len(s.offs)))
+		if !ok {
+			break
+		}
+		s.offs = append(s.offs, off)
+		off += int64(n)
+	}
+	s.size = off
+	rest := data[off:]
+	if allZero(rest) {
+		return s, nil
+	}
+	next := first + uint64(len(s.offs))
+	why := "it is in a segment older than the newest"
+	if tail {
+		at := intactAfter(data, off, next)
+		if at < 0 {
+			// A write that never finished: never acknowledged, so it goes.
+			w.cut = int64(len(trimZeros(rest)))
+			w.torn = s
+			return s, nil
+		}
+		why = fmt.Sprintf("an intact entry follows it at byte %d", at)
+	}
+	_ = f.Close()
+	return nil, fmt.Errorf("%w: %s is damaged at byte %d (entry %d): %s, so it is not a write "+
+		"that a crash cut short. %s", errWALCorrupt, f.Name(), off, next, why, walRepair)
+}
+
+// cutTorn cuts off the unfinished write Open found, if its segment is
+// still there, before anything is written after it. w.wmu is held.
+func (w *WAL) cutTorn() error {
+	s := w.torn
+	if s == nil {
+		return nil
+	}
+	w.torn = nil
+	if !slices.Contains(w.segs, s) || s.alloc == s.size {
+		return nil // removed, or already cut (deleteSuffix)
+	}
+	if err := s.f.Truncate(s.size); err != nil {
+		return err
+	}
+	s.alloc = s.size
+	return s.f.Sync()
+}
+
+// intactAfter returns the offset of the first intact record after the bad
+// one at off (one that holds an index from next on), or -1 if there is
+// none. A write that a crash interrupted is the last one made, so nothing
+// intact can follow it: anything that does makes the bad record damage in
+// the middle of the log.
+func intactAfter(data []byte, off int64, next uint64) int64 {
+	// Each record takes more than walHeaderSize bytes: an index further
+	// on than this cannot be in the bytes left.
+	most := next + uint64(int64(len(data))-off)/walHeaderSize
+	for p := off + 1; p+walHeaderSize < int64(len(data)); p++ {
+		idx := binary.LittleEndian.Uint64(data[p+8:])
+		if idx < next || idx > most {
+			continue
+		}
+		if _, ok := walCheck(data[p:], idx); ok {
+			return p
+		}
+	}
+	return -1
+}
+
+// walCheck reports the size of the record at the front of b, if it is
+// whole, intact and holds index.
+func walCheck(b []byte, index uint64) (int, bool) {
+	if len(b) < walHeaderSize {
+		return 0, false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > walMaxRecord || uint64(len(b)) < walHeaderSize+uint64(n) {
+		return 0, false
+	}
+	rec := b[8 : walHeaderSize+int(n)]
+	if crc32.Checksum(rec, walCRC) != binary.LittleEndian.Uint32(b[4:]) ||
+		binary.LittleEndian.Uint64(rec) != index {
+		return 0, false
+	}
+	return walHeaderSize + int(n), true
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// trimZeros is b without its trailing zeros.
+func trimZeros(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	return b
+}
