@@ -424,7 +424,8 @@ const (
 // before it gives up on hearing its outcome. A single node's engine
 // always delivers by the timeout; over a replicated backend the timeout
 // comes through the log from the leader's expiry, and a failover moves
-// deadlines later by the election's length (see docs/cluster.md).
+// deadlines later by the election's length (docs/design/replication.md,
+// "Failover: leases keep their time, fences keep rising").
 const parkGrace = 10 * time.Second
 
 // withdrawWait bounds how long a request withdrawn at Stop waits for its

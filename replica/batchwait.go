@@ -18,8 +18,7 @@ import (
 // of tens of microseconds, against a commit's fdatasync of hundreds) puts
 // them all in the next entry: one commit per command instead of two, and
 // the fixed cost of a commit (three fsyncs, the messages, the wake-ups)
-// shared by twice the commands. docs/cluster.md "Batch wait" has the
-// measurements.
+// shared by twice the commands (docs/design/replication.md#batch-wait).
 //
 // A wait knows whom it waits for. It learns, for each kind of command
 // (acquire, release, ...), how likely a client answered for one is to
