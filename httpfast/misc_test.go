@@ -226,3 +226,10 @@ func TestMetricsSharedRegistry(t *testing.T) {
 		t.Errorf("the shared registry lacks the /metrics request:\n%s", buf.String())
 	}
 }
+
+// tracked returns how many IPs the limiter remembers.
+func (l *ipLimiter) tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.cur) + len(l.old)
+}

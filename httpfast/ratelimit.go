@@ -64,10 +64,3 @@ func (l *ipLimiter) allow(ip netip.Addr, now time.Time) (bool, time.Duration) {
 	missing := 1 - lim.TokensAt(now)
 	return false, time.Duration(missing / float64(l.limit) * float64(time.Second))
 }
-
-// tracked returns how many IPs the limiter remembers.
-func (l *ipLimiter) tracked() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.cur) + len(l.old)
-}

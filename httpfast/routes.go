@@ -71,9 +71,6 @@ var opNames = [opCount]string{
 	opSemGet:           "semaphore_get",
 }
 
-// semaphore reports whether o is a /v1/semaphores route.
-func (o op) semaphore() bool { return o >= opSemAcquire && o <= opSemWait }
-
 // proposes reports whether o changes engine state: a session, lock or
 // semaphore route. In cluster mode only the leader serves them.
 func (o op) proposes() bool { return o >= opSessionCreate && o <= opSemWait }

@@ -131,10 +131,6 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 	return s, nil
 }
 
-// Handler returns the request handler, for serving without a listener
-// (fasthttputil.InmemoryListener) in tests.
-func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
-
 // Start listens on Config.Addr and serves in the background. It returns
 // once the socket is bound.
 func (s *Server) Start() error {

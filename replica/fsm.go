@@ -128,12 +128,6 @@ func (f *FSM) unregister(id uint64) {
 	f.pendMu.Unlock()
 }
 
-func (f *FSM) pendingCount() int {
-	f.pendMu.Lock()
-	defer f.pendMu.Unlock()
-	return len(f.pending)
-}
-
 // routeSink is the Sink the engine holds for a parked request proposed on
 // this node: it hands the Outcome to the caller's Sink, once.
 type routeSink struct {

@@ -114,9 +114,9 @@ type Node struct {
 	closeErr  error
 }
 
+// waiter is an entry's proposers, waiting for the entry to apply.
 type waiter struct {
-	batch  []*proposal // nil for a single command proposed by apply
-	single chan proposalResult
+	batch []*proposal
 }
 
 type pendingAnswer struct {

@@ -89,12 +89,6 @@ func (q *propQueue) scan(from int, f func(*proposal)) int {
 	return len(q.q)
 }
 
-func (q *propQueue) pending() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.q) > 0
-}
-
 func (q *propQueue) take() []*proposal {
 	q.mu.Lock()
 	ps := q.q
