@@ -54,9 +54,8 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 			n.applyOne(e)
 		}
 		// The answers first, then raft (which proposes what queued
-		// meanwhile): measured, the other order was no faster at 10 or
-		// 100 workers and slower at 1. The batch wait starts before the
-		// answers leave (batchwait.go).
+		// meanwhile): the other order is slower for a lone client.
+		// The batch wait starts before the answers leave (batchwait.go).
 		n.ownerBuf = n.answeredOwners(n.ownerBuf[:0])
 		n.startHold(n.ownerBuf)
 		n.answerApplied()

@@ -121,10 +121,9 @@ func (n *Node) drainReady() (later []*raftpb.Message) {
 
 // urgent reports whether m goes out before the Ready's committed entries
 // are applied: everything but heartbeats and MsgApps without entries (on
-// a leader, mostly the new commit index after a quorum answered: two
-// loopback writes of about 30 µs each that would otherwise sit between
-// the quorum's ack and the answer to the proposer). Raft tolerates their
-// reordering with later messages.
+// a leader, mostly the new commit index after a quorum answered, whose
+// writes would otherwise sit between the quorum's ack and the answer to
+// the proposer). Raft tolerates their reordering with later messages.
 func urgent(m *raftpb.Message) bool {
 	switch m.GetType() {
 	case raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgHeartbeatResp:
