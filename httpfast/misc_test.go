@@ -233,3 +233,6 @@ func (l *ipLimiter) tracked() int {
 	defer l.mu.Unlock()
 	return len(l.cur) + len(l.old)
 }
+
+// OpenAPI returns the OpenAPI document served at /v1/openapi.json.
+func OpenAPI() []byte { return openAPIDoc }
