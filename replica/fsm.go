@@ -83,9 +83,6 @@ func (f *FSM) Engine() *engine.Engine { return f.eng.Load() }
 // AppliedIndex returns the index of the last log entry applied.
 func (f *FSM) AppliedIndex() uint64 { return f.index.Load() }
 
-// Restores returns how many snapshots this FSM has restored.
-func (f *FSM) Restores() int64 { return f.restores.Load() }
-
 // LeaderClientAddr returns the client address the node id announced when
 // it last became leader.
 func (f *FSM) LeaderClientAddr(id string) string {
@@ -106,14 +103,6 @@ func (f *FSM) LeaderHTTPAddr(id string) string {
 type leaderAddrs struct {
 	client string // Command.Addr
 	http   string // Command.HTTPAddr
-}
-
-// WriteState writes the FSM's state (as a snapshot would) and returns the
-// index it reflects. Two FSMs at one index write the same bytes.
-func (f *FSM) WriteState(w io.Writer) (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.index.Load(), f.writeLocked(w)
 }
 
 func (f *FSM) register(id uint64, s engine.Sink) {

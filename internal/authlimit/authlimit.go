@@ -108,10 +108,3 @@ func (l *Limiter) Failed(ip netip.Addr, now time.Time) {
 	l.mu.Unlock()
 	lim.AllowN(now, 1) // rate.Limiter has its own mutex
 }
-
-// Tracked returns how many IPs the Limiter remembers.
-func (l *Limiter) Tracked() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.cur) + len(l.old)
-}

@@ -77,3 +77,10 @@ func TestIPv6CountsPerPrefix(t *testing.T) {
 		}
 	}
 }
+
+// Tracked returns how many IPs the Limiter remembers.
+func (l *Limiter) Tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.cur) + len(l.old)
+}
