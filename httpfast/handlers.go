@@ -105,11 +105,7 @@ func (s *Server) keepalive(ctx *fasthttp.RequestCtx, id []byte) {
 		writeError(ctx, errSessionGone, "session deleted during the request")
 		return
 	}
-	var buf [respBufLen]byte
-	b := append(buf[:0], `{"status":"ok","ttl_s":`...)
-	b = appendSeconds(b, ttl)
-	b = append(b, '}')
-	writeJSON(ctx, fasthttp.StatusOK, b)
+	writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","ttl_s":`, ttl)
 }
 
 // sessionHeader returns the session id a request names.
@@ -273,11 +269,7 @@ func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq,
 			s.fail(ctx, err)
 			return
 		}
-		var buf [respBufLen]byte
-		b := append(buf[:0], `{"status":"ok","remaining_s":`...)
-		b = appendSeconds(b, ttl)
-		b = append(b, '}')
-		writeJSON(ctx, fasthttp.StatusOK, b)
+		writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","remaining_s":`, ttl)
 	}
 }
 

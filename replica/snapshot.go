@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -24,15 +25,7 @@ const etcdSnapMagic = "LTCHETCD\x01"
 func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
 	cs := &raftpb.ConfState{}
 	peers := slices.Clone(n.cfg.Peers)
-	slices.SortFunc(peers, func(a, b Peer) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(peers, func(a, b Peer) int { return strings.Compare(a.ID, b.ID) })
 	book := make(map[uint64]Member)
 	for _, p := range peers {
 		id := raftID(p.ID)
