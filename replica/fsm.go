@@ -105,6 +105,14 @@ type leaderAddrs struct {
 	http   string // Command.HTTPAddr
 }
 
+// WriteState writes the FSM's state (as a snapshot would) and returns the
+// index it reflects. Two FSMs at one index write the same bytes.
+func (f *FSM) WriteState(w io.Writer) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.index.Load(), f.writeLocked(w)
+}
+
 func (f *FSM) register(id uint64, s engine.Sink) {
 	f.pendMu.Lock()
 	f.pending[id] = s

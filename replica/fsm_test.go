@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"testing"
 	"time"
 
@@ -369,11 +368,3 @@ func TestRestampIdlesSessions(t *testing.T) {
 
 // Restores returns how many snapshots this FSM has restored.
 func (f *FSM) Restores() int64 { return f.restores.Load() }
-
-// WriteState writes the FSM's state (as a snapshot would) and returns the
-// index it reflects. Two FSMs at one index write the same bytes.
-func (f *FSM) WriteState(w io.Writer) (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.index.Load(), f.writeLocked(w)
-}
