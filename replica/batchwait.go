@@ -116,12 +116,7 @@ func (n *Node) startHold(ans []answered) {
 			h.ret[k] = 1
 		}
 		h.owners = make(map[engine.OwnerID]holdMark)
-		h.timer = time.AfterFunc(time.Hour, func() {
-			select {
-			case n.propQ.wake <- struct{}{}: // the raft loop proposes what waits
-			default:
-			}
-		})
+		h.timer = time.AfterFunc(time.Hour, n.propQ.signal) // the raft loop proposes what waits
 		h.timer.Stop()
 	}
 	clear(h.owners)

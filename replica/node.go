@@ -58,13 +58,13 @@ type Node struct {
 	ready   chan struct{}
 	isReady atomic.Bool
 
-	propQ propQueue
+	propQ queue[*proposal]
 	hold  batchHold // under mu
 	// Counted on the leader as it proposes (Status).
 	propEntries, propCmds, holds, holdTimeouts atomic.Uint64
 	fnc                                        chan func()
-	appQ                                       msgQueue // to the append thread
-	applyQ                                     msgQueue // to the apply thread
+	appQ                                       queue[*raftpb.Message] // to the append thread
+	applyQ                                     queue[*raftpb.Message] // to the apply thread
 
 	// Membership, as applied: raft ID -> member.
 	bookMu    sync.Mutex
@@ -164,7 +164,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		stop: make(chan struct{}), restored: make(chan error, 1), confState: &raftpb.ConfState{}}
 	n.appQ.init()
 	n.applyQ.init()
-	n.propQ.wake = make(chan struct{}, 1)
+	n.propQ.init()
 	if err := n.loadState(); err != nil {
 		return nil, err
 	}

@@ -162,13 +162,13 @@ func (n *Node) sendAll(ms []*raftpb.Message) {
 // (seen at a million held locks, the nodes writing their snapshots;
 // TestFollowersWritingSnapshotsKeepHearingTheLeader).
 func (n *Node) kickAppend(inline bool) {
-	if !n.appQ.pending() {
+	if n.appQ.len() == 0 {
 		return
 	}
 	if inline && !n.stopping() && !n.diskBusy() && n.appRun.TryLock() {
 		n.appendBatch(n.appQ.take())
 		n.appRun.Unlock()
-		if !n.appQ.pending() {
+		if n.appQ.len() == 0 {
 			return
 		}
 	}
@@ -183,7 +183,7 @@ func (n *Node) kickAppend(inline bool) {
 // loop never applies inline (a configuration change's apply calls into
 // it), nor does the append thread (its next write would wait).
 func (n *Node) kickApply(inline bool) {
-	if !n.applyQ.pending() {
+	if n.applyQ.len() == 0 {
 		return
 	}
 	// Not while a snapshot's encoding is under way: an apply may then
@@ -194,7 +194,7 @@ func (n *Node) kickApply(inline bool) {
 		n.applyBatch(n.applyQ.take())
 		due := n.snapshotDue()
 		n.applyRun.Unlock()
-		if !due && !n.applyQ.pending() {
+		if !due && n.applyQ.len() == 0 {
 			return
 		}
 	}
