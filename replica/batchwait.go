@@ -148,10 +148,10 @@ func (n *Node) startHold(ans []answered) {
 	h.start = time.Now()
 	h.until = h.start.Add(wait)
 	// The timer only when the wait holds someone: arming it at every
-	// wait cost about 3% at one worker (likely the runtime waking its
-	// sleeping poller for the earlier deadline), and a wait that holds
-	// nobody can end when the next command arrives (judged by who came
-	// back before its deadline).
+	// wait slows a lone client (the runtime wakes its sleeping poller
+	// for the earlier deadline), and a wait that holds nobody can end
+	// when the next command arrives (judged by who came back before its
+	// deadline).
 	h.armed = h.seen > 0
 	if h.armed {
 		h.timer.Reset(wait)

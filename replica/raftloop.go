@@ -159,8 +159,7 @@ func (n *Node) sendAll(ms []*raftpb.Message) {
 // a sync may then take long, and a transport reader stuck in one reads
 // nothing meanwhile, the leader's heartbeats included. With both
 // followers so deaf the lead moves though the leader is there all along
-// (seen at a million held locks, the nodes writing their snapshots;
-// TestFollowersWritingSnapshotsKeepHearingTheLeader).
+// (TestFollowersWritingSnapshotsKeepHearingTheLeader).
 func (n *Node) kickAppend(inline bool) {
 	if n.appQ.len() == 0 {
 		return
