@@ -105,11 +105,7 @@ func (s *Server) keepalive(ctx *fasthttp.RequestCtx, id []byte) {
 		writeError(ctx, errSessionGone, "session deleted during the request")
 		return
 	}
-	var buf [respBufLen]byte
-	b := append(buf[:0], `{"status":"ok","ttl_s":`...)
-	b = appendSeconds(b, ttl)
-	b = append(b, '}')
-	writeJSON(ctx, fasthttp.StatusOK, b)
+	writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","ttl_s":`, ttl)
 }
 
 // sessionHeader returns the session id a request names.
@@ -193,40 +189,10 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		writeError(ctx, errBadRequest, "bad key: must be 1-256 bytes after URL-decoding, with no space, tab, CR or LF")
 		return
 	}
-	var body lockBody
-	if err := decodeBody(ctx.PostBody(), &body); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return
-	}
-	if err := body.check(allowed[o]); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return
-	}
 	req := engine.AcquireReq{Key: key, Limit: 1}
-	if body.Limit != nil {
-		req.Limit = int(*body.Limit)
-	}
-	var err error
-	if req.TTL, err = seconds(body.LeaseTTLS, "lease_ttl_s", true); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
+	tok, ok := s.readLockBody(ctx, o, &req)
+	if !ok {
 		return
-	}
-	if req.TTL == 0 {
-		req.TTL = s.cfg.DefaultTTL // 0 still: the engine's default
-	}
-	timeoutField, timeoutName := body.AcquireTimeoutS, "acquire_timeout_s"
-	if allowed[o]&fWaitTimeout != 0 {
-		timeoutField, timeoutName = body.WaitTimeoutS, "wait_timeout_s"
-	}
-	if req.Timeout, err = seconds(timeoutField, timeoutName, false); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return
-	}
-	var tok fence.Token
-	if allowed[o]&fToken != 0 {
-		if tok, ok = s.token(ctx, body.Token); !ok {
-			return
-		}
 	}
 
 	id := sessionHeader(ctx)
@@ -240,7 +206,50 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	}
 	defer s.endSession(owner)
 	req.Owner = owner
+	s.lockCall(ctx, o, req, tok)
+}
 
+// readLockBody reads the JSON body of op o into req (limit, lease, timeout)
+// and returns the token for the routes that take one. Fields o does not
+// allow are an error. On an error it writes the 400 and reports false.
+func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.AcquireReq) (fence.Token, bool) {
+	var body lockBody
+	if err := decodeBody(ctx.PostBody(), &body); err != nil {
+		writeError(ctx, errBadRequest, err.Error())
+		return fence.Token{}, false
+	}
+	if err := body.check(allowed[o]); err != nil {
+		writeError(ctx, errBadRequest, err.Error())
+		return fence.Token{}, false
+	}
+	if body.Limit != nil {
+		req.Limit = int(*body.Limit)
+	}
+	var err error
+	if req.TTL, err = seconds(body.LeaseTTLS, "lease_ttl_s", true); err != nil {
+		writeError(ctx, errBadRequest, err.Error())
+		return fence.Token{}, false
+	}
+	if req.TTL == 0 {
+		req.TTL = s.cfg.DefaultTTL // 0 still: the engine's default
+	}
+	timeoutField, timeoutName := body.AcquireTimeoutS, "acquire_timeout_s"
+	if allowed[o]&fWaitTimeout != 0 {
+		timeoutField, timeoutName = body.WaitTimeoutS, "wait_timeout_s"
+	}
+	if req.Timeout, err = seconds(timeoutField, timeoutName, false); err != nil {
+		writeError(ctx, errBadRequest, err.Error())
+		return fence.Token{}, false
+	}
+	if allowed[o]&fToken == 0 {
+		return fence.Token{}, true
+	}
+	return s.token(ctx, body.Token)
+}
+
+// lockCall makes the backend call of op o for the session's owner
+// (req.Owner) and writes its answer.
+func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq, tok fence.Token) {
 	switch o {
 	case opLockAcquire, opSemAcquire:
 		s.acquire(ctx, req)
@@ -249,22 +258,18 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	case opLockWait, opSemWait:
 		s.wait(ctx, req)
 	case opLockRelease, opSemRelease:
-		if err := s.release(key, tok); err != nil {
+		if err := s.release(req.Key, tok); err != nil {
 			s.fail(ctx, err)
 			return
 		}
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
 	case opLockRenew, opSemRenew:
-		ttl, err := s.renew(key, tok, req.TTL, owner)
+		ttl, err := s.renew(req.Key, tok, req.TTL, req.Owner)
 		if err != nil {
 			s.fail(ctx, err)
 			return
 		}
-		var buf [respBufLen]byte
-		b := append(buf[:0], `{"status":"ok","remaining_s":`...)
-		b = appendSeconds(b, ttl)
-		b = append(b, '}')
-		writeJSON(ctx, fasthttp.StatusOK, b)
+		writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","remaining_s":`, ttl)
 	}
 }
 
@@ -411,7 +416,8 @@ const (
 // before it gives up on hearing its outcome. A single node's engine
 // always delivers by the timeout; over a replicated backend the timeout
 // comes through the log from the leader's expiry, and a failover moves
-// deadlines later by the election's length (see docs/cluster.md).
+// deadlines later by the election's length (docs/design/replication.md,
+// "Failover: leases keep their time, fences keep rising").
 const parkGrace = 10 * time.Second
 
 // withdrawWait bounds how long a request withdrawn at Stop waits for its

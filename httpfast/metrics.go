@@ -56,8 +56,8 @@ func (m *httpMetrics) observe(o op, status int, start time.Time) {
 // HTTP histograms and counters, the Go runtime and process metrics.
 // Like stats, at most StatsConcurrency are built at once and a body
 // counts in the output budget until written; past the budget it answers
-// 503 unavailable (4,000 clients pipelining scrapes they never read took
-// 1.7 GB and a bystander's lock 4 s).
+// 503 unavailable, so clients pipelining scrapes they never read cannot
+// fill memory.
 func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()

@@ -8,6 +8,3 @@ import _ "embed"
 //
 //go:embed openapi.json
 var openAPIDoc []byte
-
-// OpenAPI returns the OpenAPI document. The caller must not modify it.
-func OpenAPI() []byte { return openAPIDoc }

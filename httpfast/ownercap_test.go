@@ -11,7 +11,7 @@ import (
 
 // TestSessionKeyShare: a REST session may hold or wait on at most
 // MaxKeysPerOwner keys; past it a new key is answered 429 max_locks (the
-// answer of a full table, #11), while another session still gets one.
+// answer of a full table), while another session still gets one.
 func TestSessionKeyShare(t *testing.T) {
 	h := startHTTP(t, nil, func(ec *engine.Config, _ *server.Config) {
 		ec.MaxKeys = 16

@@ -55,6 +55,15 @@ func writeGrant(ctx *fasthttp.RequestCtx, status string, tok fence.Token, ttl ti
 	writeJSON(ctx, fasthttp.StatusOK, b)
 }
 
+// writeSeconds answers status with head, d in seconds and a closing
+// brace: head is a JSON object up to a number, `{"status":"ok","ttl_s":`.
+func writeSeconds(ctx *fasthttp.RequestCtx, status int, head string, d time.Duration) {
+	var buf [respBufLen]byte
+	b := append(buf[:0], head...)
+	b = appendSeconds(b, d)
+	writeJSON(ctx, status, append(b, '}'))
+}
+
 // appendSeconds appends d in seconds as a JSON number: "33", "0.25".
 func appendSeconds(dst []byte, d time.Duration) []byte {
 	if d%time.Second == 0 {

@@ -71,9 +71,6 @@ var opNames = [opCount]string{
 	opSemGet:           "semaphore_get",
 }
 
-// semaphore reports whether o is a /v1/semaphores route.
-func (o op) semaphore() bool { return o >= opSemAcquire && o <= opSemWait }
-
 // proposes reports whether o changes engine state: a session, lock or
 // semaphore route. In cluster mode only the leader serves them.
 func (o op) proposes() bool { return o >= opSessionCreate && o <= opSemWait }
@@ -82,90 +79,97 @@ func (o op) proposes() bool { return o >= opSessionCreate && o <= opSemWait }
 // its path parameter: the session id or the key. For a path that exists
 // with other methods it returns opBadMethod and the Allow header's value.
 func match(method, path []byte) (o op, param []byte, allow string) {
-	get := string(method) == "GET"
-	post := string(method) == "POST"
-	del := string(method) == "DELETE"
-	one := func(ok bool, o op, allow string) (op, []byte, string) {
-		if ok {
-			return o, nil, ""
-		}
-		return opBadMethod, nil, allow
-	}
+	m := string(method)
 	switch string(path) {
 	case "/healthz":
-		return one(get, opHealthz, "GET")
+		return only(m, "GET", opHealthz, nil)
 	case "/readyz":
-		return one(get, opReadyz, "GET")
+		return only(m, "GET", opReadyz, nil)
 	case "/v1/ui/keys":
-		return one(get, opUIKeys, "GET")
+		return only(m, "GET", opUIKeys, nil)
 	case "/metrics":
-		return one(get, opMetrics, "GET")
+		return only(m, "GET", opMetrics, nil)
 	case "/v1/stats":
-		return one(get, opStats, "GET")
+		return only(m, "GET", opStats, nil)
 	case "/v1/openapi.json":
-		return one(get, opOpenAPI, "GET")
+		return only(m, "GET", opOpenAPI, nil)
 	case "/v1/sessions":
-		return one(post, opSessionCreate, "POST")
+		return only(m, "POST", opSessionCreate, nil)
 	}
 	if rest, ok := bytes.CutPrefix(path, []byte("/v1/sessions/")); ok {
-		id, sub, hasSub := bytes.Cut(rest, []byte("/"))
-		switch {
-		case len(id) == 0:
-			return opNotFound, nil, ""
-		case !hasSub:
-			o, _, allow = one(del, opSessionDelete, "DELETE")
-			return o, id, allow
-		case string(sub) == "keepalive":
-			o, _, allow = one(post, opSessionKeepalive, "POST")
-			return o, id, allow
-		}
-		return opNotFound, nil, ""
+		return matchSession(m, rest)
 	}
 	if rest, ok := bytes.CutPrefix(path, []byte("/ui")); ok {
 		if len(rest) > 0 && rest[0] != '/' {
 			return opNotFound, nil, ""
 		}
-		o, _, allow = one(get, opUI, "GET")
-		return o, rest, allow
+		return only(m, "GET", opUI, rest)
 	}
-	base := opLockAcquire
-	rest, ok := bytes.CutPrefix(path, []byte("/v1/locks/"))
-	if !ok {
-		if rest, ok = bytes.CutPrefix(path, []byte("/v1/semaphores/")); !ok {
-			return opNotFound, nil, ""
-		}
-		base = opSemAcquire
+	if rest, ok := bytes.CutPrefix(path, []byte("/v1/locks/")); ok {
+		return matchKey(m, rest, opLockAcquire)
 	}
+	if rest, ok := bytes.CutPrefix(path, []byte("/v1/semaphores/")); ok {
+		return matchKey(m, rest, opSemAcquire)
+	}
+	return opNotFound, nil, ""
+}
+
+// only matches a route served for one method: o with param for that
+// method, opBadMethod with the Allow header's value for any other.
+func only(method, want string, o op, param []byte) (op, []byte, string) {
+	if method != want {
+		return opBadMethod, nil, want
+	}
+	return o, param, ""
+}
+
+// matchSession matches what follows /v1/sessions/: {id} or {id}/keepalive.
+func matchSession(method string, rest []byte) (op, []byte, string) {
+	id, sub, hasSub := bytes.Cut(rest, []byte("/"))
+	switch {
+	case len(id) == 0:
+		return opNotFound, nil, ""
+	case !hasSub:
+		return only(method, "DELETE", opSessionDelete, id)
+	case string(sub) == "keepalive":
+		return only(method, "POST", opSessionKeepalive, id)
+	}
+	return opNotFound, nil, ""
+}
+
+// matchKey matches what follows /v1/locks/ or /v1/semaphores/: {key} or
+// {key}/renew, /enqueue, /wait. base is the family's acquire op; the other
+// ops of a family sit at the same offsets from it.
+func matchKey(method string, rest []byte, base op) (op, []byte, string) {
 	key, sub, hasSub := bytes.Cut(rest, []byte("/"))
 	if len(key) == 0 {
 		return opNotFound, nil, ""
 	}
 	if !hasSub {
 		switch {
-		case post:
+		case method == "POST":
 			return base, key, ""
-		case del:
+		case method == "DELETE":
 			return base + (opLockRelease - opLockAcquire), key, ""
-		case get && base == opLockAcquire:
+		case method == "GET" && base == opLockAcquire:
 			return opLockGet, key, ""
-		case get:
+		case method == "GET":
 			return opSemGet, key, ""
 		}
 		return opBadMethod, nil, "GET, POST, DELETE"
 	}
-	var o2 op
+	var o op
 	switch string(sub) {
 	case "renew":
-		o2 = base + (opLockRenew - opLockAcquire)
+		o = base + (opLockRenew - opLockAcquire)
 	case "enqueue":
-		o2 = base + (opLockEnqueue - opLockAcquire)
+		o = base + (opLockEnqueue - opLockAcquire)
 	case "wait":
-		o2 = base + (opLockWait - opLockAcquire)
+		o = base + (opLockWait - opLockAcquire)
 	default:
 		return opNotFound, nil, ""
 	}
-	o, _, allow = one(post, o2, "POST")
-	return o, key, allow
+	return only(method, "POST", o, key)
 }
 
 // maxKeyLen is the longest key, as on the TCP protocol's key line.

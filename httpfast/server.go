@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -32,7 +33,7 @@ type Server struct {
 	log     *zap.Logger
 	conns   func() int         // TCP connections, for stats and metrics
 	auth    []byte             // "Bearer <token>", or nil when auth is off
-	lim     *ipLimiter         // nil when rate limiting is off
+	lim     *authlimit.Buckets // requests per IP; nil when rate limiting is off
 	authLim *authlimit.Limiter // failed bearer tokens per IP; nil when off or no auth
 	met     *httpMetrics
 	reg     registry
@@ -110,7 +111,11 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 		s.authLim = authlimit.New(cfg.AuthFailuresPerMinute, authlimit.DefaultMaxIPs)
 	}
 	if cfg.RateLimitPerIP > 0 {
-		s.lim = newIPLimiter(cfg.RateLimitPerIP, cfg.RateLimitBurst, cfg.RateLimitMaxIPs)
+		burst := cfg.RateLimitBurst
+		if burst == 0 {
+			burst = max(1, int(math.Ceil(cfg.RateLimitPerIP)))
+		}
+		s.lim = authlimit.NewBuckets(cfg.RateLimitPerIP, burst, cfg.RateLimitMaxIPs)
 	}
 	s.reg.init(be.Replicated())
 	s.sinks.New = func() any { return make(chanSink, 1) }
@@ -130,10 +135,6 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 	}
 	return s, nil
 }
-
-// Handler returns the request handler, for serving without a listener
-// (fasthttputil.InmemoryListener) in tests.
-func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
 
 // Start listens on Config.Addr and serves in the background. It returns
 // once the socket is bound.
@@ -253,7 +254,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, admin bool, now time.Time
 	}
 	if s.lim != nil {
 		ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
-		if ok, wait := s.lim.allow(authlimit.Key(ip), now); !ok {
+		if ok, wait := s.lim.Allow(authlimit.Key(ip), now); !ok {
 			secs := max(1, int64((wait+time.Second-1)/time.Second))
 			var buf [20]byte
 			ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], secs, 10))

@@ -25,8 +25,8 @@ import (
 // incarnations whose owners are still in the replicated state), so they
 // are sessionBit | prefix<<32 | counter, with a 31-bit random prefix drawn
 // when the process starts and again every 2^32-1 sessions, so the counter
-// never carries into it (docs/cluster.md, "Owner IDs across the cluster";
-// the TCP server does the same with bit 63 clear).
+// never carries into it (docs/design/replication.md#owner-ids; the
+// TCP server does the same with bit 63 clear).
 const sessionBit = engine.OwnerID(1) << 63
 
 // sessionIDLen is the length of a session_id: the owner ID and the

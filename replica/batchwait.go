@@ -18,8 +18,7 @@ import (
 // of tens of microseconds, against a commit's fdatasync of hundreds) puts
 // them all in the next entry: one commit per command instead of two, and
 // the fixed cost of a commit (three fsyncs, the messages, the wake-ups)
-// shared by twice the commands. docs/cluster.md "Batch wait" has the
-// measurements.
+// shared by twice the commands (docs/design/replication.md#batch-wait).
 //
 // A wait knows whom it waits for. It learns, for each kind of command
 // (acquire, release, ...), how likely a client answered for one is to
@@ -117,12 +116,7 @@ func (n *Node) startHold(ans []answered) {
 			h.ret[k] = 1
 		}
 		h.owners = make(map[engine.OwnerID]holdMark)
-		h.timer = time.AfterFunc(time.Hour, func() {
-			select {
-			case n.propQ.wake <- struct{}{}: // the raft loop proposes what waits
-			default:
-			}
-		})
+		h.timer = time.AfterFunc(time.Hour, n.propQ.signal) // the raft loop proposes what waits
 		h.timer.Stop()
 	}
 	clear(h.owners)
@@ -154,10 +148,10 @@ func (n *Node) startHold(ans []answered) {
 	h.start = time.Now()
 	h.until = h.start.Add(wait)
 	// The timer only when the wait holds someone: arming it at every
-	// wait cost about 3% at one worker (likely the runtime waking its
-	// sleeping poller for the earlier deadline), and a wait that holds
-	// nobody can end when the next command arrives (judged by who came
-	// back before its deadline).
+	// wait slows a lone client (the runtime wakes its sleeping poller
+	// for the earlier deadline), and a wait that holds nobody can end
+	// when the next command arrives (judged by who came back before its
+	// deadline).
 	h.armed = h.seen > 0
 	if h.armed {
 		h.timer.Reset(wait)

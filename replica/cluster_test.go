@@ -432,3 +432,10 @@ func TestSnapshotCatchUp(t *testing.T) {
 		t.Fatalf("state is only %d bytes; the load left nothing", len(state))
 	}
 }
+
+// pendingCount is how many parked requests' sinks the FSM routes.
+func (f *FSM) pendingCount() int {
+	f.pendMu.Lock()
+	defer f.pendMu.Unlock()
+	return len(f.pending)
+}

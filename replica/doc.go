@@ -30,5 +30,7 @@
 // connection first passes a challenge-response handshake (auth.go).
 //
 // The package never reads flags or the environment and logs only through
-// the *zap.Logger it is given. See docs/cluster.md.
+// the *zap.Logger it is given. docs/cluster.md is the operator's guide;
+// docs/design/replication.md and docs/design/storage.md say why it works
+// as it does.
 package replica

@@ -83,9 +83,6 @@ func (f *FSM) Engine() *engine.Engine { return f.eng.Load() }
 // AppliedIndex returns the index of the last log entry applied.
 func (f *FSM) AppliedIndex() uint64 { return f.index.Load() }
 
-// Restores returns how many snapshots this FSM has restored.
-func (f *FSM) Restores() int64 { return f.restores.Load() }
-
 // LeaderClientAddr returns the client address the node id announced when
 // it last became leader.
 func (f *FSM) LeaderClientAddr(id string) string {
@@ -126,12 +123,6 @@ func (f *FSM) unregister(id uint64) {
 	f.pendMu.Lock()
 	delete(f.pending, id)
 	f.pendMu.Unlock()
-}
-
-func (f *FSM) pendingCount() int {
-	f.pendMu.Lock()
-	defer f.pendMu.Unlock()
-	return len(f.pending)
 }
 
 // routeSink is the Sink the engine holds for a parked request proposed on

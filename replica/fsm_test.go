@@ -365,3 +365,6 @@ func TestRestampIdlesSessions(t *testing.T) {
 		t.Fatal("the session of a request lost in the failover never expired")
 	}
 }
+
+// Restores returns how many snapshots this FSM has restored.
+func (f *FSM) Restores() int64 { return f.restores.Load() }

@@ -58,13 +58,13 @@ type Node struct {
 	ready   chan struct{}
 	isReady atomic.Bool
 
-	propQ propQueue
+	propQ queue[*proposal]
 	hold  batchHold // under mu
 	// Counted on the leader as it proposes (Status).
 	propEntries, propCmds, holds, holdTimeouts atomic.Uint64
 	fnc                                        chan func()
-	appQ                                       msgQueue // to the append thread
-	applyQ                                     msgQueue // to the apply thread
+	appQ                                       queue[*raftpb.Message] // to the append thread
+	applyQ                                     queue[*raftpb.Message] // to the apply thread
 
 	// Membership, as applied: raft ID -> member.
 	bookMu    sync.Mutex
@@ -114,9 +114,9 @@ type Node struct {
 	closeErr  error
 }
 
+// waiter is an entry's proposers, waiting for the entry to apply.
 type waiter struct {
-	batch  []*proposal // nil for a single command proposed by apply
-	single chan proposalResult
+	batch []*proposal
 }
 
 type pendingAnswer struct {
@@ -128,15 +128,9 @@ type pendingAnswer struct {
 // yet applied; proposals that arrive meanwhile wait and leave together in
 // the next entry. The leader's own write still runs beside its followers'
 // (that is what AsyncStorageWrites buys); more entries in flight only
-// made each one carry fewer commands. bench/cluster.sh on the 2-core VM,
-// 1 / 10 / 100 workers, acquire+release/s: 1 in flight 715-738 / 3,414-3,803
-// / 16,465-18,132; 2 in flight 597-768 / 2,237-3,187 / 10,682-13,353;
-// 4 and 16 lower still at 10 and 100 workers. Measured again after the
-// commit path lost its hand-offs (docs/cluster.md, "How a commit
-// flows"), alternating, at 10 / 100 workers: 1 in flight 4,314-4,374 /
-// 22,218-23,586; 2 in flight 3,815-3,998 / 20,828-22,044; 3 in flight
-// 3,852-3,906 / 19,639-19,867. With the batch wait (batchwait.go), 2 in
-// flight at 10 / 100 workers: 8,369 / 34,037 against 8,533 / 36,302.
+// make each one carry fewer commands, at lower throughput
+// (docs/design/replication.md, "From a request to a log entry";
+// bench/results/2026-11-cluster-sweeps.md).
 const maxInflightEntries = 1
 
 // raftID maps a node ID to etcd raft's numeric ID.
@@ -170,7 +164,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		stop: make(chan struct{}), restored: make(chan error, 1), confState: &raftpb.ConfState{}}
 	n.appQ.init()
 	n.applyQ.init()
-	n.propQ.wake = make(chan struct{}, 1)
+	n.propQ.init()
 	if err := n.loadState(); err != nil {
 		return nil, err
 	}

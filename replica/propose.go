@@ -168,7 +168,7 @@ func (n *Node) readyCh() chan struct{} {
 // goroutine holding it, or the raft loop, takes it with the others queued
 // meanwhile (one entry for all of them: group commit).
 func (n *Node) submit(p *proposal) {
-	n.propQ.push(p)
+	n.propQ.add(p)
 	if n.mu.TryLock() {
 		n.proposeQueued()
 		later := n.drainReady()
@@ -179,10 +179,7 @@ func (n *Node) submit(p *proposal) {
 		n.failQueuedIfStopping()
 		return
 	}
-	select {
-	case n.propQ.wake <- struct{}{}:
-	default:
-	}
+	n.propQ.signal()
 	n.failQueuedIfStopping()
 }
 

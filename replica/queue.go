@@ -1,104 +1,64 @@
 package replica
 
-import (
-	"sync"
+import "sync"
 
-	"go.etcd.io/raft/v3/raftpb"
-)
-
-// msgQueue is an unbounded FIFO of messages with a wake-up channel.
-type msgQueue struct {
+// queue is an unbounded FIFO with a one-slot wake-up channel for its
+// consumer: push adds and wakes it, add only adds (the caller signals
+// later, see kickApply).
+type queue[T any] struct {
 	mu   sync.Mutex
-	q    []*raftpb.Message
+	q    []T
 	wake chan struct{}
 }
 
-func (q *msgQueue) init() { q.wake = make(chan struct{}, 1) }
+func (q *queue[T]) init() { q.wake = make(chan struct{}, 1) }
 
-func (q *msgQueue) push(ms ...*raftpb.Message) {
+func (q *queue[T]) push(xs ...T) {
+	q.add(xs...)
+	q.signal()
+}
+
+func (q *queue[T]) add(xs ...T) {
 	q.mu.Lock()
-	q.q = append(q.q, ms...)
+	q.q = append(q.q, xs...)
 	q.mu.Unlock()
+}
+
+func (q *queue[T]) signal() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
 }
 
-// add queues ms without waking the consumer (see kickApply).
-func (q *msgQueue) add(ms ...*raftpb.Message) {
-	q.mu.Lock()
-	q.q = append(q.q, ms...)
-	q.mu.Unlock()
-}
-
-func (q *msgQueue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (q *msgQueue) pending() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.q) > 0
-}
-
-func (q *msgQueue) take() []*raftpb.Message {
-	q.mu.Lock()
-	ms := q.q
-	q.q = nil
-	q.mu.Unlock()
-	return ms
-}
-
-type propQueue struct {
-	mu   sync.Mutex
-	q    []*proposal
-	wake chan struct{}
-}
-
-func (q *propQueue) push(p *proposal) {
-	q.mu.Lock()
-	q.q = append(q.q, p)
-	q.mu.Unlock()
-}
-
-// putBack returns ps, taken and not proposed, to the front of the queue.
-func (q *propQueue) putBack(ps []*proposal) {
-	q.mu.Lock()
-	q.q = append(ps, q.q...)
-	q.mu.Unlock()
-}
-
-func (q *propQueue) len() int {
+func (q *queue[T]) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.q)
 }
 
-// scan calls f on the queued proposals from index from on and returns
-// the queue's length.
-func (q *propQueue) scan(from int, f func(*proposal)) int {
+func (q *queue[T]) take() []T {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, p := range q.q[min(from, len(q.q)):] {
-		f(p)
-	}
-	return len(q.q)
-}
-
-func (q *propQueue) pending() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.q) > 0
-}
-
-func (q *propQueue) take() []*proposal {
-	q.mu.Lock()
-	ps := q.q
+	xs := q.q
 	q.q = nil
 	q.mu.Unlock()
-	return ps
+	return xs
+}
+
+// putBack returns xs, taken and not used, to the front of the queue.
+func (q *queue[T]) putBack(xs []T) {
+	q.mu.Lock()
+	q.q = append(xs, q.q...)
+	q.mu.Unlock()
+}
+
+// scan calls f on the queued items from index from on and returns the
+// queue's length.
+func (q *queue[T]) scan(from int, f func(T)) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, x := range q.q[min(from, len(q.q)):] {
+		f(x)
+	}
+	return len(q.q)
 }

@@ -121,10 +121,9 @@ func (n *Node) drainReady() (later []*raftpb.Message) {
 
 // urgent reports whether m goes out before the Ready's committed entries
 // are applied: everything but heartbeats and MsgApps without entries (on
-// a leader, mostly the new commit index after a quorum answered: two
-// loopback writes of about 30 µs each that would otherwise sit between
-// the quorum's ack and the answer to the proposer). Raft tolerates their
-// reordering with later messages.
+// a leader, mostly the new commit index after a quorum answered, whose
+// writes would otherwise sit between the quorum's ack and the answer to
+// the proposer). Raft tolerates their reordering with later messages.
 func urgent(m *raftpb.Message) bool {
 	switch m.GetType() {
 	case raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgHeartbeatResp:
@@ -160,16 +159,15 @@ func (n *Node) sendAll(ms []*raftpb.Message) {
 // a sync may then take long, and a transport reader stuck in one reads
 // nothing meanwhile, the leader's heartbeats included. With both
 // followers so deaf the lead moves though the leader is there all along
-// (seen at a million held locks, the nodes writing their snapshots;
-// TestFollowersWritingSnapshotsKeepHearingTheLeader).
+// (TestFollowersWritingSnapshotsKeepHearingTheLeader).
 func (n *Node) kickAppend(inline bool) {
-	if !n.appQ.pending() {
+	if n.appQ.len() == 0 {
 		return
 	}
 	if inline && !n.stopping() && !n.diskBusy() && n.appRun.TryLock() {
 		n.appendBatch(n.appQ.take())
 		n.appRun.Unlock()
-		if !n.appQ.pending() {
+		if n.appQ.len() == 0 {
 			return
 		}
 	}
@@ -184,7 +182,7 @@ func (n *Node) kickAppend(inline bool) {
 // loop never applies inline (a configuration change's apply calls into
 // it), nor does the append thread (its next write would wait).
 func (n *Node) kickApply(inline bool) {
-	if !n.applyQ.pending() {
+	if n.applyQ.len() == 0 {
 		return
 	}
 	// Not while a snapshot's encoding is under way: an apply may then
@@ -195,7 +193,7 @@ func (n *Node) kickApply(inline bool) {
 		n.applyBatch(n.applyQ.take())
 		due := n.snapshotDue()
 		n.applyRun.Unlock()
-		if !due && !n.applyQ.pending() {
+		if !due && n.applyQ.len() == 0 {
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"go.etcd.io/raft/v3"
 )
@@ -107,15 +108,7 @@ func (n *Node) Status() Status {
 		st.Voters = append(st.Voters, m)
 	}
 	n.bookMu.Unlock()
-	slices.SortFunc(st.Voters, func(a, b Member) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(st.Voters, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return st
 }
 

@@ -9,21 +9,16 @@ import (
 )
 
 // A cluster leader's answers, on the event loop. Each entry the replica
-// applies answers up to a batch of clients at once (a hundred at 100
-// workers). Written by the goroutine that applied the entry, that burst
-// kept the second processor busy while the loop, between the clients'
-// next commands, slept in epoll_wait; the runtime's monitor took the
-// loop's processor back from that wait at every burst, which kept the
-// monitor polling every 20 µs and the loop changing threads. Run as one
-// task on the loop instead, the loop writes the burst itself and reads
-// the commands that came back meanwhile in one poll. Measured at 100
-// workers: docs/cluster.md, "The leader's two speeds at 100 workers".
+// applies answers a batch of clients at once. Written by the applying
+// goroutine, that burst keeps the second processor busy while the loop
+// sleeps in epoll_wait; run as one task on the loop, the loop writes the
+// burst itself and reads the commands that came back meanwhile in one
+// poll (bench/results/2026-11-leader-cpu.md).
 //
 // Only with one event loop: with several, one loop would write every
-// loop's answers; that layout has not been measured. And only for a
-// batch of at least answersOnLoopMin answers: a few answers are written
-// sooner by the goroutine that has them than by a loop that must first
-// be woken from epoll_wait (measured: p50 at 2,000 ops/s open loop).
+// loop's answers. And only for a batch of at least answersOnLoopMin
+// answers: a few are written sooner by the goroutine that has them than
+// by a loop that must first be woken.
 
 // answerQueue runs a backend.AnswerBatcher's answer batches on an event
 // loop, one gnet task for whatever is queued when it runs.

@@ -10,11 +10,10 @@ import (
 	"github.com/latchd/latchd/server/servertest"
 )
 
-// TestOneConnectionCannotTakeEveryKey is the red team's first finding
-// (#11): at the default limits one connection pipelining e on 1,024
-// distinct keys used up --max-locks, and every other client got
-// error_max_locks for any new key. With the per-owner cap the flood is
-// answered error_max_locks past its share and a bystander still locks.
+// TestOneConnectionCannotTakeEveryKey: one connection pipelining e on
+// 1,024 distinct keys must not use up --max-locks for everyone. With the
+// per-owner cap the flood is answered error_max_locks past its share and
+// a bystander still locks.
 func TestOneConnectionCannotTakeEveryKey(t *testing.T) {
 	s := servertest.StartServer(t, func(*engine.Config, *server.Config) {})
 	max := s.Engine.Config().MaxKeys

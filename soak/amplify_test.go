@@ -13,7 +13,7 @@ import (
 	"github.com/latchd/latchd/soak"
 )
 
-// Sizes of the output-amplification attack (issue #11 item 2): keys with
+// Sizes of the output-amplification attack: keys with
 // long names make each stats answer about 330 KiB; each attacker pipelines
 // stats requests and never reads.
 const (

@@ -13,12 +13,11 @@
 //
 //	go test -tags soak -run . -count=1 -timeout 30m -v ./soak/
 //
-// The long run is meant without -race (its timing bounds are the issue's:
-// 100 ms); it opens up to about 6,000 connections at once, 12,000
-// descriptors with client and server in one process, under the
-// `ulimit -n` of 20,000. LATCHD_SOAK_DURATION shortens or lengthens its
-// random load. Each test logs a report table; every row must show 0
-// violations.
+// The long run is meant without -race (its timing bounds are 100 ms); it
+// opens up to about 6,000 connections at once, 12,000 descriptors with
+// client and server in one process, under the `ulimit -n` of 20,000.
+// LATCHD_SOAK_DURATION shortens or lengthens its random load. Each test
+// logs a report table; every row must show 0 violations.
 //
 // # Soundness
 //

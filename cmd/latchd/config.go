@@ -66,10 +66,9 @@ func envName(flagName string) string {
 }
 
 // defaultMaxWaiters caps each key's queue. With no cap one connection
-// may queue on every key (e with no deadline), so a client could fill
-// memory at ~165 bytes per waiter: 2,000 connections x 1,024 keys took
-// 350 MB in 3 s. With it, waiters are bounded by --max-locks x this
-// (~170 MB at the defaults).
+// may queue on every key (e with no deadline), and clients could fill
+// memory at ~165 bytes per waiter. With it, waiters are bounded by
+// --max-locks x this.
 const defaultMaxWaiters = 1000
 
 // defaultMaxKeysPerOwner is --max-keys-per-owner's default, a quarter of

@@ -143,11 +143,10 @@ func (d *daemon) instrument(ctx context.Context) {
 	d.reg.MustRegister(metrics.NewOutputCollector(d.out.Used, d.out.Max()))
 	stopTrim := make(chan struct{})
 	d.onStop(func() { close(stopTrim) })
-	// Held counts the engine's entries too: when a flood of waiters goes
-	// (1,000 connections x 1,024 keys, then all closed), ~150 MB become
-	// garbage that was live at the last collection, so neither the quiet
-	// rule nor the runtime notices it, and it stayed in use until the
-	// forced collection two minutes later.
+	// Held counts the engine's entries too: when a flood of waiters goes,
+	// it becomes garbage that was live at the last collection, which
+	// neither the quiet rule nor the runtime notices before its forced
+	// collection two minutes later.
 	held := func() int64 {
 		n := d.out.Used()
 		if e := d.engFn(); e != nil {

@@ -1,13 +1,13 @@
-// Package authlimit rate-limits failed authentication attempts per client
-// IP (an IPv6 client is its /64, see Key), for the TCP server's auth command and the REST API's bearer token.
-// Each IP that fails gets a token bucket; an IP whose bucket is empty is
-// refused before its secret is even compared, until the bucket refills.
-// Memory is bounded: the buckets live in two generations of maps, and when
-// the current one fills half the bound it becomes the previous one and the
-// old previous is dropped, so a flood of source addresses can never grow
-// it past MaxIPs, and the IPs forgotten are the least recently failing
-// (they start again with a full bucket). IPs that never fail are never
-// stored. Safe for concurrent use.
+// Package authlimit keeps a token bucket per client IP (an IPv6 client is
+// its /64, see Key): Limiter for failed authentication attempts (the TCP
+// server's auth command, the REST API's bearer token), whose IPs are
+// refused before their secret is even compared until the bucket refills;
+// Buckets for the REST API's request rate limit. Memory is bounded: the
+// buckets live in two generations of maps, and when the current one fills
+// half the bound it becomes the previous one and the old previous is
+// dropped, so a flood of source addresses can never grow it past the
+// bound, and the IPs forgotten are those least recently seen (they start
+// again with a full bucket). Safe for concurrent use.
 package authlimit
 
 import (
@@ -36,8 +36,9 @@ func Key(ip netip.Addr) netip.Addr {
 // DefaultMaxIPs is the number of failing IPs a Limiter remembers by default.
 const DefaultMaxIPs = 16384
 
-// Limiter counts failed authentications per IP.
-type Limiter struct {
+// Buckets is a token bucket per IP, perSec tokens a second up to burst,
+// for at most maxIPs IPs.
+type Buckets struct {
 	every rate.Limit
 	burst int
 	half  int
@@ -46,6 +47,62 @@ type Limiter struct {
 	cur, old map[netip.Addr]*rate.Limiter
 }
 
+// NewBuckets returns buckets refilled at perSec tokens a second and
+// holding at most burst, for at most maxIPs IPs (at least 2).
+func NewBuckets(perSec float64, burst, maxIPs int) *Buckets {
+	half := max(1, maxIPs/2)
+	return &Buckets{
+		every: rate.Limit(perSec),
+		burst: burst,
+		half:  half,
+		cur:   make(map[netip.Addr]*rate.Limiter),
+		old:   make(map[netip.Addr]*rate.Limiter),
+	}
+}
+
+// lookup returns ip's bucket, moving it to the current generation; with
+// create it makes one when there is none. rate.Limiter has its own mutex:
+// the caller uses the bucket without b.mu.
+func (b *Buckets) lookup(ip netip.Addr, create bool) *rate.Limiter {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if lim := b.cur[ip]; lim != nil {
+		return lim
+	}
+	lim := b.old[ip]
+	if lim != nil {
+		delete(b.old, ip)
+	} else if !create {
+		return nil
+	} else {
+		lim = rate.NewLimiter(b.every, b.burst)
+	}
+	if len(b.cur) >= b.half {
+		b.old, b.cur = b.cur, make(map[netip.Addr]*rate.Limiter, b.half)
+	}
+	b.cur[ip] = lim
+	return lim
+}
+
+// wait is how long until lim has a token, from now.
+func (b *Buckets) wait(lim *rate.Limiter, now time.Time) time.Duration {
+	return time.Duration((1 - lim.TokensAt(now)) / float64(b.every) * float64(time.Second))
+}
+
+// Allow takes a token of ip's bucket. When there is none it returns false
+// and how long until there will be one.
+func (b *Buckets) Allow(ip netip.Addr, now time.Time) (bool, time.Duration) {
+	lim := b.lookup(ip, true)
+	if lim.AllowN(now, 1) {
+		return true, 0
+	}
+	return false, b.wait(lim, now)
+}
+
+// Limiter counts failed authentications per IP. IPs that never fail are
+// never stored.
+type Limiter struct{ b *Buckets }
+
 // New returns a Limiter that lets each IP fail perMinute times at once and
 // then perMinute times a minute (refilled evenly), remembering at most
 // maxIPs IPs (DefaultMaxIPs if maxIPs <= 1). perMinute must be > 0.
@@ -53,65 +110,21 @@ func New(perMinute, maxIPs int) *Limiter {
 	if maxIPs <= 1 {
 		maxIPs = DefaultMaxIPs
 	}
-	half := maxIPs / 2
-	return &Limiter{
-		every: rate.Limit(float64(perMinute) / 60),
-		burst: perMinute,
-		half:  half,
-		cur:   make(map[netip.Addr]*rate.Limiter),
-		old:   make(map[netip.Addr]*rate.Limiter),
-	}
-}
-
-// lookupLocked returns ip's bucket, moving it to the current generation;
-// with create it makes one when there is none.
-func (l *Limiter) lookupLocked(ip netip.Addr, create bool) *rate.Limiter {
-	if lim := l.cur[ip]; lim != nil {
-		return lim
-	}
-	lim := l.old[ip]
-	if lim != nil {
-		delete(l.old, ip)
-	} else if !create {
-		return nil
-	} else {
-		lim = rate.NewLimiter(l.every, l.burst)
-	}
-	if len(l.cur) >= l.half {
-		l.old, l.cur = l.cur, make(map[netip.Addr]*rate.Limiter, l.half)
-	}
-	l.cur[ip] = lim
-	return lim
+	return &Limiter{NewBuckets(float64(perMinute)/60, perMinute, maxIPs)}
 }
 
 // Blocked reports whether ip has used up its failures: its next attempt
 // must be refused without checking the secret. It returns how long until
 // ip may try again.
 func (l *Limiter) Blocked(ip netip.Addr, now time.Time) (bool, time.Duration) {
-	l.mu.Lock()
-	lim := l.lookupLocked(Key(ip), false)
-	l.mu.Unlock()
-	if lim == nil {
+	lim := l.b.lookup(Key(ip), false)
+	if lim == nil || lim.TokensAt(now) >= 1 {
 		return false, 0
 	}
-	tokens := lim.TokensAt(now)
-	if tokens >= 1 {
-		return false, 0
-	}
-	return true, time.Duration((1 - tokens) / float64(l.every) * float64(time.Second))
+	return true, l.b.wait(lim, now)
 }
 
 // Failed records one failed attempt by ip.
 func (l *Limiter) Failed(ip netip.Addr, now time.Time) {
-	l.mu.Lock()
-	lim := l.lookupLocked(Key(ip), true)
-	l.mu.Unlock()
-	lim.AllowN(now, 1) // rate.Limiter has its own mutex
-}
-
-// Tracked returns how many IPs the Limiter remembers.
-func (l *Limiter) Tracked() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.cur) + len(l.old)
+	l.b.lookup(Key(ip), true).AllowN(now, 1)
 }

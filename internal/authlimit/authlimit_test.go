@@ -77,3 +77,34 @@ func TestIPv6CountsPerPrefix(t *testing.T) {
 		}
 	}
 }
+
+// Tracked returns how many IPs the Limiter remembers.
+func (l *Limiter) Tracked() int { return l.b.Tracked() }
+
+// Tracked returns how many IPs the buckets remember.
+func (b *Buckets) Tracked() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.cur) + len(b.old)
+}
+
+// TestBucketsAllowBounded: a bucket refuses past its burst with the wait
+// until its next token, and the buckets never track more than maxIPs IPs.
+func TestBucketsAllowBounded(t *testing.T) {
+	l := NewBuckets(1, 1, 100)
+	now := time.Now()
+	first := netip.MustParseAddr("10.0.0.1")
+	if ok, _ := l.Allow(first, now); !ok {
+		t.Fatalf("first request refused")
+	}
+	if ok, wait := l.Allow(first, now); ok || wait <= 0 || wait > time.Second {
+		t.Fatalf("second request at once: ok %v, wait %v; want refused with wait in (0, 1s]", ok, wait)
+	}
+	for i := range 1000 {
+		ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+		l.Allow(ip, now)
+		if n := l.Tracked(); n > 100 {
+			t.Fatalf("tracking %d IPs; bound is 100", n)
+		}
+	}
+}

@@ -70,3 +70,11 @@ func BreakWrites(j *Journal) error {
 	j.mu.Unlock()
 	return ro.Close() // drops the lock: tests using this do not reopen
 }
+
+// WithRange sets how many fences each reservation adds (default
+// DefaultRange); it must be > 0.
+func WithRange(n uint64) Option { return func(j *Journal) { j.step = n } }
+
+// WithInterval sets how often Keep checks for headroom (default
+// DefaultInterval); it must be > 0.
+func WithInterval(d time.Duration) Option { return func(j *Journal) { j.interval = d } }

@@ -24,20 +24,11 @@ const (
 // Option adjusts Open.
 type Option func(*Journal)
 
-// WithRange sets how many fences each reservation adds (default
-// DefaultRange); it must be > 0. Larger ranges mean fewer fsyncs and
-// bigger gaps after a restart.
-func WithRange(n uint64) Option { return func(j *Journal) { j.step = n } }
-
 // WithClockFloor makes Seed at least ns. Pass time.Now().UnixNano(): a
 // new journal (or one replacing a clock-seeded run) then still seeds
 // above the fences of a previous run that seeded from the wall clock.
 // A floor below the stored limit (the clock stepped back) is ignored.
 func WithClockFloor(ns uint64) Option { return func(j *Journal) { j.floor = ns } }
-
-// WithInterval sets how often Keep checks for headroom (default
-// DefaultInterval); it must be > 0.
-func WithInterval(d time.Duration) Option { return func(j *Journal) { j.interval = d } }
 
 // Journal is an open, locked fence journal. Build it with Open.
 type Journal struct {

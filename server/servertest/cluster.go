@@ -58,11 +58,8 @@ type ClusterOptions struct {
 }
 
 // ClusterConfig returns a replica Config with timings short enough for
-// tests (an election within a second or so) and long enough to hold a
-// leader on a loaded 2-core machine running -race: with 150 ms timeouts
-// (lease 100 ms) a stall of the test binary cost the leader its lease or
-// the followers their patience, and tests that had just found a leader got
-// not_leader on their next request.
+// tests (an election within a second or so) and long enough that a stall
+// of a loaded test binary running -race costs no leader its lease.
 func ClusterConfig(id string) replica.Config {
 	cfg := replica.DefaultConfig()
 	cfg.NodeID = id

@@ -9,8 +9,9 @@ import (
 	"github.com/latchd/latchd/fence"
 )
 
-// The engine's operations as proposals: each builds a Command and goes
-// through Propose.
+// The engine's operations as proposals, for the tests: each builds a
+// Command and goes through Propose, as backend.go's Do does for the front
+// ends.
 
 // Acquire proposes engine.Acquire; req.Salt is replaced by the leader's.
 func (n *Node) Acquire(ctx context.Context, req engine.AcquireReq, sink engine.Sink) (engine.Outcome, error) {
