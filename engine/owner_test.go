@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestOwnerCannotTakeEveryKey is the red team's first finding (#11): at the
+// TestOwnerCannotTakeEveryKey : at the
 // default limits one owner enqueueing on 1,024 distinct keys used up
 // MaxKeys, and every other owner was refused any new key.
 func TestOwnerCannotTakeEveryKey(t *testing.T) {
