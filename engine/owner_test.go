@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// TestOwnerCannotTakeEveryKey : at the
-// default limits one owner enqueueing on 1,024 distinct keys used up
-// MaxKeys, and every other owner was refused any new key.
+// TestOwnerCannotTakeEveryKey: without a per-owner cap, one owner
+// enqueueing on 1,024 distinct keys used up the default MaxKeys, and every
+// other owner was refused any new key.
 func TestOwnerCannotTakeEveryKey(t *testing.T) {
 	e := newTestEngine(t, nil)
 	max := e.Config().MaxKeysPerOwner
