@@ -30,9 +30,9 @@ var plotColors = []color.RGBA{
 // line per target, into path; the format follows the extension (.svg or
 // .png).
 func WritePlotFile(path string, rs []Result) error {
-	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
-	if format != "svg" && format != "png" {
-		return fmt.Errorf("bench: plot %q: want a .svg or .png file", path)
+	format, err := plotFormat(path)
+	if err != nil {
+		return err
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -43,6 +43,15 @@ func WritePlotFile(path string, rs []Result) error {
 		return err
 	}
 	return f.Close()
+}
+
+// plotFormat is the format of a plot file, from its extension.
+func plotFormat(path string) (string, error) {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if format != "svg" && format != "png" {
+		return "", fmt.Errorf("bench: --plot %q: want a .svg or .png file", path)
+	}
+	return format, nil
 }
 
 // describeRun names what a sweep measured, for a plot's titles: "mode
