@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,30 +20,15 @@ const (
 	histSigFigs = 3
 )
 
-// errRefused marks an op the server answered but did not grant (a timeout,
-// error_max_locks, a release of an expired lease): the worker counts it as
-// an error and goes on. Any other error ends the worker's run.
-var errRefused = errors.New("bench: refused")
-
-// refusedError is a refusal with the server's answer, so that a row whose
-// every op was refused can say why. It matches errRefused.
+// refusedError is an op the server answered but did not grant (a
+// timeout, error_max_locks, a release of an expired lease), with the
+// server's answer: the worker counts it and goes on. Any other error ends
+// the worker's run.
 type refusedError struct{ answer string }
 
-func (e *refusedError) Error() string        { return "bench: refused: " + e.answer }
-func (e *refusedError) Is(target error) bool { return target == errRefused }
+func (e *refusedError) Error() string { return "bench: refused: " + e.answer }
 
-// refused returns a refusal carrying answer. It allocates: refusals are
-// the unusual path.
 func refused(answer string) error { return &refusedError{answer: answer} }
-
-// refusalAnswer returns the server's answer carried by err, or "".
-func refusalAnswer(err error) string {
-	var re *refusedError
-	if errors.As(err, &re) {
-		return re.answer
-	}
-	return ""
-}
 
 // driver runs ops over one worker's connection. It is used by one
 // goroutine only.
@@ -86,7 +72,7 @@ type worker struct {
 	sum    time.Duration
 	ops    int64
 	errors int64
-	first  error // the first refusal
+	first  string // the server's answer to the first refused op
 	err    error
 }
 
@@ -169,9 +155,7 @@ func measure(ctx context.Context, cfg Config, target Target, ws []*worker, progr
 		sum += w.sum
 		res.Ops += w.ops
 		res.Errors += w.errors
-		if res.Refusal == "" && w.first != nil {
-			res.Refusal = refusalAnswer(w.first)
-		}
+		res.Refusal = cmp.Or(res.Refusal, w.first)
 	}
 	summarize(&res, merged, sum)
 	return res, nil
@@ -205,7 +189,7 @@ func dialAll(ctx context.Context, cfg Config, target Target, ws []*worker) error
 			defer func() { <-sem; wg.Done() }()
 			dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 			defer cancel()
-			d, err := dial(dctx, cfg, target, i)
+			d, err := dialers[target.Kind](dctx, cfg, target.Addr, i)
 			if err != nil {
 				errs[i] = fmt.Errorf("bench: %s worker %d: %w", target.Name, i, err)
 				return
@@ -217,16 +201,11 @@ func dialAll(ctx context.Context, cfg Config, target Target, ws []*worker) error
 	return errors.Join(errs...)
 }
 
-func dial(ctx context.Context, cfg Config, target Target, w int) (driver, error) {
-	switch target.Kind {
-	case KindTCP:
-		return dialTCP(ctx, cfg, target.Addr, w)
-	case KindHTTP:
-		return dialHTTP(ctx, cfg, target.Addr, w)
-	case KindRedis:
-		return dialRedis(ctx, cfg, target.Addr, w)
-	}
-	return nil, fmt.Errorf("unknown target kind %q", target.Kind)
+// dialers connect worker w to addr, by the target's Kind.
+var dialers = map[Kind]func(ctx context.Context, cfg Config, addr string, w int) (driver, error){
+	KindTCP:   dialTCP,
+	KindHTTP:  dialHTTP,
+	KindRedis: dialRedis,
 }
 
 // schedule says when a row ends and, in open loop, when each op starts.
@@ -286,6 +265,7 @@ func (w *worker) run(s schedule, id int, stop *atomic.Bool, progress *atomic.Int
 		}
 		err := w.d.op()
 		end = time.Now()
+		var re *refusedError
 		switch {
 		case err == nil:
 			lat := end.Sub(begin)
@@ -296,11 +276,9 @@ func (w *worker) run(s schedule, id int, stop *atomic.Bool, progress *atomic.Int
 				v = histMax
 			}
 			_ = w.hist.RecordValue(v) // in range by construction
-		case errors.Is(err, errRefused):
+		case errors.As(err, &re):
 			w.errors++
-			if w.first == nil {
-				w.first = err
-			}
+			w.first = cmp.Or(w.first, re.answer)
 		default:
 			w.err = err
 			return
@@ -321,7 +299,8 @@ func (w *worker) run(s schedule, id int, stop *atomic.Bool, progress *atomic.Int
 	// A pipelining driver still holds its last grant: others may wait
 	// for it.
 	if f, ok := w.d.(interface{ flush() error }); ok {
-		if err := f.flush(); err != nil && !errors.Is(err, errRefused) {
+		var re *refusedError
+		if err := f.flush(); err != nil && !errors.As(err, &re) {
 			w.err = err
 		}
 	}
