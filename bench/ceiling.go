@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/latchd/latchd/codec"
 	"github.com/panjf2000/gnet/v2"
@@ -106,24 +104,20 @@ func errorLogger() *zap.SugaredLogger {
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(os.Stderr), zap.ErrorLevel)).Sugar()
 }
 
-// listenAddr asks the kernel which address the engine's listener got.
+// listenAddr returns the address the engine's listener got.
 func listenAddr(eng gnet.Engine) (string, error) {
 	fd, err := eng.Dup()
 	if err != nil {
 		return "", err
 	}
-	defer syscall.Close(fd)
-	sa, err := syscall.Getsockname(fd)
+	f := os.NewFile(uintptr(fd), "ceiling listener")
+	defer f.Close()
+	ln, err := net.FileListener(f)
 	if err != nil {
 		return "", err
 	}
-	switch a := sa.(type) {
-	case *syscall.SockaddrInet4:
-		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
-	case *syscall.SockaddrInet6:
-		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
-	}
-	return "", fmt.Errorf("unexpected listener address %T", sa)
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // Addr returns the address the Ceiling listens on, once Start returned.

@@ -69,27 +69,9 @@ func WritePlot(w io.Writer, format string, rs []Result) error {
 	if len(rs) == 0 {
 		return fmt.Errorf("bench: nothing to plot")
 	}
-	desc := describeRun(rs[0])
-	tp := plot.New()
-	tp.Title.Text = "Throughput, " + desc
-	tp.X.Label.Text = "workers"
-	tp.Y.Label.Text = "ops/s"
-	lat := plot.New()
-	lat.Title.Text = "p99 latency, " + desc
-	lat.X.Label.Text = "workers"
-	lat.Y.Label.Text = "ms"
-	for _, p := range []*plot.Plot{tp, lat} {
-		p.Add(plotter.NewGrid())
-		p.Legend.Top = true
-		p.Legend.Left = true
-		p.Y.Min = 0
-	}
-	if logWorkers(rs) {
-		for _, p := range []*plot.Plot{tp, lat} {
-			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-		}
-	}
+	desc, logX := describeRun(rs[0]), logWorkers(rs)
+	tp := newPlot("Throughput, "+desc, "ops/s", logX)
+	lat := newPlot("p99 latency, "+desc, "ms", logX)
 
 	for i, name := range targetNames(rs) {
 		var tpXY, latXY plotter.XYs
@@ -137,6 +119,22 @@ func WritePlot(w io.Writer, format string, rs []Result) error {
 	lat.Draw(canvases[1][0])
 	_, err := writeTo(w)
 	return err
+}
+
+// newPlot is an empty plot against workers, on a log axis when logX.
+func newPlot(title, yLabel string, logX bool) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "workers"
+	p.Y.Label.Text = yLabel
+	p.Y.Min = 0
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	if logX {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	return p
 }
 
 // logWorkers reports whether the worker counts span enough to want a log

@@ -22,8 +22,8 @@ type TableOptions struct {
 // README: | Workers | Rounds | Ops | Throughput | Mean | p50 | p99 | p99.9 |.
 func WriteTable(w io.Writer, rs []Result, opt TableOptions) error {
 	var b []byte
-	b = appendRow(b, header(opt))
-	b = appendSep(b, len(header(opt)))
+	h := header(opt)
+	b = appendSep(appendRow(b, h), len(h))
 	for _, r := range rs {
 		b = appendRow(b, Row(r, opt))
 	}
@@ -96,21 +96,10 @@ func appendSep(b []byte, n int) []byte {
 // FormatCount writes n with thousands separators: 1,000.
 func FormatCount(n int64) string {
 	s := strconv.FormatInt(n, 10)
-	neg := n < 0
-	if neg {
-		s = s[1:]
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	out := make([]byte, 0, len(s)+len(s)/3+1)
-	if neg {
-		out = append(out, '-')
-	}
-	for i := range len(s) {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
+	return s
 }
 
 // FormatRate writes a throughput rounded to whole ops: "13,440 ops/s".
