@@ -78,12 +78,8 @@ func writeTable(w io.Writer, rs []row, all bool) error {
 func runStats(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the server's report as JSON")
 	all := fs.Bool("all", false, "list idle keys too")
-	pos, cmd, err := parse(fs, args)
-	if err != nil {
+	if err := parseNoArgs("stats", fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 || cmd != nil {
-		return usagef("stats takes no arguments")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout+client.DefaultIOTimeout)
 	defer cancel()
@@ -162,12 +158,8 @@ func runTop(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error 
 	metricsURL := fs.String("metrics-url", os.Getenv("LATCHD_METRICS_URL"), "the server's Prometheus endpoint (http://host:port/metrics), for ops/s (env LATCHD_METRICS_URL)")
 	limit := fs.Int("limit", 20, "keys to show")
 	once := fs.Bool("once", false, "print one frame and exit (with --metrics-url, after two scrapes one interval apart)")
-	pos, cmd, err := parse(fs, args)
-	if err != nil {
+	if err := parseNoArgs("top", fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 || cmd != nil {
-		return usagef("top takes no arguments")
 	}
 	if interval <= 0 {
 		return usagef("--interval must be > 0")
@@ -185,10 +177,8 @@ func runTop(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error 
 		return err
 	}
 	defer func() { _ = q.Close() }() // nothing held
-	tty := false
-	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		tty = true
-	}
+	f, ok := stdout.(*os.File)
+	tty := ok && term.IsTerminal(int(f.Fd()))
 	var (
 		prev     map[string]float64
 		prevTime time.Time
@@ -281,12 +271,8 @@ func writeTop(w io.Writer, c *common, st *client.Stats, cur, prev map[string]flo
 
 func runHealth(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error {
 	httpURL := fs.String("http", "", "check this URL instead (e.g. http://127.0.0.1:6389/healthz): healthy when it answers 200")
-	pos, cmd, err := parse(fs, args)
-	if err != nil {
+	if err := parseNoArgs("health", fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 || cmd != nil {
-		return usagef("health takes no arguments")
 	}
 	if *httpURL != "" {
 		hc, err := c.httpClient()
