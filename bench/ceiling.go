@@ -60,16 +60,13 @@ type Ceiling struct {
 	reqs   atomic.Int64
 }
 
-// NewCeiling checks cfg and returns a stopped Ceiling.
-func NewCeiling(cfg CeilingConfig) (*Ceiling, error) {
+// StartCeiling checks cfg, listens, and returns once the listener accepts
+// connections.
+func StartCeiling(cfg CeilingConfig) (*Ceiling, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Ceiling{cfg: cfg, booted: make(chan struct{}), done: make(chan error, 1)}, nil
-}
-
-// Start listens and returns once the listener accepts connections.
-func (c *Ceiling) Start() error {
+	c := &Ceiling{cfg: cfg, booted: make(chan struct{}), done: make(chan error, 1)}
 	opts := []gnet.Option{
 		gnet.WithReuseAddr(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
@@ -87,15 +84,15 @@ func (c *Ceiling) Start() error {
 		if err == nil {
 			err = errors.New("gnet stopped at start")
 		}
-		return fmt.Errorf("bench: ceiling: %w", err)
+		return nil, fmt.Errorf("bench: ceiling: %w", err)
 	}
 	addr, err := listenAddr(c.eng)
 	if err != nil {
 		_ = c.Stop(context.Background())
-		return fmt.Errorf("bench: ceiling: %w", err)
+		return nil, fmt.Errorf("bench: ceiling: %w", err)
 	}
 	c.addr = addr
-	return nil
+	return c, nil
 }
 
 // errorLogger logs gnet's errors, and nothing else, to stderr.
@@ -120,7 +117,7 @@ func listenAddr(eng gnet.Engine) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// Addr returns the address the Ceiling listens on, once Start returned.
+// Addr returns the address the Ceiling listens on.
 func (c *Ceiling) Addr() string { return c.addr }
 
 // Connections returns the number of open connections.

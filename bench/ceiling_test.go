@@ -45,11 +45,8 @@ func TestCeilingAnswer(t *testing.T) {
 
 func startCeiling(t *testing.T) *Ceiling {
 	t.Helper()
-	c, err := NewCeiling(CeilingConfig{Addr: "127.0.0.1:0", EventLoops: 2})
+	c, err := StartCeiling(CeilingConfig{Addr: "127.0.0.1:0", EventLoops: 2})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

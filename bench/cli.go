@@ -298,11 +298,8 @@ func ceilingMain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
 	}
-	c, err := NewCeiling(CeilingConfig{Addr: net.JoinHostPort(*host, strconv.Itoa(*port)), EventLoops: *loops})
+	c, err := StartCeiling(CeilingConfig{Addr: net.JoinHostPort(*host, strconv.Itoa(*port)), EventLoops: *loops})
 	if err != nil {
-		return err
-	}
-	if err := c.Start(); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "ceiling listening on", c.Addr())
@@ -326,11 +323,8 @@ func selfCheckMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	target := *addr
 	if target == "" {
-		c, err := NewCeiling(DefaultCeilingConfig())
+		c, err := StartCeiling(DefaultCeilingConfig())
 		if err != nil {
-			return err
-		}
-		if err := c.Start(); err != nil {
 			return err
 		}
 		defer func() {

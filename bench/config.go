@@ -207,7 +207,5 @@ func (c Config) key(w int) []byte {
 
 func seconds(d time.Duration) int64 { return int64(d / time.Second) }
 
-var (
-	timeZero time.Time
-	timePast = time.Unix(1, 0)
-)
+// timePast is a deadline that has passed: it unblocks a connection's I/O.
+var timePast = time.Unix(1, 0)

@@ -94,7 +94,7 @@ func dialRedis(ctx context.Context, cfg Config, addr string, w int) (driver, err
 		_ = conn.Close()
 		return nil, err
 	}
-	_ = conn.SetDeadline(timeZero)
+	_ = conn.SetDeadline(time.Time{})
 	return d, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/latchd/latchd/codec"
 )
@@ -85,7 +86,7 @@ func newTCPDriver(conn net.Conn, cfg Config, w int) *tcpDriver {
 func (d *tcpDriver) auth(ctx context.Context, secret string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = d.conn.SetDeadline(dl)
-		defer d.conn.SetDeadline(timeZero)
+		defer d.conn.SetDeadline(time.Time{})
 	}
 	d.out = codec.AppendRequest(d.out[:0], codec.CmdAuth, []byte("_"), []byte(secret))
 	if err := d.roundTrip(); err != nil {
