@@ -57,11 +57,7 @@ func Plain(ctx context.Context, addr string, workers, rounds int) (PlainResult, 
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = plainWorker(c, "plain-"+strconv.Itoa(i), rounds)
-		}()
+		wg.Go(func() { errs[i] = plainWorker(c, "plain-"+strconv.Itoa(i), rounds) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)

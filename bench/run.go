@@ -90,7 +90,7 @@ func Run(ctx context.Context, cfg Config, target Target, workers int, progress *
 	ws := make([]*worker, workers)
 	defer func() {
 		for _, w := range ws {
-			if w != nil && w.d != nil {
+			if w != nil {
 				_ = w.d.close()
 			}
 		}
@@ -107,28 +107,19 @@ func measure(ctx context.Context, cfg Config, target Target, ws []*worker, progr
 	workers := len(ws)
 
 	var stop atomic.Bool
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() { // when the caller gives up, stop the loops and unblock reads
-		select {
-		case <-ctx.Done():
-			stop.Store(true)
-			for _, w := range ws {
-				w.d.interrupt()
-			}
-		case <-finished:
+	// When the caller gives up, stop the loops and unblock reads.
+	defer context.AfterFunc(ctx, func() {
+		stop.Store(true)
+		for _, w := range ws {
+			w.d.interrupt()
 		}
-	}()
+	})()
 
 	var wg sync.WaitGroup
 	start := time.Now()
 	loop := newSchedule(cfg, workers, start)
 	for i, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(loop, i, &stop, progress)
-		}()
+		wg.Go(func() { w.run(loop, i, &stop, progress) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -183,10 +174,9 @@ func dialAll(ctx context.Context, cfg Config, target Target, ws []*worker) error
 	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
 	for i := range ws {
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-sem }()
 			dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 			defer cancel()
 			d, err := dialers[target.Kind](dctx, cfg, target.Addr, i)
@@ -195,7 +185,7 @@ func dialAll(ctx context.Context, cfg Config, target Target, ws []*worker) error
 				return
 			}
 			ws[i] = newWorker(d)
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
