@@ -87,6 +87,9 @@ func Run(ctx context.Context, cfg Config, target Target, workers int, progress *
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	if progress == nil {
+		progress = new(atomic.Int64)
+	}
 	ws := make([]*worker, workers)
 	defer func() {
 		for _, w := range ws {
@@ -214,10 +217,7 @@ func newSchedule(cfg Config, workers int, start time.Time) schedule {
 		s.rounds = 0
 	}
 	if cfg.Rate > 0 {
-		s.interval = time.Duration(float64(workers) / cfg.Rate * float64(time.Second))
-		if s.interval <= 0 {
-			s.interval = 1
-		}
+		s.interval = max(time.Duration(float64(workers)/cfg.Rate*float64(time.Second)), 1)
 	}
 	return s
 }
@@ -261,11 +261,7 @@ func (w *worker) run(s schedule, id int, stop *atomic.Bool, progress *atomic.Int
 			lat := end.Sub(begin)
 			w.sum += lat
 			w.ops++
-			v := int64(lat / time.Microsecond)
-			if v > histMax {
-				v = histMax
-			}
-			_ = w.hist.RecordValue(v) // in range by construction
+			_ = w.hist.RecordValue(min(int64(lat/time.Microsecond), histMax)) // in range by construction
 		case errors.As(err, &re):
 			w.errors++
 			w.first = cmp.Or(w.first, re.answer)
@@ -273,19 +269,15 @@ func (w *worker) run(s schedule, id int, stop *atomic.Bool, progress *atomic.Int
 			w.err = err
 			return
 		}
-		if progress != nil {
-			if pending++; pending == progressEvery {
-				progress.Add(progressEvery)
-				pending = 0
-			}
+		if pending++; pending == progressEvery {
+			progress.Add(progressEvery)
+			pending = 0
 		}
 		if !open && !s.deadline.IsZero() && !end.Before(s.deadline) {
 			break
 		}
 	}
-	if progress != nil && pending > 0 {
-		progress.Add(int64(pending))
-	}
+	progress.Add(int64(pending))
 	// A pipelining driver still holds its last grant: others may wait
 	// for it.
 	if f, ok := w.d.(interface{ flush() error }); ok {
