@@ -87,9 +87,6 @@ func Run(ctx context.Context, cfg Config, target Target, workers int, progress *
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	if progress == nil {
-		progress = new(atomic.Int64)
-	}
 	ws := make([]*worker, workers)
 	defer func() {
 		for _, w := range ws {
@@ -108,6 +105,9 @@ func Run(ctx context.Context, cfg Config, target Target, workers int, progress *
 // histograms into the row.
 func measure(ctx context.Context, cfg Config, target Target, ws []*worker, progress *atomic.Int64) (Result, error) {
 	workers := len(ws)
+	if progress == nil {
+		progress = new(atomic.Int64)
+	}
 
 	var stop atomic.Bool
 	// When the caller gives up, stop the loops and unblock reads.
