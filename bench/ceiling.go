@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/latchd/latchd/codec"
 	"github.com/panjf2000/gnet/v2"
@@ -88,7 +89,7 @@ func StartCeiling(cfg CeilingConfig) (*Ceiling, error) {
 	}
 	addr, err := listenAddr(c.eng)
 	if err != nil {
-		_ = c.Stop(context.Background())
+		_ = c.Close()
 		return nil, fmt.Errorf("bench: ceiling: %w", err)
 	}
 	c.addr = addr
@@ -126,9 +127,11 @@ func (c *Ceiling) Connections() int { return int(c.conns.Load()) }
 // Requests returns how many requests the Ceiling has answered.
 func (c *Ceiling) Requests() int64 { return c.reqs.Load() }
 
-// Stop closes the listener and every connection and waits for gnet to
-// return (gnet polls for that every 500 ms).
-func (c *Ceiling) Stop(ctx context.Context) error {
+// Close closes the listener and every connection and waits, five seconds
+// at most, for gnet to return (gnet polls for that every 500 ms).
+func (c *Ceiling) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	if err := c.eng.Stop(ctx); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"strings"
@@ -50,10 +49,8 @@ func startCeiling(t *testing.T) *Ceiling {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
 		}
 	})
 	return c

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -170,9 +171,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = tableMain(ctx, args, stdout, stderr)
 	}
 	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
@@ -226,10 +225,8 @@ func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return werr
 			}
 		} else {
-			opt := TableOptions{Targets: len(o.Config.Targets) > 1, Ratio: len(o.Config.Targets) > 1}
-			for _, r := range rs {
-				opt.Errors = opt.Errors || r.Errors > 0
-			}
+			opt := TableOptions{Targets: len(o.Config.Targets) > 1, Ratio: len(o.Config.Targets) > 1,
+				Errors: slices.ContainsFunc(rs, func(r Result) bool { return r.Errors > 0 })}
 			if werr := WriteTable(stdout, rs, opt); werr != nil {
 				return werr
 			}
@@ -304,9 +301,7 @@ func ceilingMain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintln(stdout, "ceiling listening on", c.Addr())
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return c.Stop(sctx)
+	return c.Close()
 }
 
 func selfCheckMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -327,11 +322,7 @@ func selfCheckMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = c.Stop(sctx)
-		}()
+		defer c.Close()
 		target = c.Addr()
 		fmt.Fprintln(stdout, "in-process ceiling on", target)
 	}
