@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/client"
+	"github.com/latchd/latchd/internal/buildinfo"
 )
 
 // Exit statuses of latchctl itself. Otherwise lock, sem and elect exit with
@@ -281,7 +282,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	case "health":
 		err = runHealth(fs, &c, rest, stdout)
 	case "version":
-		fmt.Fprintf(stdout, "latchctl %s\n", versionString())
+		fmt.Fprintf(stdout, "latchctl %s\n", buildinfo.Get())
 		return 0
 	case "help":
 		top.Usage()

@@ -22,10 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/latchd/latchd/client"
-	"github.com/latchd/latchd/internal/buildinfo"
 )
-
-func versionString() string { return buildinfo.Get().String() }
 
 // row is one key of the stats table.
 type row struct {
@@ -201,8 +198,7 @@ func runTop(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error 
 		if err != nil {
 			return err
 		}
-		final := !*once || *metricsURL == "" || frame > 0
-		if final {
+		if !*once || *metricsURL == "" || frame > 0 { // --once with rates needs a second scrape
 			var b strings.Builder
 			if tty && !*once {
 				b.WriteString("\x1b[H\x1b[2J") // home, clear screen
@@ -230,14 +226,11 @@ func writeTop(w io.Writer, c *common, st *client.Stats, cur, prev map[string]flo
 	if s := c.cluster(); len(s) > 0 {
 		target = strings.Join(s, ",")
 	}
+	rs := rows(st, false)
 	held, waiting := 0, 0
-	for _, l := range st.Locks {
-		held++
-		waiting += l.Waiters
-	}
-	for _, s := range st.Semaphores {
-		held += s.Holders
-		waiting += s.Waiters
+	for _, r := range rs {
+		held += r.holders
+		waiting += r.waiters
 	}
 	fmt.Fprintf(w, "latchctl top  %s  %s\n", target, now.Format("15:04:05"))
 	fmt.Fprintf(w, "connections %d  keys in use %d  held %d  waiting %d  idle keys %d\n",
@@ -258,7 +251,6 @@ func writeTop(w io.Writer, c *common, st *client.Stats, cur, prev map[string]flo
 		fmt.Fprintf(w, "ops/s: %s\n", strings.Join(parts, "  "))
 	}
 	fmt.Fprintln(w)
-	rs := rows(st, false)
 	// Busiest first: most waiters, then most holders, then key.
 	slices.SortStableFunc(rs, func(a, b row) int {
 		return cmp.Or(cmp.Compare(b.waiters, a.waiters), cmp.Compare(b.holders, a.holders))
