@@ -162,19 +162,18 @@ type signalWatch struct {
 	sigs    chan os.Signal
 	ctx     context.Context
 	cancel  context.CancelFunc
-	gotCh   chan os.Signal
+	sig     os.Signal // written before watched closes
 	watched chan struct{}
 }
 
 func watchSignals() *signalWatch {
-	w := &signalWatch{sigs: make(chan os.Signal, 8), gotCh: make(chan os.Signal, 1), watched: make(chan struct{})}
+	w := &signalWatch{sigs: make(chan os.Signal, 8), watched: make(chan struct{})}
 	signal.Notify(w.sigs, forwarded...)
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	go func() {
 		defer close(w.watched)
 		select {
-		case s := <-w.sigs:
-			w.gotCh <- s
+		case w.sig = <-w.sigs:
 			w.cancel()
 		case <-w.ctx.Done():
 		}
@@ -187,12 +186,7 @@ func watchSignals() *signalWatch {
 func (w *signalWatch) got() os.Signal {
 	w.cancel()
 	<-w.watched
-	select {
-	case s := <-w.gotCh:
-		return s
-	default:
-		return nil
-	}
+	return w.sig
 }
 
 func (w *signalWatch) stop() {
