@@ -225,12 +225,12 @@ func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return werr
 			}
 		} else {
-			opt := TableOptions{Targets: len(o.Config.Targets) > 1, Ratio: len(o.Config.Targets) > 1,
+			opt := TableOptions{Compare: len(o.Config.Targets) > 1,
 				Errors: slices.ContainsFunc(rs, func(r Result) bool { return r.Errors > 0 })}
 			if werr := WriteTable(stdout, rs, opt); werr != nil {
 				return werr
 			}
-			if opt.Ratio {
+			if opt.Compare {
 				fmt.Fprintf(stdout, "\nRatio: %s throughput divided by the row's, at the same worker count.\n", o.Config.Targets[0].Name)
 			}
 		}
