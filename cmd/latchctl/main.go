@@ -109,6 +109,14 @@ func (c *common) cluster() []string {
 	return out
 }
 
+// targets returns the addresses of --servers, or --addr.
+func (c *common) targets() []string {
+	if seeds := c.cluster(); len(seeds) > 0 {
+		return seeds
+	}
+	return []string{c.addr}
+}
+
 // tlsConfig builds the TLS configuration the flags ask for, or nil.
 func (c *common) tlsConfig() (*tls.Config, error) {
 	if !c.tls && c.tlsCA == "" && c.tlsServerName == "" && c.tlsCert == "" && !c.tlsInsecure {

@@ -222,17 +222,13 @@ func runTop(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error 
 
 func writeTop(w io.Writer, c *common, st *client.Stats, cur, prev map[string]float64, dt time.Duration,
 	merr error, haveURL bool, limit int, now time.Time) {
-	target := c.addr
-	if s := c.cluster(); len(s) > 0 {
-		target = strings.Join(s, ",")
-	}
 	rs := rows(st, false)
 	held, waiting := 0, 0
 	for _, r := range rs {
 		held += r.holders
 		waiting += r.waiters
 	}
-	fmt.Fprintf(w, "latchctl top  %s  %s\n", target, now.Format("15:04:05"))
+	fmt.Fprintf(w, "latchctl top  %s  %s\n", strings.Join(c.targets(), ","), now.Format("15:04:05"))
 	fmt.Fprintf(w, "connections %d  keys in use %d  held %d  waiting %d  idle keys %d\n",
 		st.Connections, len(st.Locks)+len(st.Semaphores), held, waiting, len(st.IdleLocks)+len(st.IdleSemaphores))
 	switch {
@@ -292,23 +288,20 @@ func runHealth(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) err
 		return err
 	}
 	// Every node of a cluster on its own: a health check is about each.
-	targets := c.cluster()
-	if len(targets) == 0 {
-		targets = []string{c.addr}
-	}
-	var bad []error
+	targets := c.targets()
+	bad := 0
 	for _, addr := range targets {
 		start := time.Now()
 		err := ping(addr, c.dialTimeout+client.DefaultIOTimeout, opts)
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: unhealthy: %v\n", addr, err)
-			bad = append(bad, err)
+			bad++
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: ok (%v)\n", addr, time.Since(start).Round(time.Millisecond))
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%d of %d servers unhealthy", len(bad), len(targets))
+	if bad > 0 {
+		return fmt.Errorf("%d of %d servers unhealthy", bad, len(targets))
 	}
 	return nil
 }
