@@ -113,9 +113,7 @@ type SelfCheckRow struct {
 // The harness is fit to measure a server when every Ratio is about 1 or
 // more: its own client is then not the bottleneck.
 func SelfCheck(ctx context.Context, addr string, workers []int, rounds, repeat int) ([]SelfCheckRow, error) {
-	if repeat <= 0 {
-		repeat = 1
-	}
+	repeat = max(repeat, 1)
 	cfg := DefaultConfig()
 	cfg.Targets = []Target{{Name: "harness", Kind: KindTCP, Addr: addr}}
 	cfg.Workers = workers
