@@ -13,8 +13,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
+	_ "gonum.org/v1/plot/vg/vgimg" // the png format
+	_ "gonum.org/v1/plot/vg/vgsvg" // the svg format
 )
 
 // plotColors tells the targets apart.
@@ -97,27 +97,16 @@ func WritePlot(w io.Writer, format string, rs []Result) error {
 		}
 	}
 
-	const width, height = 7 * vg.Inch, 8 * vg.Inch
-	var canvas vg.CanvasSizer
-	var writeTo func(io.Writer) (int64, error)
-	switch format {
-	case "svg":
-		c := vgsvg.New(width, height)
-		canvas, writeTo = c, c.WriteTo
-	case "png":
-		c := vgimg.New(width, height)
-		canvas, writeTo = c, vgimg.PngCanvas{Canvas: c}.WriteTo
-	default:
-		return fmt.Errorf("bench: plot format %q: want svg or png", format)
+	canvas, err := draw.NewFormattedCanvas(7*vg.Inch, 8*vg.Inch, format)
+	if err != nil {
+		return fmt.Errorf("bench: plot: %w", err)
 	}
-	dc := draw.New(canvas)
 	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	plots := [][]*plot.Plot{{tp}, {lat}}
-	canvases := plot.Align(plots, tiles, dc)
+	canvases := plot.Align([][]*plot.Plot{{tp}, {lat}}, tiles, draw.New(canvas))
 	tp.Draw(canvases[0][0])
 	lat.Draw(canvases[1][0])
-	_, err := writeTo(w)
+	_, err = canvas.WriteTo(w)
 	return err
 }
 
