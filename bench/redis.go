@@ -107,8 +107,11 @@ func (d *redisDriver) scriptLoad(script string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := strconv.Atoi(string(bytes.TrimPrefix(trimCRLF(line), []byte("$"))))
-	if line[0] != '$' || err != nil || n <= 0 || n > 128 {
+	if line[0] != '$' {
+		return nil, fmt.Errorf("SCRIPT LOAD: %q", line)
+	}
+	n, err := strconv.Atoi(string(trimCRLF(line[1:])))
+	if err != nil || n <= 0 || n > 128 {
 		return nil, fmt.Errorf("SCRIPT LOAD: %q", line)
 	}
 	sha := make([]byte, n+2)
