@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"sync/atomic"
-	"syscall"
+	"time"
 
 	"github.com/latchd/latchd/codec"
 	"github.com/panjf2000/gnet/v2"
@@ -62,16 +61,13 @@ type Ceiling struct {
 	reqs   atomic.Int64
 }
 
-// NewCeiling checks cfg and returns a stopped Ceiling.
-func NewCeiling(cfg CeilingConfig) (*Ceiling, error) {
+// StartCeiling checks cfg, listens, and returns once the listener accepts
+// connections.
+func StartCeiling(cfg CeilingConfig) (*Ceiling, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Ceiling{cfg: cfg, booted: make(chan struct{}), done: make(chan error, 1)}, nil
-}
-
-// Start listens and returns once the listener accepts connections.
-func (c *Ceiling) Start() error {
+	c := &Ceiling{cfg: cfg, booted: make(chan struct{}), done: make(chan error, 1)}
 	opts := []gnet.Option{
 		gnet.WithReuseAddr(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
@@ -89,15 +85,15 @@ func (c *Ceiling) Start() error {
 		if err == nil {
 			err = errors.New("gnet stopped at start")
 		}
-		return fmt.Errorf("bench: ceiling: %w", err)
+		return nil, fmt.Errorf("bench: ceiling: %w", err)
 	}
 	addr, err := listenAddr(c.eng)
 	if err != nil {
-		_ = c.Stop(context.Background())
-		return fmt.Errorf("bench: ceiling: %w", err)
+		_ = c.Close()
+		return nil, fmt.Errorf("bench: ceiling: %w", err)
 	}
 	c.addr = addr
-	return nil
+	return c, nil
 }
 
 // errorLogger logs gnet's errors, and nothing else, to stderr.
@@ -106,27 +102,23 @@ func errorLogger() *zap.SugaredLogger {
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(os.Stderr), zap.ErrorLevel)).Sugar()
 }
 
-// listenAddr asks the kernel which address the engine's listener got.
+// listenAddr returns the address the engine's listener got.
 func listenAddr(eng gnet.Engine) (string, error) {
 	fd, err := eng.Dup()
 	if err != nil {
 		return "", err
 	}
-	defer syscall.Close(fd)
-	sa, err := syscall.Getsockname(fd)
+	f := os.NewFile(uintptr(fd), "ceiling listener")
+	defer f.Close()
+	ln, err := net.FileListener(f)
 	if err != nil {
 		return "", err
 	}
-	switch a := sa.(type) {
-	case *syscall.SockaddrInet4:
-		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
-	case *syscall.SockaddrInet6:
-		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
-	}
-	return "", fmt.Errorf("unexpected listener address %T", sa)
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
-// Addr returns the address the Ceiling listens on, once Start returned.
+// Addr returns the address the Ceiling listens on.
 func (c *Ceiling) Addr() string { return c.addr }
 
 // Connections returns the number of open connections.
@@ -135,9 +127,11 @@ func (c *Ceiling) Connections() int { return int(c.conns.Load()) }
 // Requests returns how many requests the Ceiling has answered.
 func (c *Ceiling) Requests() int64 { return c.reqs.Load() }
 
-// Stop closes the listener and every connection and waits for gnet to
-// return (gnet polls for that every 500 ms).
-func (c *Ceiling) Stop(ctx context.Context) error {
+// Close closes the listener and every connection and waits, five seconds
+// at most, for gnet to return (gnet polls for that every 500 ms).
+func (c *Ceiling) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	if err := c.eng.Stop(ctx); err != nil {
 		return err
 	}

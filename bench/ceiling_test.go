@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"strings"
@@ -45,18 +44,13 @@ func TestCeilingAnswer(t *testing.T) {
 
 func startCeiling(t *testing.T) *Ceiling {
 	t.Helper()
-	c, err := NewCeiling(CeilingConfig{Addr: "127.0.0.1:0", EventLoops: 2})
+	c, err := StartCeiling(CeilingConfig{Addr: "127.0.0.1:0", EventLoops: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
 		}
 	})
 	return c

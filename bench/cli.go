@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,25 +78,24 @@ func (l *workerList) Set(v string) error {
 // ParseArgs parses the flags of the table command into Options, checked
 // with Config.Validate. Usage errors are written to usage.
 func ParseArgs(args []string, usage io.Writer) (Options, error) {
-	def := DefaultConfig()
+	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("latchd-bench", flag.ContinueOnError)
 	fs.SetOutput(usage)
-	addr := fs.String("addr", def.Targets[0].Addr, "TCP address of the server (--transport tcp)")
+	addr := fs.String("addr", cfg.Targets[0].Addr, "TCP address of the server (--transport tcp)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:6389", "REST API address (--transport http)")
 	transport := fs.String("transport", "tcp", "tcp (three-line protocol) or http (REST API)")
 	name := fs.String("name", "latchd", "label of the server's rows")
-	workers := workerList(def.Workers)
-	fs.Var(&workers, "workers", "comma-separated worker counts, one row each")
-	rounds := fs.Int("rounds", def.Rounds, "ops (acquire + release) per worker")
-	duration := fs.Duration("duration", 0, "run each row this long instead of --rounds")
-	rate := fs.Float64("rate", 0, "open loop: total ops/s per row, latency from the scheduled start (0 = closed loop)")
-	mode := fs.String("mode", string(def.Mode), "lock (key per worker), contended (one key), sem (--limit slots on one key), twophase (enqueue + wait on one key)")
-	limit := fs.Int("limit", def.Limit, "semaphore slots for --mode sem")
-	timeout := fs.Int("timeout", int(seconds(def.AcquireTimeout)), "acquire timeout sent to the server, seconds")
+	fs.Var((*workerList)(&cfg.Workers), "workers", "comma-separated worker counts, one row each")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "ops (acquire + release) per worker")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "run each row this long instead of --rounds")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: total ops/s per row, latency from the scheduled start (0 = closed loop)")
+	fs.StringVar((*string)(&cfg.Mode), "mode", string(cfg.Mode), "lock (key per worker), contended (one key), sem (--limit slots on one key), twophase (enqueue + wait on one key)")
+	fs.IntVar(&cfg.Limit, "limit", cfg.Limit, "semaphore slots for --mode sem")
+	timeout := fs.Int("timeout", int(seconds(cfg.AcquireTimeout)), "acquire timeout sent to the server, seconds")
 	ttl := fs.Int("ttl", 0, "lease TTL, seconds (0 = server default)")
-	prefix := fs.String("key-prefix", def.KeyPrefix, "key prefix")
-	auth := fs.String("auth", "", "auth token for TCP connections")
-	pipeline := fs.Bool("pipeline", false, "TCP lock/contended/sem: send each release with the next acquire in one write")
+	fs.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "key prefix")
+	fs.StringVar(&cfg.AuthToken, "auth", "", "auth token for TCP connections")
+	fs.BoolVar(&cfg.Pipeline, "pipeline", false, "TCP lock/contended/sem: send each release with the next acquire in one write")
 	var compare targetList
 	fs.Var(&compare, "compare", "also run [name=]redis://host:port, tcp://host:port or http://host:port (repeatable)")
 	var o Options
@@ -120,14 +120,12 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 		}
 		o.Flags[f.Name] = v
 	})
-	if *rounds < 0 || *duration < 0 {
+	if cfg.Rounds < 0 || cfg.Duration < 0 {
 		return Options{}, errors.New("bench: --rounds and --duration must be >= 0")
 	}
 	if *timeout < 0 || *ttl < 0 {
 		return Options{}, errors.New("bench: --timeout and --ttl must be >= 0")
 	}
-
-	cfg := def
 	switch *transport {
 	case "tcp":
 		cfg.Targets = []Target{{Name: *name, Kind: KindTCP, Addr: *addr}}
@@ -137,17 +135,8 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 		return Options{}, fmt.Errorf("bench: --transport %q: want tcp or http", *transport)
 	}
 	cfg.Targets = append(cfg.Targets, compare...)
-	cfg.Workers = workers
-	cfg.Rounds = *rounds
-	cfg.Duration = *duration
-	cfg.Rate = *rate
-	cfg.Mode = Mode(*mode)
-	cfg.Limit = *limit
 	cfg.AcquireTimeout = time.Duration(*timeout) * time.Second
 	cfg.LeaseTTL = time.Duration(*ttl) * time.Second
-	cfg.KeyPrefix = *prefix
-	cfg.AuthToken = *auth
-	cfg.Pipeline = *pipeline
 	if err := cfg.Validate(); err != nil {
 		return Options{}, err
 	}
@@ -158,33 +147,31 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 // Main is latchd-bench: the table command, or a subcommand (ceiling,
 // selfcheck, freeport, wait, leader). It returns the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var err error
+	sub, rest := "", args
 	if len(args) > 0 {
-		switch args[0] {
-		case "ceiling":
-			err = ceilingMain(ctx, args[1:], stdout, stderr)
-		case "selfcheck":
-			err = selfCheckMain(ctx, args[1:], stdout, stderr)
-		case "freeport":
-			err = freePortMain(stdout)
-		case "wait":
-			err = waitMain(ctx, args[1:], stderr)
-		case "leader":
-			err = leaderMain(ctx, args[1:], stdout, stderr)
-		case "help", "-h", "-help", "--help":
-			fmt.Fprint(stdout, usageText+"\n")
-			_, _ = ParseArgs([]string{"-h"}, stdout) // prints the flags and returns flag.ErrHelp
-			return 0
-		default:
-			err = tableMain(ctx, args, stdout, stderr)
-		}
-	} else {
+		sub, rest = args[0], args[1:]
+	}
+	var err error
+	switch sub {
+	case "ceiling":
+		err = ceilingMain(ctx, rest, stdout, stderr)
+	case "selfcheck":
+		err = selfCheckMain(ctx, rest, stdout, stderr)
+	case "freeport":
+		err = freePortMain(stdout)
+	case "wait":
+		err = waitMain(ctx, rest, stderr)
+	case "leader":
+		err = leaderMain(ctx, rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usageText+"\n")
+		_, _ = ParseArgs([]string{"-h"}, stdout) // prints the flags and returns flag.ErrHelp
+		return 0
+	default:
 		err = tableMain(ctx, args, stdout, stderr)
 	}
 	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
@@ -238,14 +225,12 @@ func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return werr
 			}
 		} else {
-			opt := TableOptions{Targets: len(o.Config.Targets) > 1, Ratio: len(o.Config.Targets) > 1}
-			for _, r := range rs {
-				opt.Errors = opt.Errors || r.Errors > 0
-			}
+			opt := TableOptions{Compare: len(o.Config.Targets) > 1,
+				Errors: slices.ContainsFunc(rs, func(r Result) bool { return r.Errors > 0 })}
 			if werr := WriteTable(stdout, rs, opt); werr != nil {
 				return werr
 			}
-			if opt.Ratio {
+			if opt.Compare {
 				fmt.Fprintf(stdout, "\nRatio: %s throughput divided by the row's, at the same worker count.\n", o.Config.Targets[0].Name)
 			}
 		}
@@ -287,9 +272,8 @@ func preflight(ctx context.Context, o Options) error {
 // checkPlotPath checks that path names an .svg or .png file that can be
 // created, without leaving anything behind.
 func checkPlotPath(path string) error {
-	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
-	if format != "svg" && format != "png" {
-		return fmt.Errorf("bench: --plot %q: want a .svg or .png file", path)
+	if _, err := plotFormat(path); err != nil {
+		return err
 	}
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return fmt.Errorf("bench: --plot %q is a directory", path)
@@ -311,18 +295,13 @@ func ceilingMain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
 	}
-	c, err := NewCeiling(CeilingConfig{Addr: net.JoinHostPort(*host, strconv.Itoa(*port)), EventLoops: *loops})
+	c, err := StartCeiling(CeilingConfig{Addr: net.JoinHostPort(*host, strconv.Itoa(*port)), EventLoops: *loops})
 	if err != nil {
-		return err
-	}
-	if err := c.Start(); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "ceiling listening on", c.Addr())
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return c.Stop(sctx)
+	return c.Close()
 }
 
 func selfCheckMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -339,18 +318,11 @@ func selfCheckMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	target := *addr
 	if target == "" {
-		c, err := NewCeiling(DefaultCeilingConfig())
+		c, err := StartCeiling(DefaultCeilingConfig())
 		if err != nil {
 			return err
 		}
-		if err := c.Start(); err != nil {
-			return err
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = c.Stop(sctx)
-		}()
+		defer c.Close()
 		target = c.Addr()
 		fmt.Fprintln(stdout, "in-process ceiling on", target)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,9 +66,7 @@ func ParseTarget(s string) (Target, error) {
 		return Target{}, fmt.Errorf("bench: target %q: %w", s, err)
 	}
 	t := Target{Name: name, Kind: Kind(u.Scheme), Addr: u.Host}
-	switch t.Kind {
-	case KindTCP, KindHTTP, KindRedis:
-	default:
+	if dialers[t.Kind] == nil {
 		return Target{}, fmt.Errorf("bench: target %q: scheme must be tcp, http or redis", s)
 	}
 	if u.Path != "" && u.Path != "/" {
@@ -176,9 +175,7 @@ func (c Config) Validate() error {
 	case c.DialTimeout <= 0:
 		return errors.New("bench: dial timeout must be > 0")
 	}
-	switch c.Mode {
-	case ModeLock, ModeContended, ModeSem, ModeTwoPhase:
-	default:
+	if !slices.Contains(Modes, c.Mode) {
 		return fmt.Errorf("bench: unknown mode %q (want lock, contended, sem or twophase)", c.Mode)
 	}
 	for _, w := range c.Workers {
@@ -187,14 +184,11 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, t := range c.Targets {
-		switch t.Kind {
-		case KindTCP, KindHTTP:
-		case KindRedis:
-			if c.Mode == ModeTwoPhase {
-				return fmt.Errorf("bench: target %s: Redis has no queue, so no twophase mode", t.Name)
-			}
-		default:
+		if dialers[t.Kind] == nil {
 			return fmt.Errorf("bench: target %s: unknown kind %q", t.Name, t.Kind)
+		}
+		if t.Kind == KindRedis && c.Mode == ModeTwoPhase {
+			return fmt.Errorf("bench: target %s: Redis has no queue, so no twophase mode", t.Name)
 		}
 		if t.Addr == "" {
 			return fmt.Errorf("bench: target %s: no address", t.Name)
@@ -213,7 +207,5 @@ func (c Config) key(w int) []byte {
 
 func seconds(d time.Duration) int64 { return int64(d / time.Second) }
 
-var (
-	timeZero time.Time
-	timePast = time.Unix(1, 0)
-)
+// timePast is a deadline that has passed: it unblocks a connection's I/O.
+var timePast = time.Unix(1, 0)

@@ -18,5 +18,5 @@
 // row and joins them before it returns. Each worker owns its connection,
 // its buffers and its latency histogram; the histograms are merged after
 // the join, so the hot path shares no memory between workers. Ceiling runs
-// a gnet engine on its own goroutines between Start and Stop.
+// a gnet engine on its own goroutines between StartCeiling and Close.
 package bench

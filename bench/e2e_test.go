@@ -49,7 +49,7 @@ func checkRows(t *testing.T, cfg Config, rs []Result) {
 		if r.Throughput <= 0 || r.Mean <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.P999 < r.P99 || r.Max < r.P999 || r.Ratio <= 0 {
 			t.Errorf("row %d has an empty or unordered column: %+v", i, r)
 		}
-		for j, cell := range Row(r, TableOptions{Targets: true, Ratio: true}) {
+		for j, cell := range Row(r, TableOptions{Compare: true}) {
 			if cell == "" || cell == "-" || strings.HasPrefix(cell, "0 ") || cell == "0.000 ms" {
 				t.Errorf("row %d cell %d = %q; want a value", i, j, cell)
 			}
@@ -109,7 +109,7 @@ func TestSweepCompare(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	if err := WriteTable(&b, rs, TableOptions{Targets: true, Ratio: true}); err != nil {
+	if err := WriteTable(&b, rs, TableOptions{Compare: true}); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Count(b.String(), "\n| ceiling |"); n != 2 {

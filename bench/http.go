@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -58,39 +59,34 @@ func dialHTTP(ctx context.Context, cfg Config, addr string, w int) (driver, erro
 	}
 	timeout := strconv.FormatInt(seconds(cfg.AcquireTimeout), 10)
 	d.acqBody = []byte(`{"acquire_timeout_s":` + timeout + ttl + limit + `}`)
-	d.enqBody = []byte(`{` + trimComma(ttl+limit) + `}`)
+	d.enqBody = []byte(`{` + strings.TrimPrefix(ttl+limit, ",") + `}`)
 	d.waitBody = []byte(`{"wait_timeout_s":` + timeout + `}`)
 
-	// Open the session (and the connection) before the clock starts.
-	d.req.Header.SetMethod(fasthttp.MethodPost)
-	d.req.SetRequestURI("http://" + addr + "/v1/sessions")
-	d.req.SetBody(nil)
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(cfg.DialTimeout)
-	}
-	if err := d.hc.DoDeadline(d.req, d.resp, dl); err != nil {
+	if err := d.openSession(ctx); err != nil {
 		d.release()
 		return nil, err
 	}
-	if sc := d.resp.StatusCode(); sc != fasthttp.StatusCreated && sc != fasthttp.StatusOK {
-		defer d.release()
-		return nil, fmt.Errorf("POST /v1/sessions: %d %s", sc, d.resp.Body())
-	}
-	id := jsonString(d.resp.Body(), `"session_id"`)
-	if len(id) == 0 {
-		defer d.release()
-		return nil, fmt.Errorf("POST /v1/sessions: no session_id in %s", d.resp.Body())
-	}
-	d.session = append([]byte(nil), id...)
 	return d, nil
 }
 
-func trimComma(s string) string {
-	if len(s) > 0 && s[0] == ',' {
-		return s[1:]
+// openSession opens the session, and the connection, before the clock
+// starts; ctx carries dialAll's deadline.
+func (d *httpDriver) openSession(ctx context.Context) error {
+	d.req.Header.SetMethod(fasthttp.MethodPost)
+	d.req.SetRequestURI("http://" + d.hc.Addr + "/v1/sessions")
+	dl, _ := ctx.Deadline()
+	if err := d.hc.DoDeadline(d.req, d.resp, dl); err != nil {
+		return err
 	}
-	return s
+	if sc := d.resp.StatusCode(); sc != fasthttp.StatusCreated && sc != fasthttp.StatusOK {
+		return fmt.Errorf("POST /v1/sessions: %d %s", sc, d.resp.Body())
+	}
+	id := jsonString(d.resp.Body(), `"session_id"`)
+	if len(id) == 0 {
+		return fmt.Errorf("POST /v1/sessions: no session_id in %s", d.resp.Body())
+	}
+	d.session = append([]byte(nil), id...)
+	return nil
 }
 
 // do sends one request with the session header and a JSON body.
@@ -113,7 +109,7 @@ func (d *httpDriver) op() error {
 	} else {
 		err = d.do(fasthttp.MethodPost, d.base, d.acqBody)
 		if err == nil {
-			err = d.grant(`"ok"`)
+			err = d.grant("ok")
 		}
 	}
 	if err != nil {
@@ -134,14 +130,14 @@ func (d *httpDriver) enqueueWait() error {
 	if err := d.do(fasthttp.MethodPost, d.url, d.enqBody); err != nil {
 		return err
 	}
-	if d.resp.StatusCode() == fasthttp.StatusOK && bytes.Equal(jsonString(d.resp.Body(), `"status"`), []byte("queued")) {
+	if d.resp.StatusCode() == fasthttp.StatusOK && string(jsonString(d.resp.Body(), `"status"`)) == "queued" {
 		d.url = append(append(d.url[:0], d.base...), "/wait"...)
 		if err := d.do(fasthttp.MethodPost, d.url, d.waitBody); err != nil {
 			return err
 		}
-		return d.grant(`"ok"`)
+		return d.grant("ok")
 	}
-	return d.grant(`"acquired"`)
+	return d.grant("acquired")
 }
 
 // grant checks that the response is a grant and keeps its token.
@@ -151,7 +147,7 @@ func (d *httpDriver) grant(status string) error {
 		return d.refusal()
 	}
 	tok := jsonString(body, `"token"`)
-	if len(tok) == 0 || !bytes.Equal(jsonString(body, `"status"`), []byte(status[1:len(status)-1])) {
+	if len(tok) == 0 || string(jsonString(body, `"status"`)) != status {
 		return fmt.Errorf("unexpected grant %s", body)
 	}
 	d.token = append(d.token[:0], tok...)

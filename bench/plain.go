@@ -57,11 +57,7 @@ func Plain(ctx context.Context, addr string, workers, rounds int) (PlainResult, 
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = plainWorker(c, "plain-"+strconv.Itoa(i), rounds)
-		}()
+		wg.Go(func() { errs[i] = plainWorker(c, "plain-"+strconv.Itoa(i), rounds) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -117,9 +113,7 @@ type SelfCheckRow struct {
 // The harness is fit to measure a server when every Ratio is about 1 or
 // more: its own client is then not the bottleneck.
 func SelfCheck(ctx context.Context, addr string, workers []int, rounds, repeat int) ([]SelfCheckRow, error) {
-	if repeat <= 0 {
-		repeat = 1
-	}
+	repeat = max(repeat, 1)
 	cfg := DefaultConfig()
 	cfg.Targets = []Target{{Name: "harness", Kind: KindTCP, Addr: addr}}
 	cfg.Workers = workers

@@ -13,8 +13,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
+	_ "gonum.org/v1/plot/vg/vgimg" // the png format
+	_ "gonum.org/v1/plot/vg/vgsvg" // the svg format
 )
 
 // plotColors tells the targets apart.
@@ -30,9 +30,9 @@ var plotColors = []color.RGBA{
 // line per target, into path; the format follows the extension (.svg or
 // .png).
 func WritePlotFile(path string, rs []Result) error {
-	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
-	if format != "svg" && format != "png" {
-		return fmt.Errorf("bench: plot %q: want a .svg or .png file", path)
+	format, err := plotFormat(path)
+	if err != nil {
+		return err
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -43,6 +43,15 @@ func WritePlotFile(path string, rs []Result) error {
 		return err
 	}
 	return f.Close()
+}
+
+// plotFormat is the format of a plot file, from its extension.
+func plotFormat(path string) (string, error) {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if format != "svg" && format != "png" {
+		return "", fmt.Errorf("bench: --plot %q: want a .svg or .png file", path)
+	}
+	return format, nil
 }
 
 // describeRun names what a sweep measured, for a plot's titles: "mode
@@ -60,27 +69,9 @@ func WritePlot(w io.Writer, format string, rs []Result) error {
 	if len(rs) == 0 {
 		return fmt.Errorf("bench: nothing to plot")
 	}
-	desc := describeRun(rs[0])
-	tp := plot.New()
-	tp.Title.Text = "Throughput, " + desc
-	tp.X.Label.Text = "workers"
-	tp.Y.Label.Text = "ops/s"
-	lat := plot.New()
-	lat.Title.Text = "p99 latency, " + desc
-	lat.X.Label.Text = "workers"
-	lat.Y.Label.Text = "ms"
-	for _, p := range []*plot.Plot{tp, lat} {
-		p.Add(plotter.NewGrid())
-		p.Legend.Top = true
-		p.Legend.Left = true
-		p.Y.Min = 0
-	}
-	if logWorkers(rs) {
-		for _, p := range []*plot.Plot{tp, lat} {
-			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-		}
-	}
+	desc, logX := describeRun(rs[0]), logWorkers(rs)
+	tp := newPlot("Throughput, "+desc, "ops/s", logX)
+	lat := newPlot("p99 latency, "+desc, "ms", logX)
 
 	for i, name := range targetNames(rs) {
 		var tpXY, latXY plotter.XYs
@@ -106,28 +97,33 @@ func WritePlot(w io.Writer, format string, rs []Result) error {
 		}
 	}
 
-	const width, height = 7 * vg.Inch, 8 * vg.Inch
-	var canvas vg.CanvasSizer
-	var writeTo func(io.Writer) (int64, error)
-	switch format {
-	case "svg":
-		c := vgsvg.New(width, height)
-		canvas, writeTo = c, c.WriteTo
-	case "png":
-		c := vgimg.New(width, height)
-		canvas, writeTo = c, vgimg.PngCanvas{Canvas: c}.WriteTo
-	default:
-		return fmt.Errorf("bench: plot format %q: want svg or png", format)
+	canvas, err := draw.NewFormattedCanvas(7*vg.Inch, 8*vg.Inch, format)
+	if err != nil {
+		return fmt.Errorf("bench: plot: %w", err)
 	}
-	dc := draw.New(canvas)
 	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	plots := [][]*plot.Plot{{tp}, {lat}}
-	canvases := plot.Align(plots, tiles, dc)
+	canvases := plot.Align([][]*plot.Plot{{tp}, {lat}}, tiles, draw.New(canvas))
 	tp.Draw(canvases[0][0])
 	lat.Draw(canvases[1][0])
-	_, err := writeTo(w)
+	_, err = canvas.WriteTo(w)
 	return err
+}
+
+// newPlot is an empty plot against workers, on a log axis when logX.
+func newPlot(title, yLabel string, logX bool) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "workers"
+	p.Y.Label.Text = yLabel
+	p.Y.Min = 0
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	if logX {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	return p
 }
 
 // logWorkers reports whether the worker counts span enough to want a log

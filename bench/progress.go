@@ -31,7 +31,8 @@ func StartProgress(w io.Writer, cfg Config) *Progress {
 	total, desc := TotalOps(cfg), "ops"
 	byTime := total == 0
 	if byTime {
-		total, desc = TotalDuration(cfg).Milliseconds(), "ms"
+		// the sweep's time, not counting connection set-up
+		total, desc = (cfg.Duration * time.Duration(len(cfg.Workers)*len(cfg.Targets))).Milliseconds(), "ms"
 	}
 	p := &Progress{stop: make(chan struct{}), done: make(chan struct{})}
 	p.bar = progressbar.NewOptions64(total,

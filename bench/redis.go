@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -93,15 +94,12 @@ func dialRedis(ctx context.Context, cfg Config, addr string, w int) (driver, err
 		_ = conn.Close()
 		return nil, err
 	}
-	_ = conn.SetDeadline(timeZero)
+	_ = conn.SetDeadline(time.Time{})
 	return d, nil
 }
 
 func (d *redisDriver) scriptLoad(script string) ([]byte, error) {
-	d.out = appendArray(d.out[:0], 3)
-	d.out = appendBulk(d.out, []byte("SCRIPT"))
-	d.out = appendBulk(d.out, []byte("LOAD"))
-	d.out = appendBulk(d.out, []byte(script))
+	d.command([]byte("SCRIPT"), []byte("LOAD"), []byte(script))
 	if _, err := d.conn.Write(d.out); err != nil {
 		return nil, err
 	}
@@ -147,16 +145,10 @@ func (d *redisDriver) op() error {
 		backoff = min(2*backoff, redisBackoffMax)
 	}
 	if d.sem {
-		d.out = appendArray(d.out[:0], 3)
-		d.out = appendBulk(d.out, []byte("ZREM"))
+		d.command(redisZREM, d.key, d.token)
 	} else {
-		d.out = appendArray(d.out[:0], 5)
-		d.out = appendBulk(d.out, []byte("EVALSHA"))
-		d.out = appendBulk(d.out, d.release)
-		d.out = appendBulk(d.out, []byte("1"))
+		d.command(redisEVALSHA, d.release, redisOne, d.key, d.token)
 	}
-	d.out = appendBulk(d.out, d.key)
-	d.out = appendBulk(d.out, d.token)
 	n, err := d.intReply()
 	if err != nil {
 		return err
@@ -170,37 +162,38 @@ func (d *redisDriver) op() error {
 // tryAcquire makes one attempt and reports whether it was granted.
 func (d *redisDriver) tryAcquire() (bool, error) {
 	if d.sem {
-		d.out = appendArray(d.out[:0], 8)
-		d.out = appendBulk(d.out, []byte("EVALSHA"))
-		d.out = appendBulk(d.out, d.acquire)
-		d.out = appendBulk(d.out, []byte("1"))
-		d.out = appendBulk(d.out, d.key)
-		d.out = appendBulk(d.out, d.token)
-		d.out = appendBulk(d.out, d.limit)
 		d.scratch = strconv.AppendInt(d.scratch[:0], time.Now().UnixMilli(), 10)
-		d.out = appendBulk(d.out, d.scratch)
-		d.out = appendBulk(d.out, d.ttlMs)
+		d.command(redisEVALSHA, d.acquire, redisOne, d.key, d.token, d.limit, d.scratch, d.ttlMs)
 		n, err := d.intReply()
 		return n == 1, err
 	}
-	d.out = appendArray(d.out[:0], 6)
-	d.out = appendBulk(d.out, []byte("SET"))
-	d.out = appendBulk(d.out, d.key)
-	d.out = appendBulk(d.out, d.token)
-	d.out = appendBulk(d.out, []byte("NX"))
-	d.out = appendBulk(d.out, []byte("PX"))
-	d.out = appendBulk(d.out, d.ttlMs)
+	d.command(redisSET, d.key, d.token, redisNX, redisPX, d.ttlMs)
 	line, err := d.reply()
-	if err != nil {
-		return false, err
-	}
 	switch {
-	case len(line) >= 3 && line[0] == '+' && line[1] == 'O' && line[2] == 'K':
+	case err != nil:
+		return false, err
+	case bytes.HasPrefix(line, []byte("+OK")):
 		return true, nil
-	case len(line) >= 3 && line[0] == '$' && line[1] == '-' && line[2] == '1':
+	case bytes.HasPrefix(line, []byte("$-1")):
 		return false, nil // nil reply: the key is taken
 	}
 	return false, fmt.Errorf("SET NX: %q", line)
+}
+
+// The words of the commands sent per op.
+var (
+	redisSET, redisNX, redisPX = []byte("SET"), []byte("NX"), []byte("PX")
+	redisEVALSHA, redisZREM    = []byte("EVALSHA"), []byte("ZREM")
+	redisOne                   = []byte("1")
+)
+
+// command encodes one command into d.out.
+func (d *redisDriver) command(args ...[]byte) {
+	d.out = append(strconv.AppendInt(append(d.out[:0], '*'), int64(len(args)), 10), '\r', '\n')
+	for _, a := range args {
+		d.out = append(strconv.AppendInt(append(d.out, '$'), int64(len(a)), 10), '\r', '\n')
+		d.out = append(append(d.out, a...), '\r', '\n')
+	}
 }
 
 // reply writes d.out and reads one reply line; an error reply is an error.
@@ -227,12 +220,9 @@ func (d *redisDriver) intReply() (int64, error) {
 	if line[0] != ':' {
 		return 0, fmt.Errorf("redis: want an integer, got %q", line)
 	}
-	var n int64
-	for _, c := range trimCRLF(line[1:]) {
-		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("redis: bad integer %q", line)
-		}
-		n = n*10 + int64(c-'0')
+	n, err := strconv.ParseInt(string(trimCRLF(line[1:])), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("redis: bad integer %q", line)
 	}
 	return n, nil
 }
@@ -241,23 +231,4 @@ func (d *redisDriver) interrupt() { _ = d.conn.SetDeadline(timePast) }
 
 func (d *redisDriver) close() error { return d.conn.Close() }
 
-func trimCRLF(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-func appendArray(dst []byte, n int) []byte {
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(n), 10)
-	return append(dst, '\r', '\n')
-}
-
-func appendBulk(dst, b []byte) []byte {
-	dst = append(dst, '$')
-	dst = strconv.AppendInt(dst, int64(len(b)), 10)
-	dst = append(dst, '\r', '\n')
-	dst = append(dst, b...)
-	return append(dst, '\r', '\n')
-}
+func trimCRLF(b []byte) []byte { return bytes.TrimRight(b, "\r\n") }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,30 +20,15 @@ const (
 	histSigFigs = 3
 )
 
-// errRefused marks an op the server answered but did not grant (a timeout,
-// error_max_locks, a release of an expired lease): the worker counts it as
-// an error and goes on. Any other error ends the worker's run.
-var errRefused = errors.New("bench: refused")
-
-// refusedError is a refusal with the server's answer, so that a row whose
-// every op was refused can say why. It matches errRefused.
+// refusedError is an op the server answered but did not grant (a
+// timeout, error_max_locks, a release of an expired lease), with the
+// server's answer: the worker counts it and goes on. Any other error ends
+// the worker's run.
 type refusedError struct{ answer string }
 
-func (e *refusedError) Error() string        { return "bench: refused: " + e.answer }
-func (e *refusedError) Is(target error) bool { return target == errRefused }
+func (e *refusedError) Error() string { return "bench: refused: " + e.answer }
 
-// refused returns a refusal carrying answer. It allocates: refusals are
-// the unusual path.
 func refused(answer string) error { return &refusedError{answer: answer} }
-
-// refusalAnswer returns the server's answer carried by err, or "".
-func refusalAnswer(err error) string {
-	var re *refusedError
-	if errors.As(err, &re) {
-		return re.answer
-	}
-	return ""
-}
 
 // driver runs ops over one worker's connection. It is used by one
 // goroutine only.
@@ -86,7 +72,7 @@ type worker struct {
 	sum    time.Duration
 	ops    int64
 	errors int64
-	first  error // the first refusal
+	first  string // the server's answer to the first refused op
 	err    error
 }
 
@@ -104,7 +90,7 @@ func Run(ctx context.Context, cfg Config, target Target, workers int, progress *
 	ws := make([]*worker, workers)
 	defer func() {
 		for _, w := range ws {
-			if w != nil && w.d != nil {
+			if w != nil {
 				_ = w.d.close()
 			}
 		}
@@ -119,30 +105,24 @@ func Run(ctx context.Context, cfg Config, target Target, workers int, progress *
 // histograms into the row.
 func measure(ctx context.Context, cfg Config, target Target, ws []*worker, progress *atomic.Int64) (Result, error) {
 	workers := len(ws)
+	if progress == nil {
+		progress = new(atomic.Int64)
+	}
 
 	var stop atomic.Bool
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() { // when the caller gives up, stop the loops and unblock reads
-		select {
-		case <-ctx.Done():
-			stop.Store(true)
-			for _, w := range ws {
-				w.d.interrupt()
-			}
-		case <-finished:
+	// When the caller gives up, stop the loops and unblock reads.
+	defer context.AfterFunc(ctx, func() {
+		stop.Store(true)
+		for _, w := range ws {
+			w.d.interrupt()
 		}
-	}()
+	})()
 
 	var wg sync.WaitGroup
 	start := time.Now()
 	loop := newSchedule(cfg, workers, start)
 	for i, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(loop, i, &stop, progress)
-		}()
+		wg.Go(func() { w.run(loop, i, &stop, progress) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -169,9 +149,7 @@ func measure(ctx context.Context, cfg Config, target Target, ws []*worker, progr
 		sum += w.sum
 		res.Ops += w.ops
 		res.Errors += w.errors
-		if res.Refusal == "" && w.first != nil {
-			res.Refusal = refusalAnswer(w.first)
-		}
+		res.Refusal = cmp.Or(res.Refusal, w.first)
 	}
 	summarize(&res, merged, sum)
 	return res, nil
@@ -199,34 +177,28 @@ func dialAll(ctx context.Context, cfg Config, target Target, ws []*worker) error
 	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
 	for i := range ws {
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-sem }()
 			dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 			defer cancel()
-			d, err := dial(dctx, cfg, target, i)
+			d, err := dialers[target.Kind](dctx, cfg, target.Addr, i)
 			if err != nil {
 				errs[i] = fmt.Errorf("bench: %s worker %d: %w", target.Name, i, err)
 				return
 			}
 			ws[i] = newWorker(d)
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func dial(ctx context.Context, cfg Config, target Target, w int) (driver, error) {
-	switch target.Kind {
-	case KindTCP:
-		return dialTCP(ctx, cfg, target.Addr, w)
-	case KindHTTP:
-		return dialHTTP(ctx, cfg, target.Addr, w)
-	case KindRedis:
-		return dialRedis(ctx, cfg, target.Addr, w)
-	}
-	return nil, fmt.Errorf("unknown target kind %q", target.Kind)
+// dialers connect worker w to addr, by the target's Kind.
+var dialers = map[Kind]func(ctx context.Context, cfg Config, addr string, w int) (driver, error){
+	KindTCP:   dialTCP,
+	KindHTTP:  dialHTTP,
+	KindRedis: dialRedis,
 }
 
 // schedule says when a row ends and, in open loop, when each op starts.
@@ -245,10 +217,7 @@ func newSchedule(cfg Config, workers int, start time.Time) schedule {
 		s.rounds = 0
 	}
 	if cfg.Rate > 0 {
-		s.interval = time.Duration(float64(workers) / cfg.Rate * float64(time.Second))
-		if s.interval <= 0 {
-			s.interval = 1
-		}
+		s.interval = max(time.Duration(float64(workers)/cfg.Rate*float64(time.Second)), 1)
 	}
 	return s
 }
@@ -286,42 +255,34 @@ func (w *worker) run(s schedule, id int, stop *atomic.Bool, progress *atomic.Int
 		}
 		err := w.d.op()
 		end = time.Now()
+		var re *refusedError
 		switch {
 		case err == nil:
 			lat := end.Sub(begin)
 			w.sum += lat
 			w.ops++
-			v := int64(lat / time.Microsecond)
-			if v > histMax {
-				v = histMax
-			}
-			_ = w.hist.RecordValue(v) // in range by construction
-		case errors.Is(err, errRefused):
+			_ = w.hist.RecordValue(min(int64(lat/time.Microsecond), histMax)) // in range by construction
+		case errors.As(err, &re):
 			w.errors++
-			if w.first == nil {
-				w.first = err
-			}
+			w.first = cmp.Or(w.first, re.answer)
 		default:
 			w.err = err
 			return
 		}
-		if progress != nil {
-			if pending++; pending == progressEvery {
-				progress.Add(progressEvery)
-				pending = 0
-			}
+		if pending++; pending == progressEvery {
+			progress.Add(progressEvery)
+			pending = 0
 		}
 		if !open && !s.deadline.IsZero() && !end.Before(s.deadline) {
 			break
 		}
 	}
-	if progress != nil && pending > 0 {
-		progress.Add(int64(pending))
-	}
+	progress.Add(int64(pending))
 	// A pipelining driver still holds its last grant: others may wait
 	// for it.
 	if f, ok := w.d.(interface{ flush() error }); ok {
-		if err := f.flush(); err != nil && !errors.Is(err, errRefused) {
+		var re *refusedError
+		if err := f.flush(); err != nil && !errors.As(err, &re) {
 			w.err = err
 		}
 	}

@@ -87,12 +87,6 @@ func TotalOps(cfg Config) int64 {
 	return n
 }
 
-// TotalDuration is how long a duration-mode sweep of cfg runs, not counting
-// connection set-up; 0 in rounds mode.
-func TotalDuration(cfg Config) time.Duration {
-	return cfg.Duration * time.Duration(len(cfg.Workers)*len(cfg.Targets))
-}
-
 // jsonRow is a Result as --json prints it: latencies in milliseconds.
 type jsonRow struct {
 	Target     string  `json:"target"`

@@ -8,12 +8,10 @@ import (
 
 // TableOptions chooses the table's extra columns.
 type TableOptions struct {
-	// Targets adds a leading Target column; set it when rows come from
-	// more than one target.
-	Targets bool
-	// Ratio adds a trailing column: the first target's throughput divided
+	// Compare, for rows of more than one target, adds a leading Target
+	// column and a trailing Ratio: the first target's throughput divided
 	// by the row's.
-	Ratio bool
+	Compare bool
 	// Errors adds an Errors column (refused ops).
 	Errors bool
 }
@@ -22,8 +20,8 @@ type TableOptions struct {
 // README: | Workers | Rounds | Ops | Throughput | Mean | p50 | p99 | p99.9 |.
 func WriteTable(w io.Writer, rs []Result, opt TableOptions) error {
 	var b []byte
-	b = appendRow(b, header(opt))
-	b = appendSep(b, len(header(opt)))
+	h := header(opt)
+	b = appendSep(appendRow(b, h), len(h))
 	for _, r := range rs {
 		b = appendRow(b, Row(r, opt))
 	}
@@ -33,14 +31,14 @@ func WriteTable(w io.Writer, rs []Result, opt TableOptions) error {
 
 func header(opt TableOptions) []string {
 	h := make([]string, 0, 12)
-	if opt.Targets {
+	if opt.Compare {
 		h = append(h, "Target")
 	}
 	h = append(h, "Workers", "Rounds", "Ops", "Throughput", "Mean", "p50", "p99", "p99.9")
 	if opt.Errors {
 		h = append(h, "Errors")
 	}
-	if opt.Ratio {
+	if opt.Compare {
 		h = append(h, "Ratio")
 	}
 	return h
@@ -49,7 +47,7 @@ func header(opt TableOptions) []string {
 // Row returns the table cells of r.
 func Row(r Result, opt TableOptions) []string {
 	row := make([]string, 0, 12)
-	if opt.Targets {
+	if opt.Compare {
 		row = append(row, r.Target.Name)
 	}
 	rounds := FormatCount(int64(r.Rounds))
@@ -69,7 +67,7 @@ func Row(r Result, opt TableOptions) []string {
 	if opt.Errors {
 		row = append(row, FormatCount(r.Errors))
 	}
-	if opt.Ratio {
+	if opt.Compare {
 		row = append(row, FormatRatio(r.Ratio))
 	}
 	return row
@@ -96,21 +94,10 @@ func appendSep(b []byte, n int) []byte {
 // FormatCount writes n with thousands separators: 1,000.
 func FormatCount(n int64) string {
 	s := strconv.FormatInt(n, 10)
-	neg := n < 0
-	if neg {
-		s = s[1:]
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	out := make([]byte, 0, len(s)+len(s)/3+1)
-	if neg {
-		out = append(out, '-')
-	}
-	for i := range len(s) {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
+	return s
 }
 
 // FormatRate writes a throughput rounded to whole ops: "13,440 ops/s".

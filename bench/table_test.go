@@ -81,7 +81,7 @@ func TestWriteTable(t *testing.T) {
 		{
 			name: "comparison",
 			rs:   []Result{r, cmp},
-			opt:  TableOptions{Targets: true, Ratio: true},
+			opt:  TableOptions{Compare: true},
 			want: "| Target | Workers | Rounds | Ops | Throughput | Mean | p50 | p99 | p99.9 | Ratio |\n" +
 				"|---|---|---|---|---|---|---|---|---|---|\n" +
 				"| latchd | 10 | 1,000 | 10,000 | 45,861 ops/s | 0.217 ms | 0.215 ms | 0.382 ms | 1.200 ms | 1.00x |\n" +

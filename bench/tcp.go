@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/latchd/latchd/codec"
 )
@@ -27,8 +28,8 @@ type tcpDriver struct {
 	enqArg   []byte // e: "[ttl]"
 	waitArg  []byte // w: "timeout"
 
-	// Config.Pipeline: held is the token of the grant whose release goes
-	// out with the next acquire; empty when nothing is held.
+	// held is the token of the grant to release next; empty when nothing
+	// is held. With Config.Pipeline it goes out with the next acquire.
 	pipeline bool
 	held     []byte
 }
@@ -85,7 +86,7 @@ func newTCPDriver(conn net.Conn, cfg Config, w int) *tcpDriver {
 func (d *tcpDriver) auth(ctx context.Context, secret string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = d.conn.SetDeadline(dl)
-		defer d.conn.SetDeadline(timeZero)
+		defer d.conn.SetDeadline(time.Time{})
 	}
 	d.out = codec.AppendRequest(d.out[:0], codec.CmdAuth, []byte("_"), []byte(secret))
 	if err := d.roundTrip(); err != nil {
@@ -110,29 +111,20 @@ func (d *tcpDriver) op() error {
 	if d.pipeline {
 		return d.pipelinedOp()
 	}
+	var err error
 	if d.twoPhase {
-		if err := d.enqueueWait(); err != nil {
-			return err
-		}
+		err = d.enqueueWait()
 	} else {
 		d.out = codec.AppendRequest(d.out[:0], d.acquire, d.key, d.acqArg)
-		if err := d.roundTrip(); err != nil {
-			return err
-		}
-		if err := d.granted(codec.StatusOK); err != nil {
-			return err
+		if err = d.roundTrip(); err == nil {
+			err = d.granted(codec.StatusOK)
 		}
 	}
-	// The token aliases the reader's buffer: AppendRequest copies it out
-	// before the next read.
-	d.out = codec.AppendRequest(d.out[:0], d.release, d.key, d.resp.Token)
-	if err := d.roundTrip(); err != nil {
+	if err != nil {
 		return err
 	}
-	if d.resp.Status != codec.StatusOK {
-		return d.refusal()
-	}
-	return nil
+	d.held = append(d.held[:0], d.resp.Token...) // the token aliases the reader's buffer
+	return d.flush()
 }
 
 // refusal is the refused op of the answer in d.resp.
@@ -158,12 +150,14 @@ func (d *tcpDriver) pipelinedOp() error {
 	if _, err := d.conn.Write(d.out); err != nil {
 		return err
 	}
-	released := true
+	var relErr error
 	if releasing {
 		if err := d.readResp(); err != nil {
 			return err
 		}
-		released = d.resp.Status == codec.StatusOK
+		if d.resp.Status != codec.StatusOK {
+			relErr = d.refusal() // the last op's lease ran out
+		}
 	}
 	if err := d.readResp(); err != nil {
 		return err
@@ -172,13 +166,11 @@ func (d *tcpDriver) pipelinedOp() error {
 		return err
 	}
 	d.held = append(d.held, d.resp.Token...)
-	if !released {
-		return errRefused // the last op's release failed (its lease ran out)
-	}
-	return nil
+	return relErr
 }
 
-// flush releases the grant a pipelined worker still holds, untimed.
+// flush releases the grant held, if any: a pipelined worker's last one,
+// untimed.
 func (d *tcpDriver) flush() error {
 	if len(d.held) == 0 {
 		return nil
@@ -189,7 +181,7 @@ func (d *tcpDriver) flush() error {
 		return err
 	}
 	if d.resp.Status != codec.StatusOK {
-		return errRefused
+		return d.refusal()
 	}
 	return nil
 }

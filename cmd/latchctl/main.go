@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/client"
+	"github.com/latchd/latchd/internal/buildinfo"
 )
 
 // Exit statuses of latchctl itself. Otherwise lock, sem and elect exit with
@@ -68,7 +70,7 @@ type common struct {
 // fromEnv returns the defaults: the built-in ones and the environment's.
 func fromEnv(getenv func(string) string) common {
 	return common{
-		addr:        envOr(getenv, "LATCHD_ADDR", client.DefaultAddr),
+		addr:        cmp.Or(getenv("LATCHD_ADDR"), client.DefaultAddr),
 		servers:     getenv("LATCHD_SERVERS"),
 		authToken:   getenv("LATCHD_AUTH_TOKEN"),
 		dialTimeout: client.DefaultDialTimeout,
@@ -96,13 +98,6 @@ type secret string
 func (s *secret) String() string     { return "" }
 func (s *secret) Set(v string) error { *s = secret(v); return nil }
 
-func envOr(getenv func(string) string, name, def string) string {
-	if v := getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 // cluster returns the seed addresses given with --servers, or nil.
 func (c *common) cluster() []string {
 	var out []string
@@ -112,6 +107,14 @@ func (c *common) cluster() []string {
 		}
 	}
 	return out
+}
+
+// targets returns the addresses of --servers, or --addr.
+func (c *common) targets() []string {
+	if seeds := c.cluster(); len(seeds) > 0 {
+		return seeds
+	}
+	return []string{c.addr}
 }
 
 // tlsConfig builds the TLS configuration the flags ask for, or nil.
@@ -182,18 +185,14 @@ type seconds time.Duration
 func (s *seconds) String() string { return time.Duration(*s).String() }
 
 func (s *seconds) Set(v string) error {
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if f < 0 {
-			return errors.New("negative duration")
-		}
-		*s = seconds(f * float64(time.Second))
-		return nil
-	}
 	d, err := time.ParseDuration(v)
-	if err != nil {
-		return errors.New("want seconds or a duration such as 1m30s")
+	if f, ferr := strconv.ParseFloat(v, 64); ferr == nil { // a plain number is seconds
+		d, err = time.Duration(f*float64(time.Second)), nil
 	}
-	if d < 0 {
+	switch {
+	case err != nil:
+		return errors.New("want seconds or a duration such as 1m30s")
+	case d < 0:
 		return errors.New("negative duration")
 	}
 	*s = seconds(d)
@@ -211,6 +210,16 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// parseNoArgs parses the flags of subcommand sub, which takes no
+// arguments.
+func parseNoArgs(sub string, fs *flag.FlagSet, args []string) error {
+	pos, cmd, err := parse(fs, args)
+	if err == nil && (len(pos) > 0 || cmd != nil) {
+		return usagef("%s takes no arguments", sub)
+	}
+	return err
 }
 
 // parse parses args with fs, allowing flags between positional arguments,
@@ -281,7 +290,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	case "health":
 		err = runHealth(fs, &c, rest, stdout)
 	case "version":
-		fmt.Fprintf(stdout, "latchctl %s\n", versionString())
+		fmt.Fprintf(stdout, "latchctl %s\n", buildinfo.Get())
 		return 0
 	case "help":
 		top.Usage()

@@ -32,21 +32,16 @@ type holder interface {
 	Fence() uint64
 }
 
-// heldFlags are the flags of lock, sem and elect.
-type heldFlags struct {
-	timeout, ttl, killAfter time.Duration
-	limit                   int
-}
-
 // held is one lock, sem or elect run: what to hold, and the command to
 // run while holding it.
 type held struct {
-	sub, key string
-	cmd      []string
-	hf       heldFlags
-	c        *common
-	opts     []client.Option
-	stderr   io.Writer
+	sub, key                string
+	cmd                     []string
+	timeout, ttl, killAfter time.Duration // the flags; timeout -1: not given
+	limit                   int
+	c                       *common
+	opts                    []client.Option
+	stderr                  io.Writer
 }
 
 func runHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io.Writer) int {
@@ -64,24 +59,24 @@ func runHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io.W
 	}
 	// From here on, signals go to CMD; one that arrived as the wait ended
 	// is passed on as soon as CMD starts.
-	status := supervise(h, r.key, r.cmd, r.hf.killAfter, w.sigs, w.got(), stderr)
+	status := supervise(h, r.key, r.cmd, r.killAfter, w.sigs, w.got(), stderr)
 	return r.release(release, status)
 }
 
 // parseHeld reads the flags and arguments of lock, sem or elect.
 func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io.Writer) (*held, error) {
-	r := &held{sub: sub, c: c, stderr: stderr, hf: heldFlags{timeout: -1, killAfter: 10 * time.Second}}
+	r := &held{sub: sub, c: c, stderr: stderr, timeout: -1, killAfter: 10 * time.Second}
 	if sub != "elect" {
-		fs.Var((*optSeconds)(&r.hf.timeout), "timeout", "how long to wait for the key (0: try once; default: wait as long as it takes)")
+		fs.Var((*optSeconds)(&r.timeout), "timeout", "how long to wait for the key (0: try once; default: wait as long as it takes)")
 	}
 	if sub == "sem" {
-		fs.IntVar(&r.hf.limit, "limit", 0, "the semaphore's limit: how many may hold it at once (required)")
+		fs.IntVar(&r.limit, "limit", 0, "the semaphore's limit: how many may hold it at once (required)")
 	}
-	fs.Var((*seconds)(&r.hf.ttl), "ttl", "lease length, renewed while CMD runs (default: the server's, 33 s unless configured)")
-	fs.Var((*seconds)(&r.hf.killAfter), "kill-after", "when the lease is lost: time between CMD's SIGTERM and SIGKILL")
+	fs.Var((*seconds)(&r.ttl), "ttl", "lease length, renewed while CMD runs (default: the server's, 33 s unless configured)")
+	fs.Var((*seconds)(&r.killAfter), "kill-after", "when the lease is lost: time between CMD's SIGTERM and SIGKILL")
 	pos, cmd, err := parse(fs, args)
 	if err == nil {
-		err = checkHeld(sub, pos, cmd, r.hf)
+		err = checkHeld(sub, pos, cmd, r.limit)
 	}
 	if err != nil {
 		return nil, err
@@ -94,7 +89,7 @@ func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io
 }
 
 // ttlSeconds is --ttl in whole seconds, rounded up (0: the server's).
-func (r *held) ttlSeconds() int { return int((r.hf.ttl + time.Second - 1) / time.Second) }
+func (r *held) ttlSeconds() int { return int((r.ttl + time.Second - 1) / time.Second) }
 
 // take acquires the lock or semaphore, or wins the election. It returns
 // what is held and how to give it up, or a nil holder and the exit status.
@@ -113,11 +108,11 @@ func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
 		acquire func(context.Context) (bool, error)
 	)
 	if r.sub == "lock" {
-		l := &client.Lock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.hf.timeout)}
+		l := &client.Lock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout)}
 		setTarget(r.c, &l.Servers, &l.Cluster)
 		h, release, acquire = l, l.Release, l.Acquire
 	} else {
-		s := &client.Semaphore{Key: r.key, Limit: r.hf.limit, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.hf.timeout)}
+		s := &client.Semaphore{Key: r.key, Limit: r.limit, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout)}
 		setTarget(r.c, &s.Servers, &s.Cluster)
 		h, release, acquire = s, s.Release, s.Acquire
 	}
@@ -128,9 +123,9 @@ func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
 			return nil, nil, acquireFailed(err, w.got(), r.key, r.stderr)
 		case ok:
 			return h, release, 0
-		case r.hf.timeout >= 0:
+		case r.timeout >= 0:
 			_ = w.got() // stop the watcher
-			fmt.Fprintf(r.stderr, "latchctl: timed out after %v waiting for %s\n", r.hf.timeout, r.key)
+			fmt.Fprintf(r.stderr, "latchctl: timed out after %v waiting for %s\n", r.timeout, r.key)
 			return nil, nil, exitTimeout
 		}
 		// No --timeout: wait again.
@@ -162,19 +157,18 @@ type signalWatch struct {
 	sigs    chan os.Signal
 	ctx     context.Context
 	cancel  context.CancelFunc
-	gotCh   chan os.Signal
+	sig     os.Signal // written before watched closes
 	watched chan struct{}
 }
 
 func watchSignals() *signalWatch {
-	w := &signalWatch{sigs: make(chan os.Signal, 8), gotCh: make(chan os.Signal, 1), watched: make(chan struct{})}
+	w := &signalWatch{sigs: make(chan os.Signal, 8), watched: make(chan struct{})}
 	signal.Notify(w.sigs, forwarded...)
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	go func() {
 		defer close(w.watched)
 		select {
-		case s := <-w.sigs:
-			w.gotCh <- s
+		case w.sig = <-w.sigs:
 			w.cancel()
 		case <-w.ctx.Done():
 		}
@@ -187,12 +181,7 @@ func watchSignals() *signalWatch {
 func (w *signalWatch) got() os.Signal {
 	w.cancel()
 	<-w.watched
-	select {
-	case s := <-w.gotCh:
-		return s
-	default:
-		return nil
-	}
+	return w.sig
 }
 
 func (w *signalWatch) stop() {
@@ -200,7 +189,7 @@ func (w *signalWatch) stop() {
 	w.cancel()
 }
 
-func checkHeld(sub string, pos, cmd []string, hf heldFlags) error {
+func checkHeld(sub string, pos, cmd []string, limit int) error {
 	what := "KEY"
 	if sub == "elect" {
 		what = "NAME"
@@ -210,7 +199,7 @@ func checkHeld(sub string, pos, cmd []string, hf heldFlags) error {
 		return usagef("%s needs exactly one %s before --, got %q", sub, what, pos)
 	case len(cmd) == 0:
 		return usagef("%s needs a command after --: latchctl %s %s -- CMD [ARGS...]", sub, sub, what)
-	case sub == "sem" && hf.limit < 1:
+	case sub == "sem" && limit < 1:
 		return usagef("sem needs --limit N (N >= 1)")
 	}
 	return nil

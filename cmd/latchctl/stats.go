@@ -22,10 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/latchd/latchd/client"
-	"github.com/latchd/latchd/internal/buildinfo"
 )
-
-func versionString() string { return buildinfo.Get().String() }
 
 // row is one key of the stats table.
 type row struct {
@@ -78,12 +75,8 @@ func writeTable(w io.Writer, rs []row, all bool) error {
 func runStats(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the server's report as JSON")
 	all := fs.Bool("all", false, "list idle keys too")
-	pos, cmd, err := parse(fs, args)
-	if err != nil {
+	if err := parseNoArgs("stats", fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 || cmd != nil {
-		return usagef("stats takes no arguments")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout+client.DefaultIOTimeout)
 	defer cancel()
@@ -162,12 +155,8 @@ func runTop(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error 
 	metricsURL := fs.String("metrics-url", os.Getenv("LATCHD_METRICS_URL"), "the server's Prometheus endpoint (http://host:port/metrics), for ops/s (env LATCHD_METRICS_URL)")
 	limit := fs.Int("limit", 20, "keys to show")
 	once := fs.Bool("once", false, "print one frame and exit (with --metrics-url, after two scrapes one interval apart)")
-	pos, cmd, err := parse(fs, args)
-	if err != nil {
+	if err := parseNoArgs("top", fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 || cmd != nil {
-		return usagef("top takes no arguments")
 	}
 	if interval <= 0 {
 		return usagef("--interval must be > 0")
@@ -185,10 +174,8 @@ func runTop(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error 
 		return err
 	}
 	defer func() { _ = q.Close() }() // nothing held
-	tty := false
-	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		tty = true
-	}
+	f, ok := stdout.(*os.File)
+	tty := ok && term.IsTerminal(int(f.Fd()))
 	var (
 		prev     map[string]float64
 		prevTime time.Time
@@ -211,8 +198,7 @@ func runTop(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error 
 		if err != nil {
 			return err
 		}
-		final := !*once || *metricsURL == "" || frame > 0
-		if final {
+		if !*once || *metricsURL == "" || frame > 0 { // --once with rates needs a second scrape
 			var b strings.Builder
 			if tty && !*once {
 				b.WriteString("\x1b[H\x1b[2J") // home, clear screen
@@ -236,20 +222,13 @@ func runTop(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error 
 
 func writeTop(w io.Writer, c *common, st *client.Stats, cur, prev map[string]float64, dt time.Duration,
 	merr error, haveURL bool, limit int, now time.Time) {
-	target := c.addr
-	if s := c.cluster(); len(s) > 0 {
-		target = strings.Join(s, ",")
-	}
+	rs := rows(st, false)
 	held, waiting := 0, 0
-	for _, l := range st.Locks {
-		held++
-		waiting += l.Waiters
+	for _, r := range rs {
+		held += r.holders
+		waiting += r.waiters
 	}
-	for _, s := range st.Semaphores {
-		held += s.Holders
-		waiting += s.Waiters
-	}
-	fmt.Fprintf(w, "latchctl top  %s  %s\n", target, now.Format("15:04:05"))
+	fmt.Fprintf(w, "latchctl top  %s  %s\n", strings.Join(c.targets(), ","), now.Format("15:04:05"))
 	fmt.Fprintf(w, "connections %d  keys in use %d  held %d  waiting %d  idle keys %d\n",
 		st.Connections, len(st.Locks)+len(st.Semaphores), held, waiting, len(st.IdleLocks)+len(st.IdleSemaphores))
 	switch {
@@ -268,7 +247,6 @@ func writeTop(w io.Writer, c *common, st *client.Stats, cur, prev map[string]flo
 		fmt.Fprintf(w, "ops/s: %s\n", strings.Join(parts, "  "))
 	}
 	fmt.Fprintln(w)
-	rs := rows(st, false)
 	// Busiest first: most waiters, then most holders, then key.
 	slices.SortStableFunc(rs, func(a, b row) int {
 		return cmp.Or(cmp.Compare(b.waiters, a.waiters), cmp.Compare(b.holders, a.holders))
@@ -281,12 +259,8 @@ func writeTop(w io.Writer, c *common, st *client.Stats, cur, prev map[string]flo
 
 func runHealth(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error {
 	httpURL := fs.String("http", "", "check this URL instead (e.g. http://127.0.0.1:6389/healthz): healthy when it answers 200")
-	pos, cmd, err := parse(fs, args)
-	if err != nil {
+	if err := parseNoArgs("health", fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 || cmd != nil {
-		return usagef("health takes no arguments")
 	}
 	if *httpURL != "" {
 		hc, err := c.httpClient()
@@ -314,23 +288,20 @@ func runHealth(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) err
 		return err
 	}
 	// Every node of a cluster on its own: a health check is about each.
-	targets := c.cluster()
-	if len(targets) == 0 {
-		targets = []string{c.addr}
-	}
-	var bad []error
+	targets := c.targets()
+	bad := 0
 	for _, addr := range targets {
 		start := time.Now()
 		err := ping(addr, c.dialTimeout+client.DefaultIOTimeout, opts)
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: unhealthy: %v\n", addr, err)
-			bad = append(bad, err)
+			bad++
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: ok (%v)\n", addr, time.Since(start).Round(time.Millisecond))
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%d of %d servers unhealthy", len(bad), len(targets))
+	if bad > 0 {
+		return fmt.Errorf("%d of %d servers unhealthy", bad, len(targets))
 	}
 	return nil
 }
