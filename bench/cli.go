@@ -391,7 +391,8 @@ func leaderMain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageErr(err)
 	}
 	if fs.NArg() == 0 {
-		return usageErr(errors.New("leader: name the members' addresses"))
+		fmt.Fprintln(stderr, "latchd-bench leader: name the members' addresses")
+		return errUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

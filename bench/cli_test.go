@@ -151,3 +151,12 @@ func TestPlotTitleNamesMode(t *testing.T) {
 		t.Fatal("the plot's title does not name the mode and loop")
 	}
 }
+
+// leader with no address is a usage error that says what is missing.
+func TestLeaderWithoutAddresses(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), []string{"leader"}, &out, &errOut)
+	if code != 2 || !strings.Contains(errOut.String(), "name the members' addresses") {
+		t.Fatalf("exit %d, stderr %q; want 2 saying what is missing", code, errOut.String())
+	}
+}
