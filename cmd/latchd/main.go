@@ -21,7 +21,6 @@ import (
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/buildinfo"
 	"github.com/latchd/latchd/internal/clock"
-	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/server"
 )
 
@@ -164,63 +163,6 @@ func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout
 	defer cancel()
 	_ = srv.Settle(ctx)
 	return n
-}
-
-// localEngine is a single node's engine with what keeps it: the expiry
-// clock and, with --fence-state-file, the fence journal.
-type localEngine struct {
-	eng   *engine.Engine
-	stops []func()
-}
-
-func (l *localEngine) stop() {
-	for i := len(l.stops) - 1; i >= 0; i-- {
-		l.stops[i]()
-	}
-}
-
-// startEngine builds the single-node engine: the fence counter seeded from
-// the journal or the clock, the journal's reservations kept, the expiry
-// clock running.
-func startEngine(o *options, ecfg *engine.Config, log *zap.Logger) (*localEngine, error) {
-	l := &localEngine{}
-	var journal *fencefile.Journal
-	if o.fenceFile != "" {
-		var err error
-		journal, err = fencefile.Open(o.fenceFile, fencefile.WithClockFloor(uint64(time.Now().UnixNano())))
-		if err != nil {
-			return nil, err // ErrLocked and ErrCorrupt name the file and say what to do
-		}
-		l.stops = append(l.stops, func() { _ = journal.Close() })
-		if w := journal.Recovered(); w != nil {
-			log.Warn("fence journal fell back to one slot", zap.Error(w))
-		}
-		ecfg.FenceSeed, ecfg.FenceLimit, ecfg.FenceReserve = journal.EngineHooks()
-	} else {
-		// Seeding the fence counter from the wall clock keeps tokens rising
-		// across restarts as long as the clock does not step back.
-		ecfg.FenceSeed = uint64(time.Now().UnixNano())
-	}
-	eng, err := engine.New(*ecfg)
-	if err != nil {
-		l.stop()
-		return nil, err
-	}
-	l.eng = eng
-	if journal != nil {
-		stopKeep, keepDone := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(keepDone)
-			journal.Keep(stopKeep, eng.LastFence, eng.RaiseFenceLimit, func(err error) {
-				log.Error("fence reservation failed", zap.String("file", journal.Path()), zap.Error(err))
-			})
-		}()
-		l.stops = append(l.stops, func() { close(stopKeep); <-keepDone })
-	}
-	stopClock, clockDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(clockDone); clock.Drive(stopClock, eng, 10*time.Millisecond) }()
-	l.stops = append(l.stops, func() { close(stopClock); <-clockDone })
-	return l, nil
 }
 
 // stopAll stops the listeners, releasing everything their clients held,
