@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,9 +55,9 @@ func (o *options) clusterOptions() error {
 	}
 	// Other nodes send clients to these addresses: a wildcard host names
 	// no machine.
-	for _, a := range []struct{ flag, addr, fix string }{
-		{"--advertise-addr", o.clientAddr(), "--advertise-addr"},
-		{"--advertise-http-addr", o.httpAddr(), "--advertise-http-addr"},
+	for _, a := range []struct{ flag, addr string }{
+		{"--advertise-addr", o.clientAddr()},
+		{"--advertise-http-addr", o.httpAddr()},
 	} {
 		if a.addr == "" {
 			continue
@@ -66,7 +67,7 @@ func (o *options) clusterOptions() error {
 			return fmt.Errorf("%s %q: %v", a.flag, a.addr, err)
 		}
 		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-			return fmt.Errorf("--host %q is a wildcard, which other nodes cannot send clients to: set %s", o.host, a.fix)
+			return fmt.Errorf("--host %q is a wildcard, which other nodes cannot send clients to: set %s", o.host, a.flag)
 		}
 	}
 	if _, err := o.peers(); err != nil {
@@ -89,12 +90,10 @@ func readSecret(path, what string) (string, error) {
 
 // clientAddr is where this node's clients connect, named in
 // error_not_leader.
-func (o *options) clientAddr() string {
-	if o.advertiseAddr != "" {
-		return o.advertiseAddr
-	}
-	return hostPort(o.host, o.port)
-}
+func (o *options) clientAddr() string { return cmp.Or(o.advertiseAddr, hostPort(o.host, o.port)) }
+
+// raftPeerAddr is where the other nodes dial this node's raft transport.
+func (o *options) raftPeerAddr() string { return cmp.Or(o.raftAdvertise, o.raftAddr) }
 
 // httpAddr is where this node's REST clients connect, named in the REST
 // API's 503 not_leader once this node leads; empty without HTTP.
@@ -112,11 +111,7 @@ func (o *options) httpAddr() string {
 // cluster of itself.
 func (o *options) peers() ([]replica.Peer, error) {
 	if o.clusterPeers == "" {
-		adv := o.raftAdvertise
-		if adv == "" {
-			adv = o.raftAddr
-		}
-		return []replica.Peer{{ID: o.nodeID, RaftAddr: adv, ClientAddr: o.clientAddr()}}, nil
+		return []replica.Peer{{ID: o.nodeID, RaftAddr: o.raftPeerAddr(), ClientAddr: o.clientAddr()}}, nil
 	}
 	var ps []replica.Peer
 	for _, item := range strings.Split(o.clusterPeers, ",") {
@@ -222,11 +217,7 @@ func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logg
 			return // already a member: a restart, not a join
 		}
 	}
-	adv := o.raftAdvertise
-	if adv == "" {
-		adv = o.raftAddr
-	}
-	body, _ := json.Marshal(map[string]string{"id": o.nodeID, "raft_addr": adv, "client_addr": o.clientAddr()})
+	body, _ := json.Marshal(map[string]string{"id": o.nodeID, "raft_addr": o.raftPeerAddr(), "client_addr": o.clientAddr()})
 	scheme := "http"
 	if o.tls != nil {
 		scheme = "https"
