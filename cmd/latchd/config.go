@@ -101,7 +101,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if err := o.resolveAuthToken(src); err != nil {
 		return nil, err
 	}
-	if err := checkAuthSecret(o.authToken, o.authSource(src)); err != nil {
+	if err := checkAuthSecret(o.authToken, o.authSource(vars)); err != nil {
 		return nil, err
 	}
 	if err := o.clusterOptions(); err != nil {
@@ -132,23 +132,21 @@ func (o *options) loadTLS() error {
 	return nil
 }
 
-// authSource names where the auth secret came from, for error messages.
-func (o *options) authSource(src map[string]source) string {
+// authSource names where the auth secret came from, for error messages:
+// the flag or the variable (vars, from applyEnv) that set it.
+func (o *options) authSource(vars map[string]string) string {
 	name := "auth-token"
 	if o.authFromFile {
 		name = "auth-token-file"
 	}
-	where := envName(name)
-	switch src[name] {
-	case fromFlag:
-		where = "--" + name
-	case fromDflockdEnv:
-		where = "DFLOCKD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	where := "--" + name
+	if v := vars[name]; v != "" {
+		where = v
 	}
 	if !o.authFromFile {
 		return where
 	}
-	if src[name] == fromFlag {
+	if vars[name] == "" {
 		return where + " " + o.authTokenFile
 	}
 	return where + "=" + o.authTokenFile
