@@ -3,7 +3,7 @@ package fencefile
 import (
 	"errors"
 	"fmt"
-	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"sync"
@@ -141,9 +141,9 @@ func (j *Journal) load() error {
 		// surviving limit was issued while it was in flight). extend keeps
 		// every unmirrored record within two of its predecessor's steps,
 		// so this margin covers that record too.
-		m, ok1 := add(j.cur.step, j.cur.step)
-		b, ok2 := add(j.cur.limit, m)
-		if !ok1 || !ok2 {
+		m, c1 := bits.Add64(j.cur.step, j.cur.step, 0)
+		b, c2 := bits.Add64(j.cur.limit, m, 0)
+		if c1|c2 != 0 {
 			return fmt.Errorf("%w: %s: stored limit %d is too close to the end of uint64", ErrExhausted, j.path, j.cur.limit)
 		}
 		base = b
@@ -212,8 +212,8 @@ func (j *Journal) usableLocked() error {
 // fallback to the other slot never needs a bigger margin than Open adds.
 func (j *Journal) extendLocked(base uint64) (uint64, error) {
 	base = max(base, j.cur.limit)
-	target, ok := add(base, j.step)
-	if !ok {
+	target, carry := bits.Add64(base, j.step, 0)
+	if carry != 0 {
 		return 0, fmt.Errorf("%w: %s: cannot reserve past %d", ErrExhausted, j.path, base)
 	}
 	jump := target - j.cur.limit
@@ -266,14 +266,6 @@ func (j *Journal) EngineHooks() (seed, limit uint64, reserve func(need uint64) u
 		}
 		return l
 	}
-}
-
-// add returns a+b and whether it did not overflow.
-func add(a, b uint64) (uint64, bool) {
-	if a > math.MaxUint64-b {
-		return 0, false
-	}
-	return a + b, true
 }
 
 // syncDir fsyncs a directory, making a new entry in it durable.
