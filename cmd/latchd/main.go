@@ -114,16 +114,6 @@ func (s stopSummary) log(log *zap.Logger, err error) {
 	log.Info("latchd stopped", fields...)
 }
 
-// stopBudget bounds closing everything after the drain: a single node
-// closes in milliseconds; a cluster node proposes its connections'
-// cleanup through the log, as before --shutdown-timeout existed.
-func stopBudget(cluster bool) time.Duration {
-	if cluster {
-		return 10 * time.Second
-	}
-	return 2 * time.Second
-}
-
 // drain is the graceful part of a single node's stop: stop accepting TCP
 // connections, answer every queued waiter (TCP error, REST 503
 // shutting_down) and refuse new acquires, then give holders until timeout

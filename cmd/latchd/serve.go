@@ -292,8 +292,13 @@ func (d *daemon) shutdown(ctx context.Context, sigs <-chan os.Signal) (sum stopS
 		_, g := d.eng.Metrics()
 		sum.leases = g.Held
 	}
-	// Closing is quick (milliseconds); the bound is for a wedged peer.
-	sctx, cancel := context.WithTimeout(context.Background(), stopBudget(d.node != nil))
+	// A single node closes in milliseconds, a cluster node proposes its
+	// connections' cleanup through the log; the bound is for a wedged peer.
+	bound := 2 * time.Second
+	if d.node != nil {
+		bound = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	return sum, stopAll(sctx, d.srv, d.web)
 }
