@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/latchd/latchd/fence"
@@ -90,9 +91,7 @@ type held struct {
 	k     cmds
 	key   string
 	grant Grant
-
-	dmu sync.Mutex
-	end time.Time // the lease's local end: a request's send time + its TTL
+	end   atomic.Pointer[time.Time] // the lease's local end: a request's send time + its TTL
 
 	stop chan struct{} // closed by Release
 	done chan struct{} // closed when the renewal goroutine exits
@@ -109,17 +108,9 @@ func (h *held) markLost(err error) {
 }
 
 // until returns the lease's local end.
-func (h *held) until() time.Time {
-	h.dmu.Lock()
-	defer h.dmu.Unlock()
-	return h.end
-}
+func (h *held) until() time.Time { return *h.end.Load() }
 
-func (h *held) extend(end time.Time) {
-	h.dmu.Lock()
-	h.end = end
-	h.dmu.Unlock()
-}
+func (h *held) extend(end time.Time) { h.end.Store(&end) }
 
 func (h *held) isLost() bool {
 	select {
@@ -294,11 +285,11 @@ func (l *lease) start(ctx context.Context, c leaseConn, w slots, g Grant, sent t
 		k:     w.k,
 		key:   w.key,
 		grant: g,
-		end:   end,
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		lost:  l.lostChan(),
 	}
+	h.extend(end)
 	l.mu.Lock()
 	l.cur = h
 	hook := l.renewHook
