@@ -72,9 +72,7 @@ func envName(flagName string) string {
 const defaultMaxWaiters = 1000
 
 // defaultMaxKeysPerOwner is --max-keys-per-owner's default, a quarter of
-// the default --max-locks: one connection enqueueing on all 1,024 keys
-// left every other client error_max_locks, while four owners can still
-// take every key between them.
+// the default --max-locks: no one connection can take every key.
 const defaultMaxKeysPerOwner = 256
 
 // parseOptions reads args, then fills every flag not given on the command
