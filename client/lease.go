@@ -29,18 +29,6 @@ func FenceFromToken(token string) (uint64, error) {
 	return fence.FenceOf(token)
 }
 
-// leaseConn is what a lease needs of its connection: *Conn (one server)
-// or *Cluster (whichever node leads, across failovers: the engine renews
-// and releases by key and token, whatever the connection).
-type leaseConn interface {
-	acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error)
-	enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error)
-	wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error)
-	renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error)
-	release(ctx context.Context, k cmds, key, token string) error
-	Close() error
-}
-
 // slots is what a Lock, Semaphore or Election asks for: limit slots of
 // key on the commands k, with the fields of Lock that say how and where.
 type slots struct {
@@ -60,7 +48,7 @@ func (w slots) ttl() time.Duration { return time.Duration(w.ttlSeconds) * time.S
 
 // dial opens the connection of one grant: a Cluster, or a Conn to the
 // key's server.
-func (w slots) dial(ctx context.Context) (leaseConn, error) {
+func (w slots) dial(ctx context.Context) (commander, error) {
 	opts := append([]Option{WithAuthToken(w.auth), WithTLS(w.tls)}, w.opts...)
 	if len(w.cluster) > 0 {
 		return DialCluster(ctx, w.cluster, opts...)
@@ -78,7 +66,7 @@ type lease struct {
 	op sync.Mutex
 
 	mu     sync.Mutex
-	queued leaseConn     // enqueued, waiting for Wait
+	queued commander     // enqueued, waiting for Wait
 	cur    *held         // the current grant, possibly lost
 	lost   chan struct{} // the current grant's, or the next one's
 
@@ -87,7 +75,7 @@ type lease struct {
 
 // held is one grant and its renewal goroutine.
 type held struct {
-	conn  leaseConn
+	conn  commander
 	k     cmds
 	key   string
 	grant Grant
@@ -122,14 +110,14 @@ func (h *held) isLost() bool {
 }
 
 func (l *lease) acquire(ctx context.Context, w slots) (bool, error) {
-	return l.open(ctx, w, func(c leaseConn) (Grant, bool, error) {
+	return l.open(ctx, w, func(c commander) (Grant, bool, error) {
 		g, err := c.acquire(ctx, w.k, w.key, w.limit, w.timeout, w.ttl())
 		return g, true, err
 	})
 }
 
 func (l *lease) enqueue(ctx context.Context, w slots) (bool, error) {
-	return l.open(ctx, w, func(c leaseConn) (Grant, bool, error) {
+	return l.open(ctx, w, func(c commander) (Grant, bool, error) {
 		return c.enqueue(ctx, w.k, w.key, w.limit, w.ttl())
 	})
 }
@@ -137,7 +125,7 @@ func (l *lease) enqueue(ctx context.Context, w slots) (bool, error) {
 // open dials the connection of one grant and runs ask on it, which
 // returns the grant, or granted false when it only enqueued: the
 // connection is then kept for wait.
-func (l *lease) open(ctx context.Context, w slots, ask func(leaseConn) (g Grant, granted bool, err error)) (bool, error) {
+func (l *lease) open(ctx context.Context, w slots, ask func(commander) (g Grant, granted bool, err error)) (bool, error) {
 	if w.ttlSeconds < 0 {
 		return false, fmt.Errorf("%w: lease TTL %d s < 0", ErrBadRequest, w.ttlSeconds)
 	}
@@ -180,7 +168,7 @@ func (l *lease) wait(ctx context.Context, w slots, timeout time.Duration) (bool,
 // error c is closed (nothing is held on it, the queue entry is gone, or
 // with the outcome unknown the server releases what it granted), and a
 // timeout is a false return.
-func (l *lease) settle(ctx context.Context, c leaseConn, w slots, g Grant, sent time.Time, err error) (bool, error) {
+func (l *lease) settle(ctx context.Context, c commander, w slots, g Grant, sent time.Time, err error) (bool, error) {
 	if err != nil {
 		_ = c.Close()
 		if errors.Is(err, ErrTimeout) {
@@ -269,7 +257,7 @@ func (l *lease) lostChan() chan struct{} {
 // once, so the lease's end is known again before the caller is told it
 // holds. If that renewal fails, the grant is dropped and start returns an
 // error wrapping ErrLost.
-func (l *lease) start(ctx context.Context, c leaseConn, w slots, g Grant, sent time.Time) error {
+func (l *lease) start(ctx context.Context, c commander, w slots, g Grant, sent time.Time) error {
 	end := sent.Add(g.TTL)
 	if time.Until(end) < g.TTL/2 {
 		now := time.Now()
