@@ -96,7 +96,7 @@ func (j *Journal) start() error {
 	} else if err := j.load(); err != nil {
 		return err
 	}
-	if _, err := j.extend(j.seed); err != nil {
+	if _, err := j.extendLocked(j.seed); err != nil { // j is not shared yet
 		return err
 	}
 	if fresh {
@@ -184,26 +184,16 @@ func (j *Journal) Path() string { return j.path }
 func (j *Journal) Reserve(need uint64) (uint64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.usableLocked(); err != nil {
-		return 0, err
+	if j.f == nil {
+		return 0, ErrClosed
+	}
+	if j.failed != nil {
+		return 0, j.failed
 	}
 	if need <= j.cur.limit {
 		return j.cur.limit, nil
 	}
 	return j.extendLocked(need)
-}
-
-func (j *Journal) extend(base uint64) (uint64, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.extendLocked(base)
-}
-
-func (j *Journal) usableLocked() error {
-	if j.f == nil {
-		return ErrClosed
-	}
-	return j.failed
 }
 
 // extendLocked writes limit = max(base, current limit) + range. A jump of
