@@ -288,10 +288,8 @@ func (c *Cluster) backoff(ctx context.Context, n int) error {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return fmt.Errorf("%w before the next attempt", context.DeadlineExceeded)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-time.After(d):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

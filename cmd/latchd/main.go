@@ -128,9 +128,7 @@ func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout
 	n := eng.Drain(clock.Now())
 	var deadline <-chan time.Time // 0: no deadline, as dflockd's 0 (a second signal still ends it)
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		deadline = t.C
+		deadline = time.After(timeout)
 	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
