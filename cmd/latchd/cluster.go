@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -218,13 +219,9 @@ func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logg
 		}
 	}
 	body, _ := json.Marshal(map[string]string{"id": o.nodeID, "raft_addr": o.raftPeerAddr(), "client_addr": o.clientAddr()})
-	scheme := "http"
+	scheme, hc := "http", &http.Client{Timeout: 5 * time.Second}
 	if o.tls != nil {
-		scheme = "https"
-	}
-	hc := &http.Client{Timeout: 5 * time.Second}
-	if o.tls != nil {
-		hc.Transport = &http.Transport{TLSClientConfig: o.tls.Clone()}
+		scheme, hc.Transport = "https", &http.Transport{TLSClientConfig: o.tls.Clone()}
 	}
 	addrs := strings.Split(o.join, ",")
 	for attempt := 0; ; attempt++ {
@@ -236,14 +233,13 @@ func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logg
 		}
 		resp, err := hc.Do(req)
 		if err == nil {
-			msg := new(bytes.Buffer)
-			_, _ = msg.ReadFrom(http.MaxBytesReader(nil, resp.Body, 4096))
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // best effort, for the log
 			_ = resp.Body.Close()
 			if resp.StatusCode/100 == 2 {
 				log.Info("joined the cluster", zap.String("via", addr))
 				return
 			}
-			err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(msg.String()))
+			err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
 		}
 		log.Warn("join attempt failed", zap.String("via", addr), zap.Error(err))
 		select {
