@@ -23,12 +23,8 @@ import (
 
 // clusterOptions checks the cluster flags and reads their secret files.
 func (o *options) clusterOptions() error {
-	if o.adminTokenFile != "" {
-		tok, err := readSecret(o.adminTokenFile, "admin token")
-		if err != nil {
-			return err
-		}
-		o.adminToken = tok
+	if err := readSecret(&o.adminToken, o.adminTokenFile, "admin token"); err != nil {
+		return err
 	}
 	if o.raftDir == "" {
 		for name, v := range map[string]bool{"--node-id": o.nodeID != "", "--bootstrap": o.bootstrap,
@@ -47,12 +43,8 @@ func (o *options) clusterOptions() error {
 	if o.bootstrap && o.join != "" {
 		return errors.New("--bootstrap and --join exclude each other: bootstrap the first node, join the others")
 	}
-	if o.raftAuthTokenFile != "" {
-		tok, err := readSecret(o.raftAuthTokenFile, "raft auth token")
-		if err != nil {
-			return err
-		}
-		o.raftAuthToken = tok
+	if err := readSecret(&o.raftAuthToken, o.raftAuthTokenFile, "raft auth token"); err != nil {
+		return err
 	}
 	// Other nodes send clients to these addresses: a wildcard host names
 	// no machine.
@@ -77,16 +69,22 @@ func (o *options) clusterOptions() error {
 	return nil
 }
 
-func readSecret(path, what string) (string, error) {
+// readSecret sets *dst to the secret in the file at path, trimmed; an
+// empty path leaves it.
+func readSecret(dst *string, path, what string) error {
+	if path == "" {
+		return nil
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("%s file: %w", what, err)
+		return fmt.Errorf("%s file: %w", what, err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("%s file %s is empty", what, path)
+		return fmt.Errorf("%s file %s is empty", what, path)
 	}
-	return tok, nil
+	*dst = tok
+	return nil
 }
 
 // clientAddr is where this node's clients connect, named in

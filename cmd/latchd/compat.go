@@ -144,13 +144,9 @@ func (o *options) resolveAuthToken(src map[string]source) error {
 	if o.authTokenFile == "" {
 		fileSrc = fromDefault
 	}
-	if fileSrc > tokSrc {
-		tok, err := readSecret(o.authTokenFile, "auth token")
-		if err != nil {
-			return err
-		}
-		o.authToken = tok
-		o.authFromFile = true
+	if fileSrc <= tokSrc {
+		return nil
 	}
-	return nil
+	o.authFromFile = true
+	return readSecret(&o.authToken, o.authTokenFile, "auth token")
 }
