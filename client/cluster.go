@@ -111,25 +111,26 @@ func (c *Cluster) Close() error {
 	return conn.Close()
 }
 
-// stats is Conn.Stats on the current connection.
-func (c *Cluster) stats(ctx context.Context) (*Stats, error) {
-	var st *Stats
-	err := c.do(ctx, "stats", "", idempotent, func(conn *Conn, _ *bool) error {
+// call is do for an operation with a result.
+func call[T any](c *Cluster, ctx context.Context, cmd, key string, r retry, op func(conn *Conn, sent *bool) (T, error)) (T, error) {
+	var v T
+	err := c.do(ctx, cmd, key, r, func(conn *Conn, sent *bool) error {
 		var err error
-		st, err = conn.stats(ctx)
+		v, err = op(conn, sent)
 		return err
 	})
-	return st, err
+	return v, err
+}
+
+// stats is Conn.Stats on the current connection.
+func (c *Cluster) stats(ctx context.Context) (*Stats, error) {
+	return call(c, ctx, "stats", "", idempotent, func(conn *Conn, _ *bool) (*Stats, error) { return conn.stats(ctx) })
 }
 
 func (c *Cluster) acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
-	var g Grant
-	err := c.do(ctx, k.acquire.String(), key, once, func(conn *Conn, sent *bool) error {
-		var err error
-		g, err = conn.acquireSent(ctx, k, key, limit, timeout, ttl, sent)
-		return err
+	return call(c, ctx, k.acquire.String(), key, once, func(conn *Conn, sent *bool) (Grant, error) {
+		return conn.acquireSent(ctx, k, key, limit, timeout, ttl, sent)
 	})
-	return g, err
 }
 
 func (c *Cluster) enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error) {
@@ -146,13 +147,9 @@ func (c *Cluster) enqueue(ctx context.Context, k cmds, key string, limit int, tt
 }
 
 func (c *Cluster) wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error) {
-	var g Grant
-	err := c.do(ctx, k.wait.String(), key, once, func(conn *Conn, sent *bool) error {
-		var err error
-		g, err = conn.waitSent(ctx, k, key, timeout, sent)
-		return err
+	return call(c, ctx, k.wait.String(), key, once, func(conn *Conn, sent *bool) (Grant, error) {
+		return conn.waitSent(ctx, k, key, timeout, sent)
 	})
-	return g, err
 }
 
 func (c *Cluster) release(ctx context.Context, k cmds, key, token string) error {
@@ -174,13 +171,9 @@ func (c *Cluster) release(ctx context.Context, k cmds, key, token string) error 
 }
 
 func (c *Cluster) renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error) {
-	var rem time.Duration
-	err := c.do(ctx, k.renew.String(), key, idempotent, func(conn *Conn, _ *bool) error {
-		var err error
-		rem, err = conn.renew(ctx, k, key, token, ttl)
-		return err
+	return call(c, ctx, k.renew.String(), key, idempotent, func(conn *Conn, _ *bool) (time.Duration, error) {
+		return conn.renew(ctx, k, key, token, ttl)
 	})
-	return rem, err
 }
 
 // retry says when an operation may run again after a failure.
@@ -295,10 +288,8 @@ func (c *Cluster) backoff(ctx context.Context, n int) error {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return fmt.Errorf("%w before the next attempt", context.DeadlineExceeded)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-time.After(d):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -7,9 +7,16 @@ import (
 
 // commander is one implementation of the protocol's commands: a Conn (one
 // server) or a Cluster (whichever node leads, retrying as Cluster says).
+// A lease holds either: the engine renews and releases by key and token,
+// whatever the connection.
 type commander interface {
-	leaseConn
+	acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error)
+	enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error)
+	wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error)
+	renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error)
+	release(ctx context.Context, k cmds, key, token string) error
 	stats(ctx context.Context) (*Stats, error)
+	Close() error
 }
 
 // commands is the public command set of Conn and Cluster, written once:

@@ -391,9 +391,11 @@ func (c *Conn) grant(r reply, ok codec.Status, onError error) (Grant, error) {
 	return Grant{Token: r.Token, TTL: time.Duration(r.N) * time.Second}, nil
 }
 
-// check closes the Conn when err leaves it unusable, and returns err.
+// check closes the Conn when err leaves it unusable, and returns err: the
+// server closes the connection after error_auth and after a protocol
+// violation, and a broken stream cannot be resynchronised.
 func (c *Conn) check(err error) error {
-	if fatal(err) {
+	if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrClosed) {
 		return c.fail(err)
 	}
 	return err

@@ -54,13 +54,11 @@ func (e *Election) Campaign(ctx context.Context) error {
 		case errors.Is(err, ErrHeld):
 			// The lease reached its local end while a renewal was in
 			// flight: it is lost, or renewed, within moments.
-			t := time.NewTimer(10 * time.Millisecond)
 			select {
 			case <-e.l.lostChan():
-			case <-t.C:
+			case <-time.After(10 * time.Millisecond):
 			case <-ctx.Done():
 			}
-			t.Stop()
 			if e.l.holding() {
 				return nil
 			}

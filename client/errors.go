@@ -112,10 +112,3 @@ func errorFor(r reply, onError error) error {
 	}
 	return fmt.Errorf("%w: unexpected answer %q %q", ErrProtocol, r.Status.String(), r.Body)
 }
-
-// fatal reports whether err leaves the connection unusable: the server
-// closes the connection after error_auth and after a protocol violation,
-// and a broken stream cannot be resynchronised.
-func fatal(err error) bool {
-	return errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrClosed)
-}

@@ -24,7 +24,7 @@ func KillElection(e *Election) {
 	}
 }
 
-func killConn(lc leaseConn) {
+func killConn(lc commander) {
 	switch c := lc.(type) {
 	case *Conn:
 		_ = c.nc.Close() // a dead process closes no further

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/latchd/latchd/fence"
@@ -28,38 +29,6 @@ func FenceFromToken(token string) (uint64, error) {
 	return fence.FenceOf(token)
 }
 
-// leaseConn is what a lease needs of its connection: *Conn (one server)
-// or *Cluster (whichever node leads, across failovers: the engine renews
-// and releases by key and token, whatever the connection).
-type leaseConn interface {
-	acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error)
-	enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error)
-	wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error)
-	renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error)
-	release(ctx context.Context, k cmds, key, token string) error
-	Close() error
-}
-
-// spec is what a Lock or Semaphore asks the server for.
-type spec struct {
-	k       cmds
-	key     string
-	limit   int
-	timeout time.Duration
-	ttl     time.Duration
-	server  string   // without cluster: the shard's server
-	cluster []string // seeds of a cluster, or nil
-	opts    []Option
-}
-
-// dial opens the connection of one grant.
-func (sp *spec) dial(ctx context.Context) (leaseConn, error) {
-	if len(sp.cluster) > 0 {
-		return DialCluster(ctx, sp.cluster, sp.opts...)
-	}
-	return Dial(ctx, sp.server, sp.opts...)
-}
-
 // slots is what a Lock, Semaphore or Election asks for: limit slots of
 // key on the commands k, with the fields of Lock that say how and where.
 type slots struct {
@@ -75,27 +44,16 @@ type slots struct {
 	opts       []Option
 }
 
-func (w slots) spec() (spec, error) {
-	if w.ttlSeconds < 0 {
-		return spec{}, fmt.Errorf("%w: lease TTL %d s < 0", ErrBadRequest, w.ttlSeconds)
+func (w slots) ttl() time.Duration { return time.Duration(w.ttlSeconds) * time.Second }
+
+// dial opens the connection of one grant: a Cluster, or a Conn to the
+// key's server.
+func (w slots) dial(ctx context.Context) (commander, error) {
+	opts := append([]Option{WithAuthToken(w.auth), WithTLS(w.tls)}, w.opts...)
+	if len(w.cluster) > 0 {
+		return DialCluster(ctx, w.cluster, opts...)
 	}
-	opts := make([]Option, 0, 2+len(w.opts))
-	if w.auth != "" {
-		opts = append(opts, WithAuthToken(w.auth))
-	}
-	if w.tls != nil {
-		opts = append(opts, WithTLS(w.tls))
-	}
-	return spec{
-		k:       w.k,
-		key:     w.key,
-		limit:   w.limit,
-		timeout: w.timeout,
-		ttl:     time.Duration(w.ttlSeconds) * time.Second,
-		server:  ServerFor(w.servers, w.key),
-		cluster: w.cluster,
-		opts:    append(opts, w.opts...),
-	}, nil
+	return Dial(ctx, ServerFor(w.servers, w.key), opts...)
 }
 
 // lease is the one implementation behind Lock, Semaphore and Election: a
@@ -108,7 +66,7 @@ type lease struct {
 	op sync.Mutex
 
 	mu     sync.Mutex
-	queued leaseConn     // enqueued, waiting for Wait
+	queued commander     // enqueued, waiting for Wait
 	cur    *held         // the current grant, possibly lost
 	lost   chan struct{} // the current grant's, or the next one's
 
@@ -117,14 +75,11 @@ type lease struct {
 
 // held is one grant and its renewal goroutine.
 type held struct {
-	conn  leaseConn
+	conn  commander
 	k     cmds
 	key   string
 	grant Grant
-	fence uint64
-
-	dmu sync.Mutex
-	end time.Time // the lease's local end: a request's send time + its TTL
+	end   atomic.Pointer[time.Time] // the lease's local end: a request's send time + its TTL
 
 	stop chan struct{} // closed by Release
 	done chan struct{} // closed when the renewal goroutine exits
@@ -141,17 +96,9 @@ func (h *held) markLost(err error) {
 }
 
 // until returns the lease's local end.
-func (h *held) until() time.Time {
-	h.dmu.Lock()
-	defer h.dmu.Unlock()
-	return h.end
-}
+func (h *held) until() time.Time { return *h.end.Load() }
 
-func (h *held) extend(end time.Time) {
-	h.dmu.Lock()
-	h.end = end
-	h.dmu.Unlock()
-}
+func (h *held) extend(end time.Time) { h.end.Store(&end) }
 
 func (h *held) isLost() bool {
 	select {
@@ -163,71 +110,46 @@ func (h *held) isLost() bool {
 }
 
 func (l *lease) acquire(ctx context.Context, w slots) (bool, error) {
-	sp, err := w.spec()
-	if err != nil {
-		return false, err
-	}
-	l.op.Lock()
-	defer l.op.Unlock()
-	if err := l.idle(); err != nil {
-		return false, err
-	}
-	c, err := sp.dial(ctx)
-	if err != nil {
-		return false, err
-	}
-	sent := time.Now()
-	g, err := c.acquire(ctx, sp.k, sp.key, sp.limit, sp.timeout, sp.ttl)
-	if err != nil {
-		_ = c.Close() // nothing is held on it, or (outcome unknown) the server releases it
-		if isTimeout(err) {
-			return false, nil
-		}
-		return false, err
-	}
-	if err := l.start(ctx, c, sp, g, sent); err != nil {
-		return false, err
-	}
-	return true, nil
+	return l.open(ctx, w, func(c commander) (Grant, bool, error) {
+		g, err := c.acquire(ctx, w.k, w.key, w.limit, w.timeout, w.ttl())
+		return g, true, err
+	})
 }
 
 func (l *lease) enqueue(ctx context.Context, w slots) (bool, error) {
-	sp, err := w.spec()
-	if err != nil {
-		return false, err
+	return l.open(ctx, w, func(c commander) (Grant, bool, error) {
+		return c.enqueue(ctx, w.k, w.key, w.limit, w.ttl())
+	})
+}
+
+// open dials the connection of one grant and runs ask on it, which
+// returns the grant, or granted false when it only enqueued: the
+// connection is then kept for wait.
+func (l *lease) open(ctx context.Context, w slots, ask func(commander) (g Grant, granted bool, err error)) (bool, error) {
+	if w.ttlSeconds < 0 {
+		return false, fmt.Errorf("%w: lease TTL %d s < 0", ErrBadRequest, w.ttlSeconds)
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
 	if err := l.idle(); err != nil {
 		return false, err
 	}
-	c, err := sp.dial(ctx)
+	c, err := w.dial(ctx)
 	if err != nil {
 		return false, err
 	}
 	sent := time.Now()
-	g, acquired, err := c.enqueue(ctx, sp.k, sp.key, sp.limit, sp.ttl)
-	switch {
-	case err != nil:
-		_ = c.Close() // nothing is held on it
-		return false, err
-	case acquired:
-		if err := l.start(ctx, c, sp, g, sent); err != nil {
-			return false, err
-		}
-		return true, nil
+	g, granted, err := ask(c)
+	if err == nil && !granted {
+		l.mu.Lock()
+		l.queued = c
+		l.mu.Unlock()
+		return false, nil
 	}
-	l.mu.Lock()
-	l.queued = c
-	l.mu.Unlock()
-	return false, nil
+	return l.settle(ctx, c, w, g, sent, err)
 }
 
 func (l *lease) wait(ctx context.Context, w slots, timeout time.Duration) (bool, error) {
-	sp, err := w.spec()
-	if err != nil {
-		return false, err
-	}
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
@@ -238,15 +160,23 @@ func (l *lease) wait(ctx context.Context, w slots, timeout time.Duration) (bool,
 		return false, ErrNotHeld
 	}
 	sent := time.Now()
-	g, err := c.wait(ctx, sp.k, sp.key, timeout)
+	g, err := c.wait(ctx, w.k, w.key, timeout)
+	return l.settle(ctx, c, w, g, sent, err)
+}
+
+// settle ends an acquire or a wait on c: a grant is started; after an
+// error c is closed (nothing is held on it, the queue entry is gone, or
+// with the outcome unknown the server releases what it granted), and a
+// timeout is a false return.
+func (l *lease) settle(ctx context.Context, c commander, w slots, g Grant, sent time.Time, err error) (bool, error) {
 	if err != nil {
-		_ = c.Close() // the queue entry is gone (timeout) or the Conn is
-		if isTimeout(err) {
+		_ = c.Close()
+		if errors.Is(err, ErrTimeout) {
 			return false, nil
 		}
 		return false, err
 	}
-	if err := l.start(ctx, c, sp, g, sent); err != nil {
+	if err := l.start(ctx, c, w, g, sent); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -327,28 +257,27 @@ func (l *lease) lostChan() chan struct{} {
 // once, so the lease's end is known again before the caller is told it
 // holds. If that renewal fails, the grant is dropped and start returns an
 // error wrapping ErrLost.
-func (l *lease) start(ctx context.Context, c leaseConn, sp spec, g Grant, sent time.Time) error {
+func (l *lease) start(ctx context.Context, c commander, w slots, g Grant, sent time.Time) error {
 	end := sent.Add(g.TTL)
 	if time.Until(end) < g.TTL/2 {
 		now := time.Now()
-		rem, err := c.renew(ctx, sp.k, sp.key, g.Token, g.TTL)
+		rem, err := c.renew(ctx, w.k, w.key, g.Token, g.TTL)
 		if err != nil {
 			_ = c.Close() // the server releases what is left
-			return fmt.Errorf("%w: renewing %s after a late grant: %w", ErrLost, sp.key, err)
+			return fmt.Errorf("%w: renewing %s after a late grant: %w", ErrLost, w.key, err)
 		}
 		end = now.Add(rem)
 	}
 	h := &held{
 		conn:  c,
-		k:     sp.k,
-		key:   sp.key,
+		k:     w.k,
+		key:   w.key,
 		grant: g,
-		fence: g.Fence(),
-		end:   end,
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		lost:  l.lostChan(),
 	}
+	h.extend(end)
 	l.mu.Lock()
 	l.cur = h
 	hook := l.renewHook
@@ -390,40 +319,38 @@ func (h *held) renew(hook func(context.Context)) {
 	}
 }
 
-// token, fence, lostErr and holding read the current grant.
-func (l *lease) token() string {
+// current returns the current grant, or nil. Its fields other than end
+// never change, and err is written before lost is closed.
+func (l *lease) current() *held {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cur == nil {
-		return ""
+	return l.cur
+}
+
+func (l *lease) token() string {
+	if h := l.current(); h != nil {
+		return h.grant.Token
 	}
-	return l.cur.grant.Token
+	return ""
 }
 
 func (l *lease) fenceNum() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.cur == nil {
-		return 0
+	if h := l.current(); h != nil {
+		return h.grant.Fence()
 	}
-	return l.cur.fence
+	return 0
 }
 
 func (l *lease) lostErr() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.cur == nil || !l.cur.isLost() {
-		return nil
+	if h := l.current(); h != nil && h.isLost() {
+		return h.err
 	}
-	return l.cur.err
+	return nil
 }
 
 // holding reports a grant that is not lost and whose local end has not
 // passed: a renewal that is late but not yet failed does not count.
 func (l *lease) holding() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cur != nil && !l.cur.isLost() && time.Now().Before(l.cur.until())
+	h := l.current()
+	return h != nil && !h.isLost() && time.Now().Before(h.until())
 }
-
-func isTimeout(err error) bool { return errors.Is(err, ErrTimeout) }

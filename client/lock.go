@@ -120,9 +120,7 @@ func (s *Semaphore) Wait(ctx context.Context, timeout time.Duration) (bool, erro
 }
 
 // leased is what Lock and Semaphore share: the grant held, its release
-// and its signals. Both embed it, so these methods are written once, and
-// both take their grants through the same lease methods, a Lock with a
-// limit of 1.
+// and its signals.
 type leased struct{ l lease }
 
 // Release releases the lock or semaphore slot, or withdraws from the queue

@@ -1,6 +1,9 @@
 package fence
 
-import "errors"
+import (
+	"cmp"
+	"errors"
+)
 
 // TokenLen is the length of a token in its wire form: 32 lowercase hex
 // characters, 16 for the fence number and 16 for the salt.
@@ -35,15 +38,7 @@ func (t Token) IsZero() bool { return t.Fence == 0 && t.Salt == 0 }
 
 // Compare orders two tokens by fence number: -1 if t is older than u, 0 if
 // they carry the same fence, +1 if t is newer.
-func (t Token) Compare(u Token) int {
-	switch {
-	case t.Fence < u.Fence:
-		return -1
-	case t.Fence > u.Fence:
-		return 1
-	}
-	return 0
-}
+func (t Token) Compare(u Token) int { return cmp.Compare(t.Fence, u.Fence) }
 
 // Parse parses the 32-character wire form. It accepts only lowercase hex,
 // so every token has exactly one spelling and string comparison of two
@@ -72,11 +67,8 @@ func ParseString(s string) (Token, error) {
 
 // FenceOf returns the fence number of a token in wire form.
 func FenceOf(s string) (uint64, error) {
-	t, err := ParseString(s)
-	if err != nil {
-		return 0, err
-	}
-	return t.Fence, nil
+	t, err := ParseString(s) // the zero Token on error
+	return t.Fence, err
 }
 
 func appendHex64(dst []byte, v uint64) []byte {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,12 +23,8 @@ import (
 
 // clusterOptions checks the cluster flags and reads their secret files.
 func (o *options) clusterOptions() error {
-	if o.adminTokenFile != "" {
-		tok, err := readSecret(o.adminTokenFile, "admin token")
-		if err != nil {
-			return err
-		}
-		o.adminToken = tok
+	if err := readSecret(&o.adminToken, o.adminTokenFile, "admin token"); err != nil {
+		return err
 	}
 	if o.raftDir == "" {
 		for name, v := range map[string]bool{"--node-id": o.nodeID != "", "--bootstrap": o.bootstrap,
@@ -45,18 +43,14 @@ func (o *options) clusterOptions() error {
 	if o.bootstrap && o.join != "" {
 		return errors.New("--bootstrap and --join exclude each other: bootstrap the first node, join the others")
 	}
-	if o.raftAuthTokenFile != "" {
-		tok, err := readSecret(o.raftAuthTokenFile, "raft auth token")
-		if err != nil {
-			return err
-		}
-		o.raftAuthToken = tok
+	if err := readSecret(&o.raftAuthToken, o.raftAuthTokenFile, "raft auth token"); err != nil {
+		return err
 	}
 	// Other nodes send clients to these addresses: a wildcard host names
 	// no machine.
-	for _, a := range []struct{ flag, addr, fix string }{
-		{"--advertise-addr", o.clientAddr(), "--advertise-addr"},
-		{"--advertise-http-addr", o.httpAddr(), "--advertise-http-addr"},
+	for _, a := range []struct{ flag, addr string }{
+		{"--advertise-addr", o.clientAddr()},
+		{"--advertise-http-addr", o.httpAddr()},
 	} {
 		if a.addr == "" {
 			continue
@@ -66,7 +60,7 @@ func (o *options) clusterOptions() error {
 			return fmt.Errorf("%s %q: %v", a.flag, a.addr, err)
 		}
 		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-			return fmt.Errorf("--host %q is a wildcard, which other nodes cannot send clients to: set %s", o.host, a.fix)
+			return fmt.Errorf("--host %q is a wildcard, which other nodes cannot send clients to: set %s", o.host, a.flag)
 		}
 	}
 	if _, err := o.peers(); err != nil {
@@ -75,26 +69,30 @@ func (o *options) clusterOptions() error {
 	return nil
 }
 
-func readSecret(path, what string) (string, error) {
+// readSecret sets *dst to the secret in the file at path, trimmed; an
+// empty path leaves it.
+func readSecret(dst *string, path, what string) error {
+	if path == "" {
+		return nil
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("%s file: %w", what, err)
+		return fmt.Errorf("%s file: %w", what, err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("%s file %s is empty", what, path)
+		return fmt.Errorf("%s file %s is empty", what, path)
 	}
-	return tok, nil
+	*dst = tok
+	return nil
 }
 
 // clientAddr is where this node's clients connect, named in
 // error_not_leader.
-func (o *options) clientAddr() string {
-	if o.advertiseAddr != "" {
-		return o.advertiseAddr
-	}
-	return hostPort(o.host, o.port)
-}
+func (o *options) clientAddr() string { return cmp.Or(o.advertiseAddr, hostPort(o.host, o.port)) }
+
+// raftPeerAddr is where the other nodes dial this node's raft transport.
+func (o *options) raftPeerAddr() string { return cmp.Or(o.raftAdvertise, o.raftAddr) }
 
 // httpAddr is where this node's REST clients connect, named in the REST
 // API's 503 not_leader once this node leads; empty without HTTP.
@@ -112,11 +110,7 @@ func (o *options) httpAddr() string {
 // cluster of itself.
 func (o *options) peers() ([]replica.Peer, error) {
 	if o.clusterPeers == "" {
-		adv := o.raftAdvertise
-		if adv == "" {
-			adv = o.raftAddr
-		}
-		return []replica.Peer{{ID: o.nodeID, RaftAddr: adv, ClientAddr: o.clientAddr()}}, nil
+		return []replica.Peer{{ID: o.nodeID, RaftAddr: o.raftPeerAddr(), ClientAddr: o.clientAddr()}}, nil
 	}
 	var ps []replica.Peer
 	for _, item := range strings.Split(o.clusterPeers, ",") {
@@ -222,18 +216,10 @@ func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logg
 			return // already a member: a restart, not a join
 		}
 	}
-	adv := o.raftAdvertise
-	if adv == "" {
-		adv = o.raftAddr
-	}
-	body, _ := json.Marshal(map[string]string{"id": o.nodeID, "raft_addr": adv, "client_addr": o.clientAddr()})
-	scheme := "http"
+	body, _ := json.Marshal(map[string]string{"id": o.nodeID, "raft_addr": o.raftPeerAddr(), "client_addr": o.clientAddr()})
+	scheme, hc := "http", &http.Client{Timeout: 5 * time.Second}
 	if o.tls != nil {
-		scheme = "https"
-	}
-	hc := &http.Client{Timeout: 5 * time.Second}
-	if o.tls != nil {
-		hc.Transport = &http.Transport{TLSClientConfig: o.tls.Clone()}
+		scheme, hc.Transport = "https", &http.Transport{TLSClientConfig: o.tls.Clone()}
 	}
 	addrs := strings.Split(o.join, ",")
 	for attempt := 0; ; attempt++ {
@@ -245,14 +231,13 @@ func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logg
 		}
 		resp, err := hc.Do(req)
 		if err == nil {
-			msg := new(bytes.Buffer)
-			_, _ = msg.ReadFrom(http.MaxBytesReader(nil, resp.Body, 4096))
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // best effort, for the log
 			_ = resp.Body.Close()
 			if resp.StatusCode/100 == 2 {
 				log.Info("joined the cluster", zap.String("via", addr))
 				return
 			}
-			err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(msg.String()))
+			err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
 		}
 		log.Warn("join attempt failed", zap.String("via", addr), zap.Error(err))
 		select {

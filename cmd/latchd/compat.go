@@ -35,22 +35,18 @@ var dflockdEnv = map[string]string{
 	"shutdown-timeout":     "DFLOCKD_SHUTDOWN_TIMEOUT_S",
 }
 
-// noDflockdEnv are flags with no DFLOCKD_* fallback: a variable such as
-// DFLOCKD_VERSION=1.10 in an image's environment must not make latchd
-// print its version and exit.
-var noDflockdEnv = map[string]bool{"version": true}
-
-// envNames returns the variables of a flag, strongest first.
+// envNames returns the variables of a flag, strongest first. --version
+// has no DFLOCKD_* fallback: DFLOCKD_VERSION=1.10 in an image's
+// environment must not make latchd print its version and exit.
 func envNames(flagName string) []string {
 	names := []string{envName(flagName)}
-	if noDflockdEnv[flagName] {
+	if flagName == "version" {
 		return names
 	}
 	if alias, ok := dflockdEnv[flagName]; ok {
 		names = append(names, alias)
 	}
-	up := strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-	return append(names, "DFLOCKD_"+up)
+	return append(names, "DFLOCKD_"+strings.TrimPrefix(names[0], "LATCHD_"))
 }
 
 // applyEnv fills every flag not given on the command line from the first
@@ -148,13 +144,9 @@ func (o *options) resolveAuthToken(src map[string]source) error {
 	if o.authTokenFile == "" {
 		fileSrc = fromDefault
 	}
-	if fileSrc > tokSrc {
-		tok, err := readSecret(o.authTokenFile, "auth token")
-		if err != nil {
-			return err
-		}
-		o.authToken = tok
-		o.authFromFile = true
+	if fileSrc <= tokSrc {
+		return nil
 	}
-	return nil
+	o.authFromFile = true
+	return readSecret(&o.authToken, o.authTokenFile, "auth token")
 }

@@ -72,9 +72,7 @@ func envName(flagName string) string {
 const defaultMaxWaiters = 1000
 
 // defaultMaxKeysPerOwner is --max-keys-per-owner's default, a quarter of
-// the default --max-locks: one connection enqueueing on all 1,024 keys
-// left every other client error_max_locks, while four owners can still
-// take every key between them.
+// the default --max-locks: no one connection can take every key.
 const defaultMaxKeysPerOwner = 256
 
 // parseOptions reads args, then fills every flag not given on the command
@@ -101,7 +99,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if err := o.resolveAuthToken(src); err != nil {
 		return nil, err
 	}
-	if err := checkAuthSecret(o.authToken, o.authSource(src)); err != nil {
+	if err := checkAuthSecret(o.authToken, o.authSource(vars)); err != nil {
 		return nil, err
 	}
 	if err := o.clusterOptions(); err != nil {
@@ -132,23 +130,21 @@ func (o *options) loadTLS() error {
 	return nil
 }
 
-// authSource names where the auth secret came from, for error messages.
-func (o *options) authSource(src map[string]source) string {
+// authSource names where the auth secret came from, for error messages:
+// the flag or the variable (vars, from applyEnv) that set it.
+func (o *options) authSource(vars map[string]string) string {
 	name := "auth-token"
 	if o.authFromFile {
 		name = "auth-token-file"
 	}
-	where := envName(name)
-	switch src[name] {
-	case fromFlag:
-		where = "--" + name
-	case fromDflockdEnv:
-		where = "DFLOCKD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	where := "--" + name
+	if v := vars[name]; v != "" {
+		where = v
 	}
 	if !o.authFromFile {
 		return where
 	}
-	if src[name] == fromFlag {
+	if vars[name] == "" {
 		return where + " " + o.authTokenFile
 	}
 	return where + "=" + o.authTokenFile

@@ -21,7 +21,6 @@ import (
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/buildinfo"
 	"github.com/latchd/latchd/internal/clock"
-	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/server"
 )
 
@@ -115,23 +114,12 @@ func (s stopSummary) log(log *zap.Logger, err error) {
 	log.Info("latchd stopped", fields...)
 }
 
-// stopBudget bounds closing everything after the drain: a single node
-// closes in milliseconds; a cluster node proposes its connections'
-// cleanup through the log, as before --shutdown-timeout existed.
-func stopBudget(cluster bool) time.Duration {
-	if cluster {
-		return 10 * time.Second
-	}
-	return 2 * time.Second
-}
-
 // drain is the graceful part of a single node's stop: stop accepting TCP
 // connections, answer every queued waiter (TCP error, REST 503
 // shutting_down) and refuse new acquires, then give holders until timeout
 // to release (0: until they have, as in dflockd); a second signal cuts
-// that short. The REST listener keeps
-// accepting, because a REST holder may release on a new connection. It
-// returns how many waits were answered.
+// that short. The REST listener keeps accepting, because a REST holder may
+// release on a new connection. It returns how many waits were answered.
 func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout time.Duration, sigs <-chan os.Signal) int {
 	srv.StopAccepting()
 	if web != nil {
@@ -140,9 +128,7 @@ func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout
 	n := eng.Drain(clock.Now())
 	var deadline <-chan time.Time // 0: no deadline, as dflockd's 0 (a second signal still ends it)
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		deadline = t.C
+		deadline = time.After(timeout)
 	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -164,63 +150,6 @@ func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout
 	defer cancel()
 	_ = srv.Settle(ctx)
 	return n
-}
-
-// localEngine is a single node's engine with what keeps it: the expiry
-// clock and, with --fence-state-file, the fence journal.
-type localEngine struct {
-	eng   *engine.Engine
-	stops []func()
-}
-
-func (l *localEngine) stop() {
-	for i := len(l.stops) - 1; i >= 0; i-- {
-		l.stops[i]()
-	}
-}
-
-// startEngine builds the single-node engine: the fence counter seeded from
-// the journal or the clock, the journal's reservations kept, the expiry
-// clock running.
-func startEngine(o *options, ecfg *engine.Config, log *zap.Logger) (*localEngine, error) {
-	l := &localEngine{}
-	var journal *fencefile.Journal
-	if o.fenceFile != "" {
-		var err error
-		journal, err = fencefile.Open(o.fenceFile, fencefile.WithClockFloor(uint64(time.Now().UnixNano())))
-		if err != nil {
-			return nil, err // ErrLocked and ErrCorrupt name the file and say what to do
-		}
-		l.stops = append(l.stops, func() { _ = journal.Close() })
-		if w := journal.Recovered(); w != nil {
-			log.Warn("fence journal fell back to one slot", zap.Error(w))
-		}
-		ecfg.FenceSeed, ecfg.FenceLimit, ecfg.FenceReserve = journal.EngineHooks()
-	} else {
-		// Seeding the fence counter from the wall clock keeps tokens rising
-		// across restarts as long as the clock does not step back.
-		ecfg.FenceSeed = uint64(time.Now().UnixNano())
-	}
-	eng, err := engine.New(*ecfg)
-	if err != nil {
-		l.stop()
-		return nil, err
-	}
-	l.eng = eng
-	if journal != nil {
-		stopKeep, keepDone := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(keepDone)
-			journal.Keep(stopKeep, eng.LastFence, eng.RaiseFenceLimit, func(err error) {
-				log.Error("fence reservation failed", zap.String("file", journal.Path()), zap.Error(err))
-			})
-		}()
-		l.stops = append(l.stops, func() { close(stopKeep); <-keepDone })
-	}
-	stopClock, clockDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(clockDone); clock.Drive(stopClock, eng, 10*time.Millisecond) }()
-	l.stops = append(l.stops, func() { close(stopClock); <-clockDone })
-	return l, nil
 }
 
 // stopAll stops the listeners, releasing everything their clients held,

@@ -44,8 +44,8 @@ const refusalLogEvery = 10 * time.Second
 func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Duration, log *zap.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var lastKeys, lastWaiters, lastOwner uint64
-	var last *engine.Engine
+	var last [3]uint64 // refusals at each cap below, when last logged
+	var lastEng *engine.Engine
 	for {
 		select {
 		case <-stop:
@@ -56,24 +56,25 @@ func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Dur
 		if e == nil {
 			continue
 		}
-		if e != last { // first tick, or a snapshot restore replaced the engine: it counts from 0
-			last, lastKeys, lastWaiters, lastOwner = e, 0, 0, 0
+		if e != lastEng { // first tick, or a snapshot restore replaced the engine: it counts from 0
+			lastEng, last = e, [3]uint64{}
 		}
-		if o := e.OwnerRefusals(); o > lastOwner {
-			log.Warn("requests refused at --max-keys-per-owner: one connection or session held or waited on its maximum of keys",
-				zap.Uint64("refused", o-lastOwner), zap.Duration("in", every), zap.Int("max_keys_per_owner", e.Config().MaxKeysPerOwner))
-			lastOwner = o
+		cfg := e.Config()
+		keys, waiters := e.Refusals()
+		now := [3]uint64{e.OwnerRefusals(), keys, waiters}
+		for i, c := range [3]struct {
+			msg, field string
+			max        int
+		}{
+			{"requests refused at --max-keys-per-owner: one connection or session held or waited on its maximum of keys", "max_keys_per_owner", cfg.MaxKeysPerOwner},
+			{"requests refused at --max-locks: no idle key to evict", "max_locks", cfg.MaxKeys},
+			{"requests refused at --max-waiters: the key's queue was full", "max_waiters", cfg.MaxWaiters},
+		} {
+			if now[i] > last[i] {
+				log.Warn(c.msg, zap.Uint64("refused", now[i]-last[i]), zap.Duration("in", every), zap.Int(c.field, c.max))
+			}
 		}
-		k, w := e.Refusals()
-		if k > lastKeys {
-			log.Warn("requests refused at --max-locks: no idle key to evict", zap.Uint64("refused", k-lastKeys),
-				zap.Duration("in", every), zap.Int("max_locks", e.Config().MaxKeys))
-		}
-		if w > lastWaiters {
-			log.Warn("requests refused at --max-waiters: the key's queue was full", zap.Uint64("refused", w-lastWaiters),
-				zap.Duration("in", every), zap.Int("max_waiters", e.Config().MaxWaiters))
-		}
-		lastKeys, lastWaiters = k, w
+		last = now
 	}
 }
 

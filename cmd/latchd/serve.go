@@ -13,6 +13,8 @@ import (
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/budget"
 	"github.com/latchd/latchd/internal/buildinfo"
+	"github.com/latchd/latchd/internal/clock"
+	"github.com/latchd/latchd/internal/fencefile"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/memtrim"
 	"github.com/latchd/latchd/internal/metrics"
@@ -51,6 +53,14 @@ type daemon struct {
 // onStop registers f to run when serve returns, before what was
 // registered earlier.
 func (d *daemon) onStop(f func()) { d.stops = append(d.stops, f) }
+
+// spawn runs f in a goroutine until serve returns: then it closes stop
+// and waits for f to return.
+func (d *daemon) spawn(f func(stop <-chan struct{})) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); f(stop) }()
+	d.onStop(func() { close(stop); <-done })
+}
 
 func (d *daemon) stop() {
 	for i := len(d.stops) - 1; i >= 0; i-- {
@@ -113,12 +123,42 @@ func (d *daemon) startState() error {
 		})
 		return nil
 	}
-	local, err := startEngine(d.o, &d.ecfg, d.log)
+	return d.startEngine()
+}
+
+// startEngine builds the single-node engine: the fence counter seeded from
+// the journal or the clock, the journal's reservations kept, the expiry
+// clock running.
+func (d *daemon) startEngine() error {
+	var journal *fencefile.Journal
+	if d.o.fenceFile != "" {
+		var err error
+		journal, err = fencefile.Open(d.o.fenceFile, fencefile.WithClockFloor(uint64(time.Now().UnixNano())))
+		if err != nil {
+			return err // ErrLocked and ErrCorrupt name the file and say what to do
+		}
+		d.onStop(func() { _ = journal.Close() })
+		if w := journal.Recovered(); w != nil {
+			d.log.Warn("fence journal fell back to one slot", zap.Error(w))
+		}
+		d.ecfg.FenceSeed, d.ecfg.FenceLimit, d.ecfg.FenceReserve = journal.EngineHooks()
+	} else {
+		// Seeding the fence counter from the wall clock keeps tokens rising
+		// across restarts as long as the clock does not step back.
+		d.ecfg.FenceSeed = uint64(time.Now().UnixNano())
+	}
+	eng, err := engine.New(d.ecfg)
 	if err != nil {
 		return err
 	}
-	d.onStop(local.stop)
-	eng := local.eng
+	if journal != nil {
+		d.spawn(func(stop <-chan struct{}) {
+			journal.Keep(stop, eng.LastFence, eng.RaiseFenceLimit, func(err error) {
+				d.log.Error("fence reservation failed", zap.String("file", journal.Path()), zap.Error(err))
+			})
+		})
+	}
+	d.spawn(func(stop <-chan struct{}) { clock.Drive(stop, eng, 10*time.Millisecond) })
 	d.eng, d.engFn, d.be = eng, func() *engine.Engine { return eng }, backend.NewLocal(eng)
 	return nil
 }
@@ -141,8 +181,6 @@ func (d *daemon) instrument(ctx context.Context) {
 
 	d.out = budget.New(d.scfg.MaxOutput)
 	d.reg.MustRegister(metrics.NewOutputCollector(d.out.Used, d.out.Max()))
-	stopTrim := make(chan struct{})
-	d.onStop(func() { close(stopTrim) })
 	// Held counts the engine's entries too: when a flood of waiters goes,
 	// it becomes garbage that was live at the last collection, which
 	// neither the quiet rule nor the runtime notices before its forced
@@ -154,7 +192,9 @@ func (d *daemon) instrument(ctx context.Context) {
 		}
 		return n
 	}
-	go memtrim.Run(stopTrim, time.Second, trimIdle, memtrim.Gauges{Held: held, Made: d.out.Made})
+	d.spawn(func(stop <-chan struct{}) {
+		memtrim.Run(stop, time.Second, trimIdle, memtrim.Gauges{Held: held, Made: d.out.Made})
+	})
 }
 
 // clusterSample is what the cluster collector reports of node.
@@ -252,8 +292,13 @@ func (d *daemon) shutdown(ctx context.Context, sigs <-chan os.Signal) (sum stopS
 		_, g := d.eng.Metrics()
 		sum.leases = g.Held
 	}
-	// Closing is quick (milliseconds); the bound is for a wedged peer.
-	sctx, cancel := context.WithTimeout(context.Background(), stopBudget(d.node != nil))
+	// A single node closes in milliseconds, a cluster node proposes its
+	// connections' cleanup through the log; the bound is for a wedged peer.
+	bound := 2 * time.Second
+	if d.node != nil {
+		bound = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	return sum, stopAll(sctx, d.srv, d.web)
 }

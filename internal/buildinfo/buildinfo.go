@@ -27,16 +27,10 @@ type Info struct {
 	GoVersion string // the toolchain that built it: "go1.26.8"
 }
 
-var (
-	once sync.Once
-	info Info
-)
+var get = sync.OnceValue(func() Info { return read(Version, Commit, debug.ReadBuildInfo) })
 
 // Get returns the running binary's build identity.
-func Get() Info {
-	once.Do(func() { info = read(Version, Commit, debug.ReadBuildInfo) })
-	return info
-}
+func Get() Info { return get() }
 
 // read fills in what was not stamped from the toolchain's record.
 func read(version, commit string, build func() (*debug.BuildInfo, bool)) Info {

@@ -3,7 +3,7 @@ package fencefile
 import (
 	"errors"
 	"fmt"
-	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"sync"
@@ -96,7 +96,7 @@ func (j *Journal) start() error {
 	} else if err := j.load(); err != nil {
 		return err
 	}
-	if _, err := j.extend(j.seed); err != nil {
+	if _, err := j.extendLocked(j.seed); err != nil { // j is not shared yet
 		return err
 	}
 	if fresh {
@@ -141,9 +141,9 @@ func (j *Journal) load() error {
 		// surviving limit was issued while it was in flight). extend keeps
 		// every unmirrored record within two of its predecessor's steps,
 		// so this margin covers that record too.
-		m, ok1 := add(j.cur.step, j.cur.step)
-		b, ok2 := add(j.cur.limit, m)
-		if !ok1 || !ok2 {
+		m, c1 := bits.Add64(j.cur.step, j.cur.step, 0)
+		b, c2 := bits.Add64(j.cur.limit, m, 0)
+		if c1|c2 != 0 {
 			return fmt.Errorf("%w: %s: stored limit %d is too close to the end of uint64", ErrExhausted, j.path, j.cur.limit)
 		}
 		base = b
@@ -184,26 +184,16 @@ func (j *Journal) Path() string { return j.path }
 func (j *Journal) Reserve(need uint64) (uint64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.usableLocked(); err != nil {
-		return 0, err
+	if j.f == nil {
+		return 0, ErrClosed
+	}
+	if j.failed != nil {
+		return 0, j.failed
 	}
 	if need <= j.cur.limit {
 		return j.cur.limit, nil
 	}
 	return j.extendLocked(need)
-}
-
-func (j *Journal) extend(base uint64) (uint64, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.extendLocked(base)
-}
-
-func (j *Journal) usableLocked() error {
-	if j.f == nil {
-		return ErrClosed
-	}
-	return j.failed
 }
 
 // extendLocked writes limit = max(base, current limit) + range. A jump of
@@ -212,8 +202,8 @@ func (j *Journal) usableLocked() error {
 // fallback to the other slot never needs a bigger margin than Open adds.
 func (j *Journal) extendLocked(base uint64) (uint64, error) {
 	base = max(base, j.cur.limit)
-	target, ok := add(base, j.step)
-	if !ok {
+	target, carry := bits.Add64(base, j.step, 0)
+	if carry != 0 {
 		return 0, fmt.Errorf("%w: %s: cannot reserve past %d", ErrExhausted, j.path, base)
 	}
 	jump := target - j.cur.limit
@@ -266,14 +256,6 @@ func (j *Journal) EngineHooks() (seed, limit uint64, reserve func(need uint64) u
 		}
 		return l
 	}
-}
-
-// add returns a+b and whether it did not overflow.
-func add(a, b uint64) (uint64, bool) {
-	if a > math.MaxUint64-b {
-		return 0, false
-	}
-	return a + b, true
 }
 
 // syncDir fsyncs a directory, making a new entry in it durable.

@@ -1,6 +1,7 @@
 package fencefile
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,7 +25,6 @@ import (
 const (
 	recordSize = 36
 	slotStride = 4096
-	fileSize   = 2 * slotStride
 	version    = 1
 )
 
@@ -66,15 +66,8 @@ var (
 // error says why it is unusable, for the operator: it ends up in
 // ErrCorrupt's message or in Recovered.
 func decode(b []byte) (record, error) {
-	allZero := true
-	for _, c := range b {
-		if c != 0 {
-			allZero = false
-			break
-		}
-	}
 	switch {
-	case allZero:
+	case len(bytes.Trim(b, "\x00")) == 0:
 		return record{}, errEmpty
 	case len(b) < recordSize:
 		return record{}, fmt.Errorf("truncated (%d of %d bytes)", len(b), recordSize)

@@ -13,7 +13,7 @@ import (
 	"errors"
 	"net"
 	"os"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -88,7 +88,7 @@ func (s *Set) Down() []string {
 		}
 	}
 	s.mu.Unlock()
-	sort.Strings(down)
+	slices.Sort(down)
 	return down
 }
 

@@ -1,6 +1,9 @@
 package listen
 
-import "syscall"
+import (
+	"math"
+	"syscall"
+)
 
 // RaiseNoFile raises the soft RLIMIT_NOFILE to the hard limit and returns
 // the soft limit in force afterwards. (The Go runtime does the same at
@@ -41,10 +44,4 @@ func DefaultCaps(n uint64, rest bool) (tcp, http int) {
 	return clampInt(max(usable*3/4, 1)), clampInt(max(usable/4, 1))
 }
 
-func clampInt(v uint64) int {
-	const maxInt = int(^uint(0) >> 1)
-	if v > uint64(maxInt) {
-		return maxInt
-	}
-	return int(v)
-}
+func clampInt(v uint64) int { return int(min(v, math.MaxInt)) }

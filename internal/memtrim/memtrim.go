@@ -102,22 +102,15 @@ func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, ch
 			mk = g.Made()
 		}
 		m := read()
-		// A trim's cost is a full mark of the live heap: it is worth it
-		// only for at least minIdle, and at least a liveShare'th of the
-		// live heap. With 180 MB live, freeing 8 MiB would mark 180 MB
-		// (100-250 ms of CPU, twice) for garbage the runtime collects
-		// anyway when the heap reaches its goal.
+		// A trim marks the whole live heap, twice: it must free at least
+		// minIdle and a liveShare'th of the live heap to be worth that.
 		worth := max(minIdle, m.live/liveShare)
 		dropped := uint64(peak-h) > worth
 		churned := mk-made > worth
 		// Quiet: no collection during the interval, and little
 		// allocated in it. A program that allocates steadily is
-		// collected by the runtime when its heap reaches the goal; a
-		// trim there would only collect sooner, and a trim's cost is a
-		// full mark of the live heap: with 180 MB live (400,000 held
-		// locks) and a few MB allocated a second, trimming whenever
-		// minIdle of garbage gathered meant two forced collections of
-		// 100-250 ms every two seconds, in every process.
+		// collected by the runtime at its heap goal anyway; trimming it
+		// would only add full marks.
 		quiet := m.cycles == last.cycles && m.allocs-last.allocs <= minIdle/quietShare
 		garbage := quiet && (m.objects > m.live+worth || churned)
 		idle := m.free > minIdle && m.free > m.objects

@@ -26,11 +26,7 @@ func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, msg stri
 }
 
 // FreePort returns a loopback address nobody listens on now, for a
-// server to bind a moment later (internal/testport): from below Linux's
-// ephemeral range (32768 up), where an outgoing connection cannot take it
-// in between, and claimed for this process, so a test in another package
-// running at the same time is not handed it too (both happened: a member
-// failed to bind its raft port).
+// server to bind a moment later: see internal/testport.
 func FreePort(tb testing.TB) string {
 	tb.Helper()
 	return testport.Free(tb)
