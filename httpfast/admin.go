@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -35,31 +34,17 @@ const adminWait = 10 * time.Second
 // matchAdmin maps an admin route like match does; the caller has found no
 // other route.
 func matchAdmin(method, path []byte) (o op, param []byte, allow string) {
-	get := string(method) == "GET"
-	post := string(method) == "POST"
-	del := string(method) == "DELETE"
+	m := string(method)
 	switch string(path) {
 	case "/v1/admin/cluster":
-		if get {
-			return opAdminCluster, nil, ""
-		}
-		return opBadMethod, nil, "GET"
+		return only(m, "GET", opAdminCluster, nil)
 	case "/v1/admin/voters":
-		if post {
-			return opAdminAddVoter, nil, ""
-		}
-		return opBadMethod, nil, "POST"
+		return only(m, "POST", opAdminAddVoter, nil)
 	case "/v1/admin/leadership-transfer":
-		if post {
-			return opAdminTransfer, nil, ""
-		}
-		return opBadMethod, nil, "POST"
+		return only(m, "POST", opAdminTransfer, nil)
 	}
 	if id, ok := bytes.CutPrefix(path, []byte("/v1/admin/voters/")); ok && len(id) > 0 && bytes.IndexByte(id, '/') < 0 {
-		if del {
-			return opAdminRemoveVoter, id, ""
-		}
-		return opBadMethod, nil, "DELETE"
+		return only(m, "DELETE", opAdminRemoveVoter, id)
 	}
 	return opNotFound, nil, ""
 }
@@ -80,22 +65,6 @@ type transferBody struct {
 	ID *string `json:"id"`
 }
 
-// decodeAdminBody decodes a JSON object into v like decodeBody, but
-// ignores unknown fields.
-func decodeAdminBody(body []byte, v any) error {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		return bodyErr("invalid JSON body: " + err.Error())
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return bodyErr("invalid JSON body: trailing data after the object")
-	}
-	return nil
-}
-
 // adminOp serves the /v1/admin routes.
 func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 	n := s.admin
@@ -112,7 +81,7 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 	switch o {
 	case opAdminAddVoter:
 		var b voterBody
-		if err := decodeAdminBody(ctx.PostBody(), &b); err != nil {
+		if err := decodeBody(ctx.PostBody(), &b, false); err != nil {
 			writeError(ctx, errBadRequest, err.Error())
 			return
 		}
@@ -155,7 +124,7 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 		s.writeVoters(ctx, n, fasthttp.StatusOK)
 	case opAdminTransfer:
 		var b transferBody
-		if err := decodeAdminBody(ctx.PostBody(), &b); err != nil {
+		if err := decodeBody(ctx.PostBody(), &b, false); err != nil {
 			writeError(ctx, errBadRequest, err.Error())
 			return
 		}

@@ -25,7 +25,7 @@ func (c chanSink) Deliver(o engine.Outcome) { c <- o }
 
 // createSession answers POST /v1/sessions.
 func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
-	if err := decodeBody(ctx.PostBody(), &struct{}{}); err != nil {
+	if err := decodeBody(ctx.PostBody(), &struct{}{}, true); err != nil {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
@@ -90,7 +90,7 @@ func (s *Server) deleteSession(ctx *fasthttp.RequestCtx, id []byte) {
 
 // keepalive answers POST /v1/sessions/{id}/keepalive.
 func (s *Server) keepalive(ctx *fasthttp.RequestCtx, id []byte) {
-	if err := decodeBody(ctx.PostBody(), &struct{}{}); err != nil {
+	if err := decodeBody(ctx.PostBody(), &struct{}{}, true); err != nil {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
@@ -214,7 +214,7 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 // allow are an error. On an error it writes the 400 and reports false.
 func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.AcquireReq) (fence.Token, bool) {
 	var body lockBody
-	if err := decodeBody(ctx.PostBody(), &body); err != nil {
+	if err := decodeBody(ctx.PostBody(), &body, true); err != nil {
 		writeError(ctx, errBadRequest, err.Error())
 		return fence.Token{}, false
 	}
