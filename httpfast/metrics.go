@@ -2,6 +2,7 @@ package httpfast
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,12 +42,9 @@ func newHTTPMetrics(reg *metrics.Registry) *httpMetrics {
 // observe records one request: its latency under its route, its status.
 func (m *httpMetrics) observe(o op, status int, start time.Time) {
 	m.latency[o].Observe(time.Since(start).Seconds())
-	i := len(statusCodes)
-	for j, c := range statusCodes {
-		if c == status {
-			i = j
-			break
-		}
+	i := slices.Index(statusCodes[:], status)
+	if i < 0 {
+		i = len(statusCodes) // "other"
 	}
 	m.statuses[i].Inc()
 }
