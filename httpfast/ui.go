@@ -3,6 +3,7 @@ package httpfast
 import (
 	"embed"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"mime"
 	"path"
@@ -186,11 +187,7 @@ func kindOf(limit int) string {
 }
 
 // fenceHex writes a fence number as the token's first 16 hex digits.
-func fenceHex(f uint64) string {
-	var b [16]byte
-	s := strconv.AppendUint(b[:0], f, 16)
-	return strings.Repeat("0", 16-len(s)) + string(s)
-}
+func fenceHex(f uint64) string { return fmt.Sprintf("%016x", f) }
 
 // keyHolder and keyWaiter are GET /v1/locks/{key}'s lists.
 type keyHolder struct {
