@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/internal/authlimit"
@@ -252,11 +253,12 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq, tok fence.Token) {
 	switch o {
 	case opLockAcquire, opSemAcquire:
-		s.acquire(ctx, req)
+		s.blocking(ctx, backend.Request{Op: backend.OpAcquire, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
+			TTL: req.TTL, Timeout: req.Timeout})
 	case opLockEnqueue, opSemEnqueue:
 		s.enqueue(ctx, req)
 	case opLockWait, opSemWait:
-		s.wait(ctx, req)
+		s.blocking(ctx, backend.Request{Op: backend.OpWait, Key: req.Key, Owner: req.Owner, Timeout: req.Timeout})
 	case opLockRelease, opSemRelease:
 		if err := s.release(req.Key, tok); err != nil {
 			s.fail(ctx, err)
@@ -299,17 +301,20 @@ func (s *Server) token(ctx *fasthttp.RequestCtx, field *string) (fence.Token, bo
 	return tok, true
 }
 
-func (s *Server) acquire(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
+// blocking makes an acquire or wait call r, parked on a sink when it has
+// a timeout, and answers it.
+func (s *Server) blocking(ctx *fasthttp.RequestCtx, r backend.Request) {
 	var sink chanSink
-	if req.Timeout > 0 {
+	if r.Timeout > 0 {
 		sink = s.sinks.Get().(chanSink)
 	}
-	out, err := s.acquireCall(req, sinkOrNil(sink))
-	s.answer(ctx, req.Key, req.Owner, req.Timeout, out, err, sink)
+	rep, err := s.be.Do(r, sinkOrNil(sink))
+	s.answer(ctx, r.Key, r.Owner, r.Timeout, rep.Outcome, err, sink)
 }
 
 func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
-	out, err := s.enqueueCall(req)
+	rep, err := s.be.Do(backend.Request{Op: backend.OpEnqueue, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
+		TTL: req.TTL}, nil)
 	if err == nil && !s.alive(req.Owner) {
 		// Closed while we enqueued: its DropOwner may have run first.
 		_ = s.disconnect(req.Owner, true)
@@ -319,20 +324,11 @@ func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
 	switch {
 	case err != nil:
 		s.fail(ctx, err)
-	case out.Result == engine.Granted:
-		writeGrant(ctx, "acquired", out.Token, out.TTL)
+	case rep.Outcome.Result == engine.Granted:
+		writeGrant(ctx, "acquired", rep.Outcome.Token, rep.Outcome.TTL)
 	default:
 		writeJSON(ctx, fasthttp.StatusOK, bodyQueued)
 	}
-}
-
-func (s *Server) wait(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
-	var sink chanSink
-	if req.Timeout > 0 {
-		sink = s.sinks.Get().(chanSink)
-	}
-	out, err := s.waitCall(req.Key, req.Owner, req.Timeout, sinkOrNil(sink))
-	s.answer(ctx, req.Key, req.Owner, req.Timeout, out, err, sink)
 }
 
 // sinkOrNil keeps a nil chanSink from becoming a non-nil engine.Sink.
