@@ -71,6 +71,5 @@ func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errUnavailable, "output budget spent: too many answers unread; retry")
 		return
 	}
-	ctx.Response.Header.SetContentType(metrics.ContentType)
-	s.writeCountedAs(ctx, buf.Bytes())
+	s.writeCounted(ctx, metrics.ContentType, buf.Bytes())
 }

@@ -176,7 +176,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errInternal, "cannot encode keys")
 		return
 	}
-	s.writeCounted(ctx, body)
+	s.writeCounted(ctx, typeJSON, body)
 }
 
 func kindOf(limit int) string {
@@ -267,7 +267,7 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		writeError(ctx, errInternal, "cannot encode key state")
 		return
 	}
-	s.writeCounted(ctx, body)
+	s.writeCounted(ctx, typeJSON, body)
 }
 
 // serveReadyz answers GET /readyz: 200 {"status":"ok"} when the node
