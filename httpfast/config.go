@@ -115,38 +115,36 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpfast: session TTL must be > 0, got %v", c.SessionTTL)
 	case c.SessionTTL > maxSeconds*time.Second:
 		return fmt.Errorf("httpfast: session TTL must be <= %ds, got %v", maxSeconds, c.SessionTTL)
-	case c.MaxSessions < 0:
-		return fmt.Errorf("httpfast: max sessions must be >= 0, got %d", c.MaxSessions)
-	case c.MaxSessionsPerIP < 0:
-		return fmt.Errorf("httpfast: max sessions per IP must be >= 0, got %d", c.MaxSessionsPerIP)
-	case c.AuthFailuresPerMinute < 0:
-		return fmt.Errorf("httpfast: auth failures per minute must be >= 0, got %d", c.AuthFailuresPerMinute)
 	case c.RateLimitPerIP < 0 || math.IsNaN(c.RateLimitPerIP) || math.IsInf(c.RateLimitPerIP, 0):
 		return fmt.Errorf("httpfast: rate limit must be a finite number >= 0, got %v", c.RateLimitPerIP)
-	case c.RateLimitBurst < 0:
-		return fmt.Errorf("httpfast: rate limit burst must be >= 0, got %d", c.RateLimitBurst)
 	case c.RateLimitPerIP > 0 && c.RateLimitMaxIPs < 2:
 		return fmt.Errorf("httpfast: rate limit max IPs must be >= 2, got %d", c.RateLimitMaxIPs)
-	case c.MaxBodyBytes < 256:
-		return fmt.Errorf("httpfast: max body bytes must be >= 256, got %d", c.MaxBodyBytes)
 	case c.DefaultTTL < 0 || c.DefaultTTL > maxSeconds*time.Second:
 		return fmt.Errorf("httpfast: default TTL must be in [0, %ds], got %v", maxSeconds, c.DefaultTTL)
 	case c.ReadTimeout <= 0:
 		return fmt.Errorf("httpfast: read timeout must be > 0, got %v", c.ReadTimeout)
 	case c.WriteTimeout < 0:
 		return fmt.Errorf("httpfast: write timeout must be >= 0, got %v", c.WriteTimeout)
-	case c.MaxStatsBytes < 4096:
-		return fmt.Errorf("httpfast: max stats bytes must be >= 4096, got %d", c.MaxStatsBytes)
-	case c.StatsConcurrency < 1:
-		return fmt.Errorf("httpfast: stats concurrency must be >= 1, got %d", c.StatsConcurrency)
-	case c.SendBuffer < 0:
-		return fmt.Errorf("httpfast: send buffer must be >= 0, got %d", c.SendBuffer)
-	case c.MaxOutput < 0:
-		return fmt.Errorf("httpfast: output budget must be >= 0, got %d", c.MaxOutput)
-	case c.MaxConnections < 0:
-		return fmt.Errorf("httpfast: max connections must be >= 0, got %d", c.MaxConnections)
-	case c.MaxConnectionsPerIP < 0:
-		return fmt.Errorf("httpfast: max connections per IP must be >= 0, got %d", c.MaxConnectionsPerIP)
+	}
+	for _, f := range [...]struct {
+		name     string
+		v, least int64
+	}{
+		{"max sessions", int64(c.MaxSessions), 0},
+		{"max sessions per IP", int64(c.MaxSessionsPerIP), 0},
+		{"auth failures per minute", int64(c.AuthFailuresPerMinute), 0},
+		{"rate limit burst", int64(c.RateLimitBurst), 0},
+		{"max body bytes", int64(c.MaxBodyBytes), 256},
+		{"max stats bytes", int64(c.MaxStatsBytes), 4096},
+		{"stats concurrency", int64(c.StatsConcurrency), 1},
+		{"send buffer", int64(c.SendBuffer), 0},
+		{"output budget", c.MaxOutput, 0},
+		{"max connections", int64(c.MaxConnections), 0},
+		{"max connections per IP", int64(c.MaxConnectionsPerIP), 0},
+	} {
+		if f.v < f.least {
+			return fmt.Errorf("httpfast: %s must be >= %d, got %d", f.name, f.least, f.v)
+		}
 	}
 	return nil
 }
