@@ -18,30 +18,25 @@ type Config struct {
 	Addr string
 	// SessionTTL is how long a session lives without a request.
 	SessionTTL time.Duration
-	// MaxSessions caps the open sessions. At the cap POST /v1/sessions
-	// answers 429 max_sessions (Retry-After: 1) and opens nothing, until
-	// a session is deleted or expires. 0 means no cap.
+	// MaxSessions caps the open sessions: past it POST /v1/sessions
+	// answers 429 max_sessions. 0 means no cap.
 	MaxSessions int
-	// MaxSessionsPerIP caps the open sessions one client IP has opened on
-	// this server, so one address cannot take all MaxSessions and lock
-	// everyone else out. At the cap POST /v1/sessions answers 429
-	// max_sessions and opens nothing. 0 means no cap. In cluster mode a
-	// session a previous leader opened is not counted against its IP.
+	// MaxSessionsPerIP caps the sessions one client IP opened on this
+	// server (a previous leader's are not counted), so one address cannot
+	// take all MaxSessions. Past it: 429 max_sessions. 0 means no cap.
 	MaxSessionsPerIP int
 	// MaxConnectionsPerIP caps the open REST connections from one client
-	// (an IPv6 client is its /64), so one host cannot take every one of
-	// MaxConnections with idle or half-sent requests and leave everyone
-	// else, /healthz included, with 503. A connection over it is answered
-	// 429 and closed (a TLS one is closed). 0 means no cap.
+	// (an IPv6 client is its /64), so one host cannot take all of
+	// MaxConnections. A connection over it is answered 429 and closed (a
+	// TLS one just closed). 0 means no cap.
 	MaxConnectionsPerIP int
-	// AuthFailuresPerMinute rate-limits wrong or missing bearer tokens per
-	// client IP: an IP may fail this many times at once, then this many a
-	// minute; past it its requests get 429 rate_limited without the
-	// token being compared. 0 turns the limit off.
+	// AuthFailuresPerMinute is how many wrong or missing bearer tokens a
+	// client IP may send at once, then per minute; past it its requests
+	// get 429 rate_limited without a comparison. 0 turns the limit off.
 	AuthFailuresPerMinute int
 	// AuthToken, when set, must come with every request as
-	// "Authorization: Bearer <token>" (/healthz and /v1/openapi.json
-	// are exempt).
+	// "Authorization: Bearer <token>" (/healthz, /readyz,
+	// /v1/openapi.json and the dashboard's files are exempt).
 	AuthToken string
 	// RateLimitPerIP is each client IP's sustained request rate in
 	// requests per second; 0 turns rate limiting off.
@@ -68,9 +63,9 @@ type Config struct {
 	MaxStatsBytes int
 	// StatsConcurrency bounds the stats answers being built at once.
 	StatsConcurrency int
-	// MaxOutput is the budget of stats bodies built and not yet written,
-	// when the server gets no shared budget (WithOutputBudget); 0 means
-	// none. Past it /v1/stats answers with the totals only.
+	// MaxOutput is the budget of stats bodies built and not yet written
+	// without WithOutputBudget; 0 means none. Past it /v1/stats answers
+	// the totals only.
 	MaxOutput int64
 	// SendBuffer sets each connection's kernel send buffer (SO_SNDBUF) in
 	// bytes; 0 keeps the kernel's autotuning.
