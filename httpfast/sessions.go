@@ -17,31 +17,24 @@ import (
 	"github.com/latchd/latchd/internal/clock"
 )
 
-// sessionBit marks HTTP session owner IDs. TCP connections count up from
-// 1 and never reach it, so the two kinds of owner never collide.
-//
-// A single node's session owners are sessionBit | counter. In cluster mode
-// owners must be unique across the cluster (and across the process
-// incarnations whose owners are still in the replicated state), so they
-// are sessionBit | prefix<<32 | counter, with a 31-bit random prefix drawn
-// when the process starts and again every 2^32-1 sessions, so the counter
-// never carries into it (docs/design/replication.md#owner-ids; the
-// TCP server does the same with bit 63 clear).
+// sessionBit marks HTTP session owner IDs; TCP connections count up from
+// 1 and never reach it. A single node's session owners are sessionBit |
+// counter. In cluster mode they must be unique across the cluster and
+// past process incarnations, so they are sessionBit | prefix<<32 |
+// counter, with a 31-bit random prefix drawn at start and every 2^32-1
+// sessions (docs/design/replication.md#owner-ids).
 const sessionBit = engine.OwnerID(1) << 63
 
 // sessionIDLen is the length of a session_id: the owner ID and the
-// session's key, 64 bits each, in hex. The key (64 bits from crypto/rand)
-// is kept with the session in the engine, replicated in cluster mode, so
-// a process that never issued an id (a new raft leader, a node restarted
-// from saved state) accepts it when the key matches and only then.
+// session's random key, 64 bits each, in hex. The engine keeps the key
+// with the session (replicated in cluster mode), so a process that never
+// issued an id, a new leader say, accepts it when the key matches.
 const sessionIDLen = 32
 
 // sweepPerCreate is how many names each create checks against the
-// engine. A round over the n names there are, plus the names its own
-// creates add (one per two checks), takes at most n creates; so a name
-// whose session expired is forgotten within about as many creates as the
-// registry holds names, the registry stays within a small multiple of
-// the live sessions, and lookups never wait for a full scan.
+// engine: two, so a sweep outruns the one name each create adds, and an
+// expired session's name is forgotten within about as many creates as
+// there are names, without any full scan.
 const sweepPerCreate = 2
 
 // errMaxSessionsPerIP refuses a session to a client IP at its cap
@@ -49,10 +42,8 @@ const sweepPerCreate = 2
 var errMaxSessionsPerIP = errors.New("httpfast: max sessions per IP reached")
 
 // registry maps session_id strings to engine owners. The engine owns a
-// session's life (its TTL and expiry); the registry only names it, and
-// forgets names whose session the engine has dropped: at once when a
-// request finds the session gone, and otherwise by a sweep that checks a
-// few names per create, round-robin.
+// session's life; the registry forgets a name when a request finds its
+// session gone, or when the round-robin sweep of each create does.
 type registry struct {
 	mu      sync.Mutex
 	ids     map[string]int // session_id -> index in names
@@ -122,8 +113,7 @@ func (r *registry) create(b backend.Backend, ttl time.Duration, max int, ip neti
 	} else {
 		ip = netip.Addr{}
 	}
-	// Open before naming: a sweep running between the two would forget a
-	// name whose session the engine does not know yet.
+	// Open before naming: a sweep between the two would forget the name.
 	owner := r.newOwner()
 	var key uint64
 	for key == 0 { // 0 is "no key"
