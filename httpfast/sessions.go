@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"sync"
@@ -125,10 +126,7 @@ func (r *registry) create(b backend.Backend, ttl time.Duration, max int, ip neti
 	if _, err := b.Do(r0, nil); err != nil {
 		return "", 0, err
 	}
-	var raw [sessionIDLen / 2]byte
-	binary.BigEndian.PutUint64(raw[:8], uint64(owner))
-	binary.BigEndian.PutUint64(raw[8:], key)
-	id := hex.EncodeToString(raw[:])
+	id := fmt.Sprintf("%016x%016x", uint64(owner), key)
 
 	r.mu.Lock()
 	r.sweepLocked(b.Engine())
