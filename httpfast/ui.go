@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/clock"
 )
 
@@ -87,18 +88,14 @@ const (
 	uiKeysMax     = 1000
 )
 
-// uiKey is one key in GET /v1/ui/keys. Owner and Fence are strings: an
-// owner id or a fence number may not fit a float64, and the page is
-// JavaScript.
+// uiKey is one key in GET /v1/ui/keys, with its first holder if any.
 type uiKey struct {
-	Key             string  `json:"key"`
-	Kind            string  `json:"kind"`
-	Limit           int     `json:"limit"`
-	Holders         int     `json:"holders"`
-	Waiters         int     `json:"waiters"`
-	Owner           string  `json:"owner"`
-	Fence           string  `json:"fence"`
-	LeaseExpiresInS float64 `json:"lease_expires_in_s"`
+	Key     string `json:"key"`
+	Kind    string `json:"kind"`
+	Limit   int    `json:"limit"`
+	Holders int    `json:"holders"`
+	Waiters int    `json:"waiters"`
+	keyHolder
 }
 
 // uiTotals are the node's gauges and counters; the page turns the
@@ -165,9 +162,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 	for i, k := range top {
 		out.Keys[i] = uiKey{Key: k.Key, Kind: kindOf(k.Limit), Limit: k.Limit, Holders: k.Holders, Waiters: k.Waiters}
 		if k.Holders > 0 {
-			out.Keys[i].Owner = strconv.FormatUint(uint64(k.Owner), 10)
-			out.Keys[i].Fence = fenceHex(k.Fence)
-			out.Keys[i].LeaseExpiresInS = k.LeaseExpiresInS
+			out.Keys[i].keyHolder = holderOf(engine.Holder{Owner: k.Owner, Fence: k.Fence, LeaseExpiresInS: k.LeaseExpiresInS})
 		}
 	}
 	out.Cluster = s.be.ClusterStatus()
@@ -186,14 +181,18 @@ func kindOf(limit int) string {
 	return "semaphore"
 }
 
-// fenceHex writes a fence number as the token's first 16 hex digits.
-func fenceHex(f uint64) string { return fmt.Sprintf("%016x", f) }
-
-// keyHolder and keyWaiter are GET /v1/locks/{key}'s lists.
+// keyHolder and keyWaiter are GET /v1/locks/{key}'s lists. Owners and
+// fences are strings: they may not fit a float64, and the page is
+// JavaScript. A fence is written as the token's first 16 hex digits.
 type keyHolder struct {
 	Owner           string  `json:"owner"`
 	Fence           string  `json:"fence"`
 	LeaseExpiresInS float64 `json:"lease_expires_in_s"`
+}
+
+func holderOf(h engine.Holder) keyHolder {
+	return keyHolder{Owner: strconv.FormatUint(uint64(h.Owner), 10), Fence: fmt.Sprintf("%016x", h.Fence),
+		LeaseExpiresInS: h.LeaseExpiresInS}
 }
 
 type keyWaiter struct {
@@ -251,8 +250,7 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	} else {
 		st.Kind, st.Limit, st.IdleS = kindOf(ki.Limit), ki.Limit, ki.IdleS
 		for _, h := range ki.Holders {
-			st.Holders = append(st.Holders, keyHolder{Owner: strconv.FormatUint(uint64(h.Owner), 10),
-				Fence: fenceHex(h.Fence), LeaseExpiresInS: h.LeaseExpiresInS})
+			st.Holders = append(st.Holders, holderOf(h))
 		}
 		for _, w := range ki.Waiters {
 			kw := keyWaiter{Owner: strconv.FormatUint(uint64(w.Owner), 10)}
