@@ -1,8 +1,6 @@
 package httpfast
 
 import (
-	"time"
-
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/backend"
@@ -43,11 +41,6 @@ func (s *Server) cancelWait(key []byte, owner engine.OwnerID) error {
 func (s *Server) release(key []byte, tok fence.Token) error {
 	_, err := s.be.Do(backend.Request{Op: backend.OpRelease, Key: key, Token: tok}, nil)
 	return err
-}
-
-func (s *Server) renew(key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error) {
-	rep, err := s.be.Do(backend.Request{Op: backend.OpRenew, Key: key, Token: tok, TTL: ttl, Owner: owner}, nil)
-	return rep.Outcome.TTL, err
 }
 
 // disconnect withdraws everything owner waits for and, with release,

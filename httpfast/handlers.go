@@ -33,7 +33,6 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
 	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions, authlimit.Key(ip), s.cfg.MaxSessionsPerIP)
 	if errors.Is(err, errMaxSessionsPerIP) {
-		// Counted in latchd_http_responses_total{code="429"}.
 		writeError(ctx, errMaxSessions, "this address holds its maximum number of sessions")
 		return
 	}
@@ -47,7 +46,6 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, errInternal, "cannot open session")
 			return
 		}
-		// Counted in latchd_http_responses_total{code="429"}.
 		if ce := s.log.Check(zap.DebugLevel, "session refused"); ce != nil {
 			ce.Write(zap.Int("max_sessions", s.cfg.MaxSessions))
 		}
@@ -266,12 +264,12 @@ func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq,
 		}
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
 	case opLockRenew, opSemRenew:
-		ttl, err := s.renew(req.Key, tok, req.TTL, req.Owner)
+		rep, err := s.be.Do(backend.Request{Op: backend.OpRenew, Key: req.Key, Token: tok, TTL: req.TTL, Owner: req.Owner}, nil)
 		if err != nil {
 			s.fail(ctx, err)
 			return
 		}
-		writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","remaining_s":`, ttl)
+		writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","remaining_s":`, rep.Outcome.TTL)
 	}
 }
 
