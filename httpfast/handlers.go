@@ -406,30 +406,22 @@ const (
 	parkedGone                    // the client closed its connection: withdrawn, a racing grant released
 )
 
-// parkGrace is how long past its own timeout a parked request waits
-// before it gives up on hearing its outcome. A single node's engine
-// always delivers by the timeout; over a replicated backend the timeout
-// comes through the log from the leader's expiry, and a failover moves
-// deadlines later by the election's length (docs/design/replication.md,
-// "Failover: leases keep their time, fences keep rising").
+// parkGrace is how long past its own timeout a parked request waits for
+// its outcome. A single node always delivers by the timeout; a replicated
+// one hears it through the log, and a failover delays it by the election.
 const parkGrace = 10 * time.Second
 
 // withdrawWait bounds how long a request withdrawn at Stop waits for its
 // Canceled.
 const withdrawWait = 2 * time.Second
 
-// park blocks until the engine delivers the parked request's outcome:
-// a grant, a timeout, or Canceled when the session is closed first (by
-// DELETE, or by Stop). Before blocking it checks the session is still
-// open: a DELETE that ran before the request was queued would leave
-// nobody to cancel it. The outcome comes from an entry the node applies
-// on a replicated backend (a grant, the leader's expiry, a Disconnect),
-// so a node cut off from the log may never hear it: after the request's
-// timeout and parkGrace it gives up.
-//
-// If the client closes its connection meanwhile (see gone.go), the
-// request is withdrawn and a grant that raced the withdrawal released;
-// the outcome is still awaited, within the same bound.
+// park blocks until the parked request's outcome arrives: a grant, a
+// timeout, or Canceled when the session is closed (DELETE or Stop). It
+// first checks the session is open: a DELETE that ran before the request
+// was queued would leave nobody to cancel it. A node cut off from the
+// log may never hear the outcome, so it gives up after the timeout and
+// parkGrace. A client that leaves meanwhile (gone.go) has its request
+// withdrawn and a racing grant released, within the same bound.
 func (s *Server) park(ctx *fasthttp.RequestCtx, key []byte, owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
 	if !s.alive(owner) {
 		_ = s.disconnect(owner, true)
