@@ -32,36 +32,28 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
 	}
 	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
 	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions, authlimit.Key(ip), s.cfg.MaxSessionsPerIP)
-	if errors.Is(err, errMaxSessionsPerIP) {
+	switch {
+	case errors.Is(err, errMaxSessionsPerIP):
 		writeError(ctx, errMaxSessions, "this address holds its maximum number of sessions")
 		return
-	}
-	if err != nil {
-		e, msg := apiErrFor(err)
-		if e != errMaxSessions {
-			if failBackend(ctx, err) {
-				return
-			}
-			s.log.Error("open session", zap.Error(err))
-			writeError(ctx, errInternal, "cannot open session")
-			return
-		}
+	case errors.Is(err, engine.ErrMaxSessions):
 		if ce := s.log.Check(zap.DebugLevel, "session refused"); ce != nil {
 			ce.Write(zap.Int("max_sessions", s.cfg.MaxSessions))
 		}
+		e, msg := apiErrFor(err)
 		writeError(ctx, e, msg)
+		return
+	case err != nil:
+		if !failBackend(ctx, err) {
+			s.log.Error("open session", zap.Error(err))
+			writeError(ctx, errInternal, "cannot open session")
+		}
 		return
 	}
 	if ce := s.log.Check(zap.DebugLevel, "session opened"); ce != nil {
 		ce.Write(zap.Uint64("owner", uint64(owner)))
 	}
-	var buf [respBufLen]byte
-	b := append(buf[:0], `{"session_id":"`...)
-	b = append(b, id...)
-	b = append(b, `","ttl_s":`...)
-	b = appendSeconds(b, s.cfg.SessionTTL)
-	b = append(b, '}')
-	writeJSON(ctx, fasthttp.StatusCreated, b)
+	writeSeconds(ctx, fasthttp.StatusCreated, `{"session_id":"`+id+`","ttl_s":`, s.cfg.SessionTTL)
 }
 
 // deleteSession answers DELETE /v1/sessions/{id}: it releases everything
