@@ -181,8 +181,9 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		return
 	}
 	req := engine.AcquireReq{Key: key, Limit: 1}
-	tok, ok := s.readLockBody(ctx, o, &req)
-	if !ok {
+	tok, err := s.readLockBody(ctx, o, &req)
+	if err != nil {
+		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
 
@@ -202,24 +203,21 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 
 // readLockBody reads the JSON body of op o into req (limit, lease, timeout)
 // and returns the token for the routes that take one. Fields o does not
-// allow are an error. On an error it writes the 400 and reports false.
-func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.AcquireReq) (fence.Token, bool) {
+// allow are an error, whose text is the 400's message.
+func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.AcquireReq) (fence.Token, error) {
 	var body lockBody
 	if err := decodeBody(ctx.PostBody(), &body, true); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return fence.Token{}, false
+		return fence.Token{}, err
 	}
 	if err := body.check(allowed[o]); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return fence.Token{}, false
+		return fence.Token{}, err
 	}
 	if body.Limit != nil {
 		req.Limit = int(*body.Limit)
 	}
 	var err error
 	if req.TTL, err = seconds(body.LeaseTTLS, "lease_ttl_s", true); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return fence.Token{}, false
+		return fence.Token{}, err
 	}
 	if req.TTL == 0 {
 		req.TTL = s.cfg.DefaultTTL // 0 still: the engine's default
@@ -229,13 +227,12 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 		timeoutField, timeoutName = body.WaitTimeoutS, "wait_timeout_s"
 	}
 	if req.Timeout, err = seconds(timeoutField, timeoutName, false); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return fence.Token{}, false
+		return fence.Token{}, err
 	}
 	if allowed[o]&fToken == 0 {
-		return fence.Token{}, true
+		return fence.Token{}, nil
 	}
-	return s.token(ctx, body.Token)
+	return token(ctx, body.Token)
 }
 
 // lockCall makes the backend call of op o for the session's owner
@@ -267,28 +264,25 @@ func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq,
 
 // token reads the token from the body or, for a release, the ?token=
 // query parameter. Both may be given if they agree.
-func (s *Server) token(ctx *fasthttp.RequestCtx, field *string) (fence.Token, bool) {
+func token(ctx *fasthttp.RequestCtx, field *string) (fence.Token, error) {
 	var raw []byte
 	if field != nil {
 		raw = []byte(*field)
 	}
 	if q := ctx.QueryArgs().Peek("token"); len(q) > 0 {
 		if raw != nil && string(raw) != string(q) {
-			writeError(ctx, errBadRequest, "token in body and query differ")
-			return fence.Token{}, false
+			return fence.Token{}, bodyErr("token in body and query differ")
 		}
 		raw = q
 	}
 	if len(raw) == 0 {
-		writeError(ctx, errBadRequest, "token is required")
-		return fence.Token{}, false
+		return fence.Token{}, bodyErr("token is required")
 	}
 	tok, err := fence.Parse(raw)
 	if err != nil {
-		writeError(ctx, errBadRequest, "token must be 32 lowercase hex characters")
-		return fence.Token{}, false
+		return fence.Token{}, bodyErr("token must be 32 lowercase hex characters")
 	}
-	return tok, true
+	return tok, nil
 }
 
 // blocking makes an acquire or wait call r, parked on a sink when it has
