@@ -50,12 +50,8 @@ func (m *httpMetrics) observe(o op, status int, start time.Time) {
 }
 
 // serveMetrics answers GET /metrics with the whole registry in the
-// Prometheus text format: the engine's counters and gauges, the TCP and
-// HTTP histograms and counters, the Go runtime and process metrics.
-// Like stats, at most StatsConcurrency are built at once and a body
-// counts in the output budget until written; past the budget it answers
-// 503 unavailable, so clients pipelining scrapes they never read cannot
-// fill memory.
+// Prometheus text format. Bounded like stats, but past the output budget
+// it answers 503 unavailable.
 func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()

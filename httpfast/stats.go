@@ -14,15 +14,11 @@ import (
 
 // serveStats answers GET /v1/stats: the TCP stats JSON, with connections
 // counting TCP connections plus open REST sessions, and in cluster mode
-// the node's raft state under "cluster".
-//
-// Its cost is bounded like the TCP stats answer's: at most
-// StatsConcurrency are built at once (the others wait), the JSON is
-// capped at MaxStatsBytes (truncated, with the totals), and the bodies
-// built and not yet written count in the output budget until fasthttp has
-// written them or given up (WriteTimeout); past the budget the answer
-// carries the totals only. A client that never reads its answers thus
-// holds at most one body per connection, for at most WriteTimeout.
+// the node's raft state under "cluster". As for TCP, at most
+// StatsConcurrency are built at once, the JSON is capped at MaxStatsBytes,
+// and a body counts in the output budget until written (past the budget:
+// the totals only), so a client that never reads holds at most one body
+// per connection, for at most WriteTimeout.
 func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()
