@@ -52,8 +52,8 @@ func matchAdmin(method, path []byte) (o op, param []byte, allow string) {
 // voterBody is POST /v1/admin/voters. Fields it does not know (such as
 // the client_addr that latchd --join sends) are ignored.
 type voterBody struct {
-	ID       *string `json:"id"`
-	RaftAddr *string `json:"raft_addr"`
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
 	// Learner adds the node as a non-voting member (AddLearner): it
 	// catches up without counting toward the quorum; a later POST
 	// without it promotes the node to voter.
@@ -62,14 +62,14 @@ type voterBody struct {
 
 // transferBody is POST /v1/admin/leadership-transfer; all of it optional.
 type transferBody struct {
-	ID *string `json:"id"`
+	ID string `json:"id"`
 }
 
 // adminOp serves the /v1/admin routes.
 func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 	n := s.admin
 	if o == opAdminCluster {
-		writeJSONValue(ctx, s, fasthttp.StatusOK, n.ClusterStatus())
+		s.writeValue(ctx, fasthttp.StatusOK, n.ClusterStatus())
 		return
 	}
 	if !n.IsLeader() {
@@ -85,20 +85,20 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 			writeError(ctx, errBadRequest, err.Error())
 			return
 		}
-		if b.ID == nil || *b.ID == "" || b.RaftAddr == nil || *b.RaftAddr == "" {
+		if b.ID == "" || b.RaftAddr == "" {
 			writeError(ctx, errBadRequest, "id and raft_addr are required")
 			return
 		}
-		existed := n.HasMember(*b.ID)
+		existed := n.HasMember(b.ID)
 		what := "voter"
 		if b.Learner {
 			what = "learner"
 		}
-		if err := n.AddMember(cctx, *b.ID, *b.RaftAddr, b.Learner); err != nil {
+		if err := n.AddMember(cctx, b.ID, b.RaftAddr, b.Learner); err != nil {
 			s.adminFail(ctx, "add "+what, err)
 			return
 		}
-		s.log.Info(what+" added", zap.String("id", *b.ID), zap.String("raft_addr", *b.RaftAddr))
+		s.log.Info(what+" added", zap.String("id", b.ID), zap.String("raft_addr", b.RaftAddr))
 		status := fasthttp.StatusCreated
 		if existed {
 			status = fasthttp.StatusOK // its address updated, or nothing changed
@@ -128,15 +128,11 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 			writeError(ctx, errBadRequest, err.Error())
 			return
 		}
-		id := ""
-		if b.ID != nil {
-			id = *b.ID
-		}
-		if err := n.TransferLeader(cctx, id); err != nil {
+		if err := n.TransferLeader(cctx, b.ID); err != nil {
 			s.adminFail(ctx, "transfer leadership", err)
 			return
 		}
-		s.log.Info("leadership transferred", zap.String("to", id))
+		s.log.Info("leadership transferred", zap.String("to", b.ID))
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
 	}
 }
@@ -150,10 +146,11 @@ type adminVoters struct {
 // writeVoters answers {"status":"ok","voters":[...]}: n's configuration
 // once the change is committed.
 func (s *Server) writeVoters(ctx *fasthttp.RequestCtx, n backend.Admin, status int) {
-	writeJSONValue(ctx, s, status, &adminVoters{Status: "ok", Voters: n.Voters()})
+	s.writeValue(ctx, status, &adminVoters{Status: "ok", Voters: n.Voters()})
 }
 
-func writeJSONValue(ctx *fasthttp.RequestCtx, s *Server, status int, v any) {
+// writeValue answers status with v as JSON.
+func (s *Server) writeValue(ctx *fasthttp.RequestCtx, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		s.log.Error("admin answer", zap.Error(err))
