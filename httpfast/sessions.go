@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/latchd/latchd/backend"
@@ -52,13 +51,12 @@ type registry struct {
 	cursor  int                                // the next name the sweep checks
 	byIP    map[netip.Addr]map[string]struct{} // names of the sessions each client IP opened here
 	opening map[netip.Addr]int                 // creates in flight per IP, counted against its cap
-	next    atomic.Uint64                      // last owner counter issued (single node)
 
-	// Cluster mode: owners carry a random prefix (see sessionBit).
+	// Owner IDs (see sessionBit); only cluster mode has a prefix.
 	prefixed bool
 	ownerMu  sync.Mutex
 	prefix   uint64 // 31 bits
-	count    uint64 // last counter issued under prefix; 0: draw a prefix
+	count    uint64 // last counter issued (under prefix); cluster mode draws one at 0
 }
 
 type regName struct {
@@ -78,12 +76,9 @@ func (r *registry) init(prefixed bool) {
 
 // newOwner returns a session owner ID never issued before by this process.
 func (r *registry) newOwner() engine.OwnerID {
-	if !r.prefixed {
-		return sessionBit | engine.OwnerID(r.next.Add(1))
-	}
 	r.ownerMu.Lock()
 	defer r.ownerMu.Unlock()
-	if r.count == 0 || r.count == math.MaxUint32 {
+	if r.prefixed && (r.count == 0 || r.count == math.MaxUint32) {
 		r.prefix = clock.Salt() & 0x7fff_ffff
 		r.count = 0
 	}
