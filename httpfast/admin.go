@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -35,31 +34,17 @@ const adminWait = 10 * time.Second
 // matchAdmin maps an admin route like match does; the caller has found no
 // other route.
 func matchAdmin(method, path []byte) (o op, param []byte, allow string) {
-	get := string(method) == "GET"
-	post := string(method) == "POST"
-	del := string(method) == "DELETE"
+	m := string(method)
 	switch string(path) {
 	case "/v1/admin/cluster":
-		if get {
-			return opAdminCluster, nil, ""
-		}
-		return opBadMethod, nil, "GET"
+		return only(m, "GET", opAdminCluster, nil)
 	case "/v1/admin/voters":
-		if post {
-			return opAdminAddVoter, nil, ""
-		}
-		return opBadMethod, nil, "POST"
+		return only(m, "POST", opAdminAddVoter, nil)
 	case "/v1/admin/leadership-transfer":
-		if post {
-			return opAdminTransfer, nil, ""
-		}
-		return opBadMethod, nil, "POST"
+		return only(m, "POST", opAdminTransfer, nil)
 	}
 	if id, ok := bytes.CutPrefix(path, []byte("/v1/admin/voters/")); ok && len(id) > 0 && bytes.IndexByte(id, '/') < 0 {
-		if del {
-			return opAdminRemoveVoter, id, ""
-		}
-		return opBadMethod, nil, "DELETE"
+		return only(m, "DELETE", opAdminRemoveVoter, id)
 	}
 	return opNotFound, nil, ""
 }
@@ -67,8 +52,8 @@ func matchAdmin(method, path []byte) (o op, param []byte, allow string) {
 // voterBody is POST /v1/admin/voters. Fields it does not know (such as
 // the client_addr that latchd --join sends) are ignored.
 type voterBody struct {
-	ID       *string `json:"id"`
-	RaftAddr *string `json:"raft_addr"`
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
 	// Learner adds the node as a non-voting member (AddLearner): it
 	// catches up without counting toward the quorum; a later POST
 	// without it promotes the node to voter.
@@ -77,30 +62,14 @@ type voterBody struct {
 
 // transferBody is POST /v1/admin/leadership-transfer; all of it optional.
 type transferBody struct {
-	ID *string `json:"id"`
-}
-
-// decodeAdminBody decodes a JSON object into v like decodeBody, but
-// ignores unknown fields.
-func decodeAdminBody(body []byte, v any) error {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		return bodyErr("invalid JSON body: " + err.Error())
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return bodyErr("invalid JSON body: trailing data after the object")
-	}
-	return nil
+	ID string `json:"id"`
 }
 
 // adminOp serves the /v1/admin routes.
 func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 	n := s.admin
 	if o == opAdminCluster {
-		writeJSONValue(ctx, s, fasthttp.StatusOK, n.ClusterStatus())
+		s.writeValue(ctx, fasthttp.StatusOK, n.ClusterStatus())
 		return
 	}
 	if !n.IsLeader() {
@@ -112,24 +81,24 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 	switch o {
 	case opAdminAddVoter:
 		var b voterBody
-		if err := decodeAdminBody(ctx.PostBody(), &b); err != nil {
+		if err := decodeBody(ctx.PostBody(), &b, false); err != nil {
 			writeError(ctx, errBadRequest, err.Error())
 			return
 		}
-		if b.ID == nil || *b.ID == "" || b.RaftAddr == nil || *b.RaftAddr == "" {
+		if b.ID == "" || b.RaftAddr == "" {
 			writeError(ctx, errBadRequest, "id and raft_addr are required")
 			return
 		}
-		existed := n.HasMember(*b.ID)
+		existed := n.HasMember(b.ID)
 		what := "voter"
 		if b.Learner {
 			what = "learner"
 		}
-		if err := n.AddMember(cctx, *b.ID, *b.RaftAddr, b.Learner); err != nil {
+		if err := n.AddMember(cctx, b.ID, b.RaftAddr, b.Learner); err != nil {
 			s.adminFail(ctx, "add "+what, err)
 			return
 		}
-		s.log.Info(what+" added", zap.String("id", *b.ID), zap.String("raft_addr", *b.RaftAddr))
+		s.log.Info(what+" added", zap.String("id", b.ID), zap.String("raft_addr", b.RaftAddr))
 		status := fasthttp.StatusCreated
 		if existed {
 			status = fasthttp.StatusOK // its address updated, or nothing changed
@@ -155,19 +124,15 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 		s.writeVoters(ctx, n, fasthttp.StatusOK)
 	case opAdminTransfer:
 		var b transferBody
-		if err := decodeAdminBody(ctx.PostBody(), &b); err != nil {
+		if err := decodeBody(ctx.PostBody(), &b, false); err != nil {
 			writeError(ctx, errBadRequest, err.Error())
 			return
 		}
-		id := ""
-		if b.ID != nil {
-			id = *b.ID
-		}
-		if err := n.TransferLeader(cctx, id); err != nil {
+		if err := n.TransferLeader(cctx, b.ID); err != nil {
 			s.adminFail(ctx, "transfer leadership", err)
 			return
 		}
-		s.log.Info("leadership transferred", zap.String("to", id))
+		s.log.Info("leadership transferred", zap.String("to", b.ID))
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
 	}
 }
@@ -181,10 +146,11 @@ type adminVoters struct {
 // writeVoters answers {"status":"ok","voters":[...]}: n's configuration
 // once the change is committed.
 func (s *Server) writeVoters(ctx *fasthttp.RequestCtx, n backend.Admin, status int) {
-	writeJSONValue(ctx, s, status, &adminVoters{Status: "ok", Voters: n.Voters()})
+	s.writeValue(ctx, status, &adminVoters{Status: "ok", Voters: n.Voters()})
 }
 
-func writeJSONValue(ctx *fasthttp.RequestCtx, s *Server, status int, v any) {
+// writeValue answers status with v as JSON.
+func (s *Server) writeValue(ctx *fasthttp.RequestCtx, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		s.log.Error("admin answer", zap.Error(err))

@@ -1,8 +1,6 @@
 package httpfast
 
 import (
-	"time"
-
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/backend"
@@ -33,23 +31,6 @@ func (s *Server) beginSession(owner engine.OwnerID) (bool, error) {
 // leader's restamp makes it idle.
 func (s *Server) endSession(owner engine.OwnerID) { s.be.EndSessionAsync(owner) }
 
-func (s *Server) acquireCall(req engine.AcquireReq, sink engine.Sink) (engine.Outcome, error) {
-	rep, err := s.be.Do(backend.Request{Op: backend.OpAcquire, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
-		TTL: req.TTL, Timeout: req.Timeout}, sink)
-	return rep.Outcome, err
-}
-
-func (s *Server) enqueueCall(req engine.AcquireReq) (engine.Outcome, error) {
-	rep, err := s.be.Do(backend.Request{Op: backend.OpEnqueue, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
-		TTL: req.TTL}, nil)
-	return rep.Outcome, err
-}
-
-func (s *Server) waitCall(key []byte, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) (engine.Outcome, error) {
-	rep, err := s.be.Do(backend.Request{Op: backend.OpWait, Key: key, Owner: owner, Timeout: timeout}, sink)
-	return rep.Outcome, err
-}
-
 // cancelWait withdraws owner's parked request on key: its sink hears
 // Canceled, unless the request was answered first (engine.CancelWait).
 func (s *Server) cancelWait(key []byte, owner engine.OwnerID) error {
@@ -60,11 +41,6 @@ func (s *Server) cancelWait(key []byte, owner engine.OwnerID) error {
 func (s *Server) release(key []byte, tok fence.Token) error {
 	_, err := s.be.Do(backend.Request{Op: backend.OpRelease, Key: key, Token: tok}, nil)
 	return err
-}
-
-func (s *Server) renew(key []byte, tok fence.Token, ttl time.Duration, owner engine.OwnerID) (time.Duration, error) {
-	rep, err := s.be.Do(backend.Request{Op: backend.OpRenew, Key: key, Token: tok, TTL: ttl, Owner: owner}, nil)
-	return rep.Outcome.TTL, err
 }
 
 // disconnect withdraws everything owner waits for and, with release,

@@ -25,14 +25,16 @@ type bodyErr string
 
 func (e bodyErr) Error() string { return string(e) }
 
-// decodeBody decodes a JSON object into v, refusing unknown fields, wrong
-// types and trailing data. An empty body is an empty object.
-func decodeBody(body []byte, v any) error {
+// decodeBody decodes a JSON object into v, refusing wrong types, trailing
+// data and, if strict, unknown fields. An empty body is an empty object.
+func decodeBody(body []byte, v any, strict bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return bodyErr("invalid JSON body: " + err.Error())
 	}

@@ -11,26 +11,15 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
-// A replicated backend. Every engine mutation a handler makes is then a
-// proposal, ordered in the raft log with the TCP clients' requests of
-// every node; reads (stats, session TTLs, metrics) use the node's
-// replica. The leader runs expiry through the log: this package never
-// runs an expiry clock of its own over either backend (a single node's
-// clock is driven by whoever built its engine), so nothing is to be
-// turned off here.
-//
-// A follower answers every route that would propose (sessions, locks,
-// semaphores) with 503 not_leader naming the leader's REST address, and
-// so does a leader that loses leadership while it handles one. A
-// request whose fate is unknown (logged, then leadership lost) answers
-// 503 unknown_outcome: it may or may not have taken effect.
-//
-// Sessions survive a failover: a session's state (holdings, waits, idle
-// TTL) and its key are replicated, and a session_id carries owner and
-// key, so the next leader takes an id it never issued (registry.adopt).
-// Session owner IDs carry a random per-process prefix there, so they are
-// unique across the cluster; /v1/stats adds the node's raft state under
-// "cluster".
+// Over a replicated backend every mutation is a raft proposal, ordered
+// with every node's TCP requests; reads (stats, session TTLs, metrics)
+// use this node's replica, and the leader runs expiry through the log. A
+// follower, or a leader that loses leadership meanwhile, answers the
+// routes that propose with 503 not_leader naming the leader's REST
+// address; a request logged and then orphaned by a leadership change
+// answers 503 unknown_outcome. Sessions survive a failover: their state
+// and key are replicated, so the next leader takes a session_id it never
+// issued (registry.adopt).
 
 // msgUnknownOutcome is unknown_outcome's message.
 const msgUnknownOutcome = "leadership changed before the request committed: it may or may not have taken effect"

@@ -18,30 +18,25 @@ type Config struct {
 	Addr string
 	// SessionTTL is how long a session lives without a request.
 	SessionTTL time.Duration
-	// MaxSessions caps the open sessions. At the cap POST /v1/sessions
-	// answers 429 max_sessions (Retry-After: 1) and opens nothing, until
-	// a session is deleted or expires. 0 means no cap.
+	// MaxSessions caps the open sessions: past it POST /v1/sessions
+	// answers 429 max_sessions. 0 means no cap.
 	MaxSessions int
-	// MaxSessionsPerIP caps the open sessions one client IP has opened on
-	// this server, so one address cannot take all MaxSessions and lock
-	// everyone else out. At the cap POST /v1/sessions answers 429
-	// max_sessions and opens nothing. 0 means no cap. In cluster mode a
-	// session a previous leader opened is not counted against its IP.
+	// MaxSessionsPerIP caps the sessions one client IP opened on this
+	// server (a previous leader's are not counted), so one address cannot
+	// take all MaxSessions. Past it: 429 max_sessions. 0 means no cap.
 	MaxSessionsPerIP int
 	// MaxConnectionsPerIP caps the open REST connections from one client
-	// (an IPv6 client is its /64), so one host cannot take every one of
-	// MaxConnections with idle or half-sent requests and leave everyone
-	// else, /healthz included, with 503. A connection over it is answered
-	// 429 and closed (a TLS one is closed). 0 means no cap.
+	// (an IPv6 client is its /64), so one host cannot take all of
+	// MaxConnections. A connection over it is answered 429 and closed (a
+	// TLS one just closed). 0 means no cap.
 	MaxConnectionsPerIP int
-	// AuthFailuresPerMinute rate-limits wrong or missing bearer tokens per
-	// client IP: an IP may fail this many times at once, then this many a
-	// minute; past it its requests get 429 rate_limited without the
-	// token being compared. 0 turns the limit off.
+	// AuthFailuresPerMinute is how many wrong or missing bearer tokens a
+	// client IP may send at once, then per minute; past it its requests
+	// get 429 rate_limited without a comparison. 0 turns the limit off.
 	AuthFailuresPerMinute int
 	// AuthToken, when set, must come with every request as
-	// "Authorization: Bearer <token>" (/healthz and /v1/openapi.json
-	// are exempt).
+	// "Authorization: Bearer <token>" (/healthz, /readyz,
+	// /v1/openapi.json and the dashboard's files are exempt).
 	AuthToken string
 	// RateLimitPerIP is each client IP's sustained request rate in
 	// requests per second; 0 turns rate limiting off.
@@ -68,9 +63,9 @@ type Config struct {
 	MaxStatsBytes int
 	// StatsConcurrency bounds the stats answers being built at once.
 	StatsConcurrency int
-	// MaxOutput is the budget of stats bodies built and not yet written,
-	// when the server gets no shared budget (WithOutputBudget); 0 means
-	// none. Past it /v1/stats answers with the totals only.
+	// MaxOutput is the budget of stats bodies built and not yet written
+	// without WithOutputBudget; 0 means none. Past it /v1/stats answers
+	// the totals only.
 	MaxOutput int64
 	// SendBuffer sets each connection's kernel send buffer (SO_SNDBUF) in
 	// bytes; 0 keeps the kernel's autotuning.
@@ -115,38 +110,36 @@ func (c Config) Validate() error {
 		return fmt.Errorf("httpfast: session TTL must be > 0, got %v", c.SessionTTL)
 	case c.SessionTTL > maxSeconds*time.Second:
 		return fmt.Errorf("httpfast: session TTL must be <= %ds, got %v", maxSeconds, c.SessionTTL)
-	case c.MaxSessions < 0:
-		return fmt.Errorf("httpfast: max sessions must be >= 0, got %d", c.MaxSessions)
-	case c.MaxSessionsPerIP < 0:
-		return fmt.Errorf("httpfast: max sessions per IP must be >= 0, got %d", c.MaxSessionsPerIP)
-	case c.AuthFailuresPerMinute < 0:
-		return fmt.Errorf("httpfast: auth failures per minute must be >= 0, got %d", c.AuthFailuresPerMinute)
 	case c.RateLimitPerIP < 0 || math.IsNaN(c.RateLimitPerIP) || math.IsInf(c.RateLimitPerIP, 0):
 		return fmt.Errorf("httpfast: rate limit must be a finite number >= 0, got %v", c.RateLimitPerIP)
-	case c.RateLimitBurst < 0:
-		return fmt.Errorf("httpfast: rate limit burst must be >= 0, got %d", c.RateLimitBurst)
 	case c.RateLimitPerIP > 0 && c.RateLimitMaxIPs < 2:
 		return fmt.Errorf("httpfast: rate limit max IPs must be >= 2, got %d", c.RateLimitMaxIPs)
-	case c.MaxBodyBytes < 256:
-		return fmt.Errorf("httpfast: max body bytes must be >= 256, got %d", c.MaxBodyBytes)
 	case c.DefaultTTL < 0 || c.DefaultTTL > maxSeconds*time.Second:
 		return fmt.Errorf("httpfast: default TTL must be in [0, %ds], got %v", maxSeconds, c.DefaultTTL)
 	case c.ReadTimeout <= 0:
 		return fmt.Errorf("httpfast: read timeout must be > 0, got %v", c.ReadTimeout)
 	case c.WriteTimeout < 0:
 		return fmt.Errorf("httpfast: write timeout must be >= 0, got %v", c.WriteTimeout)
-	case c.MaxStatsBytes < 4096:
-		return fmt.Errorf("httpfast: max stats bytes must be >= 4096, got %d", c.MaxStatsBytes)
-	case c.StatsConcurrency < 1:
-		return fmt.Errorf("httpfast: stats concurrency must be >= 1, got %d", c.StatsConcurrency)
-	case c.SendBuffer < 0:
-		return fmt.Errorf("httpfast: send buffer must be >= 0, got %d", c.SendBuffer)
-	case c.MaxOutput < 0:
-		return fmt.Errorf("httpfast: output budget must be >= 0, got %d", c.MaxOutput)
-	case c.MaxConnections < 0:
-		return fmt.Errorf("httpfast: max connections must be >= 0, got %d", c.MaxConnections)
-	case c.MaxConnectionsPerIP < 0:
-		return fmt.Errorf("httpfast: max connections per IP must be >= 0, got %d", c.MaxConnectionsPerIP)
+	}
+	for _, f := range [...]struct {
+		name     string
+		v, least int64
+	}{
+		{"max sessions", int64(c.MaxSessions), 0},
+		{"max sessions per IP", int64(c.MaxSessionsPerIP), 0},
+		{"auth failures per minute", int64(c.AuthFailuresPerMinute), 0},
+		{"rate limit burst", int64(c.RateLimitBurst), 0},
+		{"max body bytes", int64(c.MaxBodyBytes), 256},
+		{"max stats bytes", int64(c.MaxStatsBytes), 4096},
+		{"stats concurrency", int64(c.StatsConcurrency), 1},
+		{"send buffer", int64(c.SendBuffer), 0},
+		{"output budget", c.MaxOutput, 0},
+		{"max connections", int64(c.MaxConnections), 0},
+		{"max connections per IP", int64(c.MaxConnectionsPerIP), 0},
+	} {
+		if f.v < f.least {
+			return fmt.Errorf("httpfast: %s must be >= %d, got %d", f.name, f.least, f.v)
+		}
 	}
 	return nil
 }

@@ -73,32 +73,33 @@ var apiErrs = [...]struct {
 // msgShuttingDown explains errShuttingDown.
 const msgShuttingDown = "the server is stopping: it grants nothing more; releases and renewals still work"
 
+// engineErrs maps the engine's errors to their answers and messages, in
+// the order they are tried.
+var engineErrs = [...]struct {
+	err error
+	e   apiErr
+	msg string
+}{
+	{engine.ErrNotHolder, errNotHolder, "token does not hold the key (released, expired or never granted)"},
+	{engine.ErrLimitMismatch, errLimitMismatch, "the key exists with another limit"},
+	{engine.ErrAlreadyQueued, errAlreadyEnqueued, "this session already holds or waits on the key"},
+	{engine.ErrNotQueued, errNotEnqueued, "this session has not enqueued on the key"},
+	{engine.ErrLeaseExpired, errLeaseExpired, "the enqueued grant's lease ran out before this wait"},
+	{engine.ErrOwnerMaxKeys, errMaxLocks, "this session holds or waits on its maximum number of keys (--max-keys-per-owner)"},
+	{engine.ErrMaxKeys, errMaxLocks, "the server holds its maximum number of keys"},
+	{engine.ErrMaxWaiters, errMaxWaiters, "the key's queue is full"},
+	{engine.ErrMaxSessions, errMaxSessions, "the server holds its maximum number of sessions"},
+	{engine.ErrBadRequest, errBadRequest, "request fields out of range"},
+	{engine.ErrDraining, errShuttingDown, msgShuttingDown},
+}
+
 // apiErrFor maps an engine error to its answer and message. It is the one
 // place where engine errors meet the REST API.
 func apiErrFor(err error) (apiErr, string) {
-	switch {
-	case errors.Is(err, engine.ErrNotHolder):
-		return errNotHolder, "token does not hold the key (released, expired or never granted)"
-	case errors.Is(err, engine.ErrLimitMismatch):
-		return errLimitMismatch, "the key exists with another limit"
-	case errors.Is(err, engine.ErrAlreadyQueued):
-		return errAlreadyEnqueued, "this session already holds or waits on the key"
-	case errors.Is(err, engine.ErrNotQueued):
-		return errNotEnqueued, "this session has not enqueued on the key"
-	case errors.Is(err, engine.ErrLeaseExpired):
-		return errLeaseExpired, "the enqueued grant's lease ran out before this wait"
-	case errors.Is(err, engine.ErrOwnerMaxKeys):
-		return errMaxLocks, "this session holds or waits on its maximum number of keys (--max-keys-per-owner)"
-	case errors.Is(err, engine.ErrMaxKeys):
-		return errMaxLocks, "the server holds its maximum number of keys"
-	case errors.Is(err, engine.ErrMaxWaiters):
-		return errMaxWaiters, "the key's queue is full"
-	case errors.Is(err, engine.ErrMaxSessions):
-		return errMaxSessions, "the server holds its maximum number of sessions"
-	case errors.Is(err, engine.ErrBadRequest):
-		return errBadRequest, "request fields out of range"
-	case errors.Is(err, engine.ErrDraining):
-		return errShuttingDown, msgShuttingDown
+	for _, m := range engineErrs {
+		if errors.Is(err, m.err) {
+			return m.e, m.msg
+		}
 	}
 	return errInternal, "internal error"
 }

@@ -8,22 +8,16 @@ import (
 	"time"
 )
 
-// A REST client that gives up on a blocking acquire or wait (curl
-// --max-time, a client-side timeout) closes its connection while the
-// handler is parked. fasthttp reads nothing while a handler runs, so it
-// cannot tell, and RequestCtx.Done closes only at shutdown. Left alone, the
-// abandoned request stays queued, is granted to a session nobody listens
-// for, and the next client waits out the session TTL.
-//
-// So a parked handler registers its connection with the server's
-// connWatch, whose one goroutine looks at every registered socket every
-// goneEvery without reading from it (poll with POLLRDHUP on Linux: the
-// peer closed or shut down its sending side; pipelined requests queued
-// behind the parked one are not consumed, and do not count as gone). A
-// handler whose client is gone withdraws its request from the queue and
-// releases a grant that raced the withdrawal. A client that half-closes
-// its connection after sending the request counts as gone, as it does for
-// net/http's request context.
+// A REST client that gives up on a blocking acquire or wait closes its
+// connection while the handler is parked. fasthttp reads nothing while a
+// handler runs, so it cannot tell; left alone, the request stays queued,
+// is granted to nobody listening, and the next client waits out the
+// session TTL. So a parked handler registers its connection with the
+// server's connWatch, whose one goroutine polls every registered socket
+// each goneEvery without reading it (POLLRDHUP on Linux, so pipelined
+// requests are not consumed). A handler whose client is gone withdraws
+// its request and releases a grant that raced the withdrawal. A client
+// that half-closes after sending counts as gone, as in net/http.
 
 // goneEvery is how often parked requests' connections are checked.
 const goneEvery = 100 * time.Millisecond

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/fence"
 	"github.com/latchd/latchd/internal/authlimit"
@@ -25,44 +26,34 @@ func (c chanSink) Deliver(o engine.Outcome) { c <- o }
 
 // createSession answers POST /v1/sessions.
 func (s *Server) createSession(ctx *fasthttp.RequestCtx) {
-	if err := decodeBody(ctx.PostBody(), &struct{}{}); err != nil {
+	if err := decodeBody(ctx.PostBody(), &struct{}{}, true); err != nil {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
 	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
 	id, owner, err := s.reg.create(s.be, s.cfg.SessionTTL, s.cfg.MaxSessions, authlimit.Key(ip), s.cfg.MaxSessionsPerIP)
-	if errors.Is(err, errMaxSessionsPerIP) {
-		// Counted in latchd_http_responses_total{code="429"}.
+	switch {
+	case errors.Is(err, errMaxSessionsPerIP):
 		writeError(ctx, errMaxSessions, "this address holds its maximum number of sessions")
 		return
-	}
-	if err != nil {
-		e, msg := apiErrFor(err)
-		if e != errMaxSessions {
-			if failBackend(ctx, err) {
-				return
-			}
-			s.log.Error("open session", zap.Error(err))
-			writeError(ctx, errInternal, "cannot open session")
-			return
-		}
-		// Counted in latchd_http_responses_total{code="429"}.
+	case errors.Is(err, engine.ErrMaxSessions):
 		if ce := s.log.Check(zap.DebugLevel, "session refused"); ce != nil {
 			ce.Write(zap.Int("max_sessions", s.cfg.MaxSessions))
 		}
+		e, msg := apiErrFor(err)
 		writeError(ctx, e, msg)
+		return
+	case err != nil:
+		if !failBackend(ctx, err) {
+			s.log.Error("open session", zap.Error(err))
+			writeError(ctx, errInternal, "cannot open session")
+		}
 		return
 	}
 	if ce := s.log.Check(zap.DebugLevel, "session opened"); ce != nil {
 		ce.Write(zap.Uint64("owner", uint64(owner)))
 	}
-	var buf [respBufLen]byte
-	b := append(buf[:0], `{"session_id":"`...)
-	b = append(b, id...)
-	b = append(b, `","ttl_s":`...)
-	b = appendSeconds(b, s.cfg.SessionTTL)
-	b = append(b, '}')
-	writeJSON(ctx, fasthttp.StatusCreated, b)
+	writeSeconds(ctx, fasthttp.StatusCreated, `{"session_id":"`+id+`","ttl_s":`, s.cfg.SessionTTL)
 }
 
 // deleteSession answers DELETE /v1/sessions/{id}: it releases everything
@@ -90,7 +81,7 @@ func (s *Server) deleteSession(ctx *fasthttp.RequestCtx, id []byte) {
 
 // keepalive answers POST /v1/sessions/{id}/keepalive.
 func (s *Server) keepalive(ctx *fasthttp.RequestCtx, id []byte) {
-	if err := decodeBody(ctx.PostBody(), &struct{}{}); err != nil {
+	if err := decodeBody(ctx.PostBody(), &struct{}{}, true); err != nil {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
@@ -190,8 +181,9 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		return
 	}
 	req := engine.AcquireReq{Key: key, Limit: 1}
-	tok, ok := s.readLockBody(ctx, o, &req)
-	if !ok {
+	tok, err := s.readLockBody(ctx, o, &req)
+	if err != nil {
+		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
 
@@ -211,24 +203,21 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 
 // readLockBody reads the JSON body of op o into req (limit, lease, timeout)
 // and returns the token for the routes that take one. Fields o does not
-// allow are an error. On an error it writes the 400 and reports false.
-func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.AcquireReq) (fence.Token, bool) {
+// allow are an error, whose text is the 400's message.
+func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.AcquireReq) (fence.Token, error) {
 	var body lockBody
-	if err := decodeBody(ctx.PostBody(), &body); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return fence.Token{}, false
+	if err := decodeBody(ctx.PostBody(), &body, true); err != nil {
+		return fence.Token{}, err
 	}
 	if err := body.check(allowed[o]); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return fence.Token{}, false
+		return fence.Token{}, err
 	}
 	if body.Limit != nil {
 		req.Limit = int(*body.Limit)
 	}
 	var err error
 	if req.TTL, err = seconds(body.LeaseTTLS, "lease_ttl_s", true); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return fence.Token{}, false
+		return fence.Token{}, err
 	}
 	if req.TTL == 0 {
 		req.TTL = s.cfg.DefaultTTL // 0 still: the engine's default
@@ -238,13 +227,12 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 		timeoutField, timeoutName = body.WaitTimeoutS, "wait_timeout_s"
 	}
 	if req.Timeout, err = seconds(timeoutField, timeoutName, false); err != nil {
-		writeError(ctx, errBadRequest, err.Error())
-		return fence.Token{}, false
+		return fence.Token{}, err
 	}
 	if allowed[o]&fToken == 0 {
-		return fence.Token{}, true
+		return fence.Token{}, nil
 	}
-	return s.token(ctx, body.Token)
+	return token(ctx, body.Token)
 }
 
 // lockCall makes the backend call of op o for the session's owner
@@ -252,11 +240,12 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq, tok fence.Token) {
 	switch o {
 	case opLockAcquire, opSemAcquire:
-		s.acquire(ctx, req)
+		s.blocking(ctx, backend.Request{Op: backend.OpAcquire, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
+			TTL: req.TTL, Timeout: req.Timeout})
 	case opLockEnqueue, opSemEnqueue:
 		s.enqueue(ctx, req)
 	case opLockWait, opSemWait:
-		s.wait(ctx, req)
+		s.blocking(ctx, backend.Request{Op: backend.OpWait, Key: req.Key, Owner: req.Owner, Timeout: req.Timeout})
 	case opLockRelease, opSemRelease:
 		if err := s.release(req.Key, tok); err != nil {
 			s.fail(ctx, err)
@@ -264,52 +253,52 @@ func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq,
 		}
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
 	case opLockRenew, opSemRenew:
-		ttl, err := s.renew(req.Key, tok, req.TTL, req.Owner)
+		rep, err := s.be.Do(backend.Request{Op: backend.OpRenew, Key: req.Key, Token: tok, TTL: req.TTL, Owner: req.Owner}, nil)
 		if err != nil {
 			s.fail(ctx, err)
 			return
 		}
-		writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","remaining_s":`, ttl)
+		writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","remaining_s":`, rep.Outcome.TTL)
 	}
 }
 
 // token reads the token from the body or, for a release, the ?token=
 // query parameter. Both may be given if they agree.
-func (s *Server) token(ctx *fasthttp.RequestCtx, field *string) (fence.Token, bool) {
+func token(ctx *fasthttp.RequestCtx, field *string) (fence.Token, error) {
 	var raw []byte
 	if field != nil {
 		raw = []byte(*field)
 	}
 	if q := ctx.QueryArgs().Peek("token"); len(q) > 0 {
 		if raw != nil && string(raw) != string(q) {
-			writeError(ctx, errBadRequest, "token in body and query differ")
-			return fence.Token{}, false
+			return fence.Token{}, bodyErr("token in body and query differ")
 		}
 		raw = q
 	}
 	if len(raw) == 0 {
-		writeError(ctx, errBadRequest, "token is required")
-		return fence.Token{}, false
+		return fence.Token{}, bodyErr("token is required")
 	}
 	tok, err := fence.Parse(raw)
 	if err != nil {
-		writeError(ctx, errBadRequest, "token must be 32 lowercase hex characters")
-		return fence.Token{}, false
+		return fence.Token{}, bodyErr("token must be 32 lowercase hex characters")
 	}
-	return tok, true
+	return tok, nil
 }
 
-func (s *Server) acquire(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
+// blocking makes an acquire or wait call r, parked on a sink when it has
+// a timeout, and answers it.
+func (s *Server) blocking(ctx *fasthttp.RequestCtx, r backend.Request) {
 	var sink chanSink
-	if req.Timeout > 0 {
+	if r.Timeout > 0 {
 		sink = s.sinks.Get().(chanSink)
 	}
-	out, err := s.acquireCall(req, sinkOrNil(sink))
-	s.answer(ctx, req.Key, req.Owner, req.Timeout, out, err, sink)
+	rep, err := s.be.Do(r, sinkOrNil(sink))
+	s.answer(ctx, r.Key, r.Owner, r.Timeout, rep.Outcome, err, sink)
 }
 
 func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
-	out, err := s.enqueueCall(req)
+	rep, err := s.be.Do(backend.Request{Op: backend.OpEnqueue, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
+		TTL: req.TTL}, nil)
 	if err == nil && !s.alive(req.Owner) {
 		// Closed while we enqueued: its DropOwner may have run first.
 		_ = s.disconnect(req.Owner, true)
@@ -319,20 +308,11 @@ func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
 	switch {
 	case err != nil:
 		s.fail(ctx, err)
-	case out.Result == engine.Granted:
-		writeGrant(ctx, "acquired", out.Token, out.TTL)
+	case rep.Outcome.Result == engine.Granted:
+		writeGrant(ctx, "acquired", rep.Outcome.Token, rep.Outcome.TTL)
 	default:
 		writeJSON(ctx, fasthttp.StatusOK, bodyQueued)
 	}
-}
-
-func (s *Server) wait(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
-	var sink chanSink
-	if req.Timeout > 0 {
-		sink = s.sinks.Get().(chanSink)
-	}
-	out, err := s.waitCall(req.Key, req.Owner, req.Timeout, sinkOrNil(sink))
-	s.answer(ctx, req.Key, req.Owner, req.Timeout, out, err, sink)
 }
 
 // sinkOrNil keeps a nil chanSink from becoming a non-nil engine.Sink.
@@ -412,30 +392,22 @@ const (
 	parkedGone                    // the client closed its connection: withdrawn, a racing grant released
 )
 
-// parkGrace is how long past its own timeout a parked request waits
-// before it gives up on hearing its outcome. A single node's engine
-// always delivers by the timeout; over a replicated backend the timeout
-// comes through the log from the leader's expiry, and a failover moves
-// deadlines later by the election's length (docs/design/replication.md,
-// "Failover: leases keep their time, fences keep rising").
+// parkGrace is how long past its own timeout a parked request waits for
+// its outcome. A single node always delivers by the timeout; a replicated
+// one hears it through the log, and a failover delays it by the election.
 const parkGrace = 10 * time.Second
 
 // withdrawWait bounds how long a request withdrawn at Stop waits for its
 // Canceled.
 const withdrawWait = 2 * time.Second
 
-// park blocks until the engine delivers the parked request's outcome:
-// a grant, a timeout, or Canceled when the session is closed first (by
-// DELETE, or by Stop). Before blocking it checks the session is still
-// open: a DELETE that ran before the request was queued would leave
-// nobody to cancel it. The outcome comes from an entry the node applies
-// on a replicated backend (a grant, the leader's expiry, a Disconnect),
-// so a node cut off from the log may never hear it: after the request's
-// timeout and parkGrace it gives up.
-//
-// If the client closes its connection meanwhile (see gone.go), the
-// request is withdrawn and a grant that raced the withdrawal released;
-// the outcome is still awaited, within the same bound.
+// park blocks until the parked request's outcome arrives: a grant, a
+// timeout, or Canceled when the session is closed (DELETE or Stop). It
+// first checks the session is open: a DELETE that ran before the request
+// was queued would leave nobody to cancel it. A node cut off from the
+// log may never hear the outcome, so it gives up after the timeout and
+// parkGrace. A client that leaves meanwhile (gone.go) has its request
+// withdrawn and a racing grant released, within the same bound.
 func (s *Server) park(ctx *fasthttp.RequestCtx, key []byte, owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
 	if !s.alive(owner) {
 		_ = s.disconnect(owner, true)

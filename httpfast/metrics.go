@@ -2,6 +2,7 @@ package httpfast
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,23 +42,16 @@ func newHTTPMetrics(reg *metrics.Registry) *httpMetrics {
 // observe records one request: its latency under its route, its status.
 func (m *httpMetrics) observe(o op, status int, start time.Time) {
 	m.latency[o].Observe(time.Since(start).Seconds())
-	i := len(statusCodes)
-	for j, c := range statusCodes {
-		if c == status {
-			i = j
-			break
-		}
+	i := slices.Index(statusCodes[:], status)
+	if i < 0 {
+		i = len(statusCodes) // "other"
 	}
 	m.statuses[i].Inc()
 }
 
 // serveMetrics answers GET /metrics with the whole registry in the
-// Prometheus text format: the engine's counters and gauges, the TCP and
-// HTTP histograms and counters, the Go runtime and process metrics.
-// Like stats, at most StatsConcurrency are built at once and a body
-// counts in the output budget until written; past the budget it answers
-// 503 unavailable, so clients pipelining scrapes they never read cannot
-// fill memory.
+// Prometheus text format. Bounded like stats, but past the output budget
+// it answers 503 unavailable.
 func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()
@@ -73,6 +67,5 @@ func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errUnavailable, "output budget spent: too many answers unread; retry")
 		return
 	}
-	ctx.Response.Header.SetContentType(metrics.ContentType)
-	s.writeCountedAs(ctx, buf.Bytes())
+	s.writeCounted(ctx, metrics.ContentType, buf.Bytes())
 }

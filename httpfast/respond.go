@@ -10,8 +10,10 @@ import (
 	"github.com/latchd/latchd/fence"
 )
 
+const typeJSON = "application/json"
+
 var (
-	contentJSON = []byte("application/json")
+	contentJSON = []byte(typeJSON)
 
 	bodyOK       = []byte(`{"status":"ok"}`)
 	bodyQueued   = []byte(`{"status":"queued"}`)

@@ -2,6 +2,7 @@ package httpfast
 
 import (
 	"bytes"
+	"encoding/hex"
 )
 
 // op is what a request asks for, once its path and method are matched.
@@ -181,36 +182,25 @@ const maxKeyLen = 256
 func decodeKey(dst *[maxKeyLen]byte, raw []byte) ([]byte, bool) {
 	n := 0
 	for i := 0; i < len(raw); i++ {
+		if n == maxKeyLen {
+			return nil, false
+		}
 		c := raw[i]
 		if c == '%' {
 			if i+2 >= len(raw) {
 				return nil, false
 			}
-			hi, ok1 := unhex(raw[i+1])
-			lo, ok2 := unhex(raw[i+2])
-			if !ok1 || !ok2 {
+			if _, err := hex.Decode(dst[n:n+1], raw[i+1:i+3]); err != nil {
 				return nil, false
 			}
-			c = hi<<4 | lo
+			c = dst[n]
 			i += 2
 		}
-		if c == ' ' || c == '\t' || c == '\r' || c == '\n' || n == maxKeyLen {
+		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
 			return nil, false
 		}
 		dst[n] = c
 		n++
 	}
 	return dst[:n], n > 0
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }

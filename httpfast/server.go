@@ -255,9 +255,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, o op, admin bool, now time.Time
 	if s.lim != nil {
 		ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
 		if ok, wait := s.lim.Allow(authlimit.Key(ip), now); !ok {
-			secs := max(1, int64((wait+time.Second-1)/time.Second))
-			var buf [20]byte
-			ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], secs, 10))
+			retryAfter(ctx, wait)
 			writeError(ctx, errRateLimited, "too many requests from this address")
 			return false
 		}

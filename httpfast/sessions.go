@@ -6,10 +6,10 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/latchd/latchd/backend"
@@ -17,31 +17,24 @@ import (
 	"github.com/latchd/latchd/internal/clock"
 )
 
-// sessionBit marks HTTP session owner IDs. TCP connections count up from
-// 1 and never reach it, so the two kinds of owner never collide.
-//
-// A single node's session owners are sessionBit | counter. In cluster mode
-// owners must be unique across the cluster (and across the process
-// incarnations whose owners are still in the replicated state), so they
-// are sessionBit | prefix<<32 | counter, with a 31-bit random prefix drawn
-// when the process starts and again every 2^32-1 sessions, so the counter
-// never carries into it (docs/design/replication.md#owner-ids; the
-// TCP server does the same with bit 63 clear).
+// sessionBit marks HTTP session owner IDs; TCP connections count up from
+// 1 and never reach it. A single node's session owners are sessionBit |
+// counter. In cluster mode they must be unique across the cluster and
+// past process incarnations, so they are sessionBit | prefix<<32 |
+// counter, with a 31-bit random prefix drawn at start and every 2^32-1
+// sessions (docs/design/replication.md#owner-ids).
 const sessionBit = engine.OwnerID(1) << 63
 
 // sessionIDLen is the length of a session_id: the owner ID and the
-// session's key, 64 bits each, in hex. The key (64 bits from crypto/rand)
-// is kept with the session in the engine, replicated in cluster mode, so
-// a process that never issued an id (a new raft leader, a node restarted
-// from saved state) accepts it when the key matches and only then.
+// session's random key, 64 bits each, in hex. The engine keeps the key
+// with the session (replicated in cluster mode), so a process that never
+// issued an id, a new leader say, accepts it when the key matches.
 const sessionIDLen = 32
 
 // sweepPerCreate is how many names each create checks against the
-// engine. A round over the n names there are, plus the names its own
-// creates add (one per two checks), takes at most n creates; so a name
-// whose session expired is forgotten within about as many creates as the
-// registry holds names, the registry stays within a small multiple of
-// the live sessions, and lookups never wait for a full scan.
+// engine: two, so a sweep outruns the one name each create adds, and an
+// expired session's name is forgotten within about as many creates as
+// there are names, without any full scan.
 const sweepPerCreate = 2
 
 // errMaxSessionsPerIP refuses a session to a client IP at its cap
@@ -49,10 +42,8 @@ const sweepPerCreate = 2
 var errMaxSessionsPerIP = errors.New("httpfast: max sessions per IP reached")
 
 // registry maps session_id strings to engine owners. The engine owns a
-// session's life (its TTL and expiry); the registry only names it, and
-// forgets names whose session the engine has dropped: at once when a
-// request finds the session gone, and otherwise by a sweep that checks a
-// few names per create, round-robin.
+// session's life; the registry forgets a name when a request finds its
+// session gone, or when the round-robin sweep of each create does.
 type registry struct {
 	mu      sync.Mutex
 	ids     map[string]int // session_id -> index in names
@@ -60,13 +51,12 @@ type registry struct {
 	cursor  int                                // the next name the sweep checks
 	byIP    map[netip.Addr]map[string]struct{} // names of the sessions each client IP opened here
 	opening map[netip.Addr]int                 // creates in flight per IP, counted against its cap
-	next    atomic.Uint64                      // last owner counter issued (single node)
 
-	// Cluster mode: owners carry a random prefix (see sessionBit).
+	// Owner IDs (see sessionBit); only cluster mode has a prefix.
 	prefixed bool
 	ownerMu  sync.Mutex
 	prefix   uint64 // 31 bits
-	count    uint64 // last counter issued under prefix; 0: draw a prefix
+	count    uint64 // last counter issued (under prefix); cluster mode draws one at 0
 }
 
 type regName struct {
@@ -86,12 +76,9 @@ func (r *registry) init(prefixed bool) {
 
 // newOwner returns a session owner ID never issued before by this process.
 func (r *registry) newOwner() engine.OwnerID {
-	if !r.prefixed {
-		return sessionBit | engine.OwnerID(r.next.Add(1))
-	}
 	r.ownerMu.Lock()
 	defer r.ownerMu.Unlock()
-	if r.count == 0 || r.count == math.MaxUint32 {
+	if r.prefixed && (r.count == 0 || r.count == math.MaxUint32) {
 		r.prefix = clock.Salt() & 0x7fff_ffff
 		r.count = 0
 	}
@@ -122,8 +109,7 @@ func (r *registry) create(b backend.Backend, ttl time.Duration, max int, ip neti
 	} else {
 		ip = netip.Addr{}
 	}
-	// Open before naming: a sweep running between the two would forget a
-	// name whose session the engine does not know yet.
+	// Open before naming: a sweep between the two would forget the name.
 	owner := r.newOwner()
 	var key uint64
 	for key == 0 { // 0 is "no key"
@@ -135,10 +121,7 @@ func (r *registry) create(b backend.Backend, ttl time.Duration, max int, ip neti
 	if _, err := b.Do(r0, nil); err != nil {
 		return "", 0, err
 	}
-	var raw [sessionIDLen / 2]byte
-	binary.BigEndian.PutUint64(raw[:8], uint64(owner))
-	binary.BigEndian.PutUint64(raw[8:], key)
-	id := hex.EncodeToString(raw[:])
+	id := fmt.Sprintf("%016x%016x", uint64(owner), key)
 
 	r.mu.Lock()
 	r.sweepLocked(b.Engine())

@@ -2,7 +2,6 @@ package httpfast
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"sync/atomic"
 
@@ -15,15 +14,11 @@ import (
 
 // serveStats answers GET /v1/stats: the TCP stats JSON, with connections
 // counting TCP connections plus open REST sessions, and in cluster mode
-// the node's raft state under "cluster".
-//
-// Its cost is bounded like the TCP stats answer's: at most
-// StatsConcurrency are built at once (the others wait), the JSON is
-// capped at MaxStatsBytes (truncated, with the totals), and the bodies
-// built and not yet written count in the output budget until fasthttp has
-// written them or given up (WriteTimeout); past the budget the answer
-// carries the totals only. A client that never reads its answers thus
-// holds at most one body per connection, for at most WriteTimeout.
+// the node's raft state under "cluster". As for TCP, at most
+// StatsConcurrency are built at once, the JSON is capped at MaxStatsBytes,
+// and a body counts in the output budget until written (past the budget:
+// the totals only), so a client that never reads holds at most one body
+// per connection, for at most WriteTimeout.
 func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()
@@ -44,21 +39,18 @@ func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errInternal, "cannot encode stats")
 		return
 	}
-	s.writeCounted(ctx, body)
+	s.writeCounted(ctx, typeJSON, body)
 }
 
-// writeCounted answers 200 with the JSON body, counted in the output
-// budget until fasthttp has written it or dropped the connection.
-func (s *Server) writeCounted(ctx *fasthttp.RequestCtx, body []byte) {
-	ctx.Response.Header.SetContentTypeBytes(contentJSON)
-	s.writeCountedAs(ctx, body)
-}
-
-// writeCountedAs is writeCounted with the content type already set.
-func (s *Server) writeCountedAs(ctx *fasthttp.RequestCtx, body []byte) {
+// writeCounted answers 200 with body of type ctype, counted in the
+// output budget until fasthttp has written it or dropped the connection.
+func (s *Server) writeCounted(ctx *fasthttp.RequestCtx, ctype string, body []byte) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.Header.SetContentType(ctype)
 	s.budget.Add(int64(len(body)))
-	ctx.Response.SetBodyStream(newCountedBody(body, s.budget), len(body))
+	cb := &countedBody{n: int64(len(body)), budget: s.budget}
+	cb.Reset(body)
+	ctx.Response.SetBodyStream(cb, len(body))
 }
 
 // writeStatic answers 200 with a body shared by every request (the
@@ -74,30 +66,17 @@ func writeStatic(ctx *fasthttp.RequestCtx, body []byte) {
 // fasthttp closes it: after writing it, or when the connection failed or
 // the request was reset.
 type countedBody struct {
-	b      []byte
-	off    int
+	bytes.Reader
+	n      int64
 	budget *budget.Budget
 	closed atomic.Bool
-}
-
-func newCountedBody(b []byte, bud *budget.Budget) *countedBody {
-	return &countedBody{b: b, budget: bud}
-}
-
-func (cb *countedBody) Read(p []byte) (int, error) {
-	if cb.off >= len(cb.b) {
-		return 0, io.EOF
-	}
-	n := copy(p, cb.b[cb.off:])
-	cb.off += n
-	return n, nil
 }
 
 // Close gives the body's bytes back to the budget, once.
 func (cb *countedBody) Close() error {
 	if cb.closed.CompareAndSwap(false, true) {
-		cb.budget.Add(-int64(len(cb.b)))
-		cb.b = nil
+		cb.budget.Add(-cb.n)
+		cb.Reset(nil)
 	}
 	return nil
 }

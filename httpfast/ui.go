@@ -3,6 +3,7 @@ package httpfast
 import (
 	"embed"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"mime"
 	"path"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/clock"
 )
 
@@ -86,18 +88,14 @@ const (
 	uiKeysMax     = 1000
 )
 
-// uiKey is one key in GET /v1/ui/keys. Owner and Fence are strings: an
-// owner id or a fence number may not fit a float64, and the page is
-// JavaScript.
+// uiKey is one key in GET /v1/ui/keys, with its first holder if any.
 type uiKey struct {
-	Key             string  `json:"key"`
-	Kind            string  `json:"kind"`
-	Limit           int     `json:"limit"`
-	Holders         int     `json:"holders"`
-	Waiters         int     `json:"waiters"`
-	Owner           string  `json:"owner"`
-	Fence           string  `json:"fence"`
-	LeaseExpiresInS float64 `json:"lease_expires_in_s"`
+	Key     string `json:"key"`
+	Kind    string `json:"kind"`
+	Limit   int    `json:"limit"`
+	Holders int    `json:"holders"`
+	Waiters int    `json:"waiters"`
+	keyHolder
 }
 
 // uiTotals are the node's gauges and counters; the page turns the
@@ -164,9 +162,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 	for i, k := range top {
 		out.Keys[i] = uiKey{Key: k.Key, Kind: kindOf(k.Limit), Limit: k.Limit, Holders: k.Holders, Waiters: k.Waiters}
 		if k.Holders > 0 {
-			out.Keys[i].Owner = strconv.FormatUint(uint64(k.Owner), 10)
-			out.Keys[i].Fence = fenceHex(k.Fence)
-			out.Keys[i].LeaseExpiresInS = k.LeaseExpiresInS
+			out.Keys[i].keyHolder = holderOf(engine.Holder{Owner: k.Owner, Fence: k.Fence, LeaseExpiresInS: k.LeaseExpiresInS})
 		}
 	}
 	out.Cluster = s.be.ClusterStatus()
@@ -175,7 +171,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errInternal, "cannot encode keys")
 		return
 	}
-	s.writeCounted(ctx, body)
+	s.writeCounted(ctx, typeJSON, body)
 }
 
 func kindOf(limit int) string {
@@ -185,18 +181,18 @@ func kindOf(limit int) string {
 	return "semaphore"
 }
 
-// fenceHex writes a fence number as the token's first 16 hex digits.
-func fenceHex(f uint64) string {
-	var b [16]byte
-	s := strconv.AppendUint(b[:0], f, 16)
-	return strings.Repeat("0", 16-len(s)) + string(s)
-}
-
-// keyHolder and keyWaiter are GET /v1/locks/{key}'s lists.
+// keyHolder and keyWaiter are GET /v1/locks/{key}'s lists. Owners and
+// fences are strings: they may not fit a float64, and the page is
+// JavaScript. A fence is written as the token's first 16 hex digits.
 type keyHolder struct {
 	Owner           string  `json:"owner"`
 	Fence           string  `json:"fence"`
 	LeaseExpiresInS float64 `json:"lease_expires_in_s"`
+}
+
+func holderOf(h engine.Holder) keyHolder {
+	return keyHolder{Owner: strconv.FormatUint(uint64(h.Owner), 10), Fence: fmt.Sprintf("%016x", h.Fence),
+		LeaseExpiresInS: h.LeaseExpiresInS}
 }
 
 type keyWaiter struct {
@@ -254,8 +250,7 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	} else {
 		st.Kind, st.Limit, st.IdleS = kindOf(ki.Limit), ki.Limit, ki.IdleS
 		for _, h := range ki.Holders {
-			st.Holders = append(st.Holders, keyHolder{Owner: strconv.FormatUint(uint64(h.Owner), 10),
-				Fence: fenceHex(h.Fence), LeaseExpiresInS: h.LeaseExpiresInS})
+			st.Holders = append(st.Holders, holderOf(h))
 		}
 		for _, w := range ki.Waiters {
 			kw := keyWaiter{Owner: strconv.FormatUint(uint64(w.Owner), 10)}
@@ -270,7 +265,7 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		writeError(ctx, errInternal, "cannot encode key state")
 		return
 	}
-	s.writeCounted(ctx, body)
+	s.writeCounted(ctx, typeJSON, body)
 }
 
 // serveReadyz answers GET /readyz: 200 {"status":"ok"} when the node

@@ -18,12 +18,29 @@ type ClusterSample struct {
 
 var roles = [...]string{"leader", "follower", "candidate", "shutdown"}
 
+// raftFamilies are the unlabelled latchd_raft_ families, in scrape order.
+var raftFamilies = [...]struct {
+	name, help string
+	kind       prometheus.ValueType
+	value      func(*ClusterSample) uint64
+}{
+	{"term", "Current raft term.", prometheus.GaugeValue, func(s *ClusterSample) uint64 { return s.Term }},
+	{"commit_index", "Index of the last committed log entry.", prometheus.GaugeValue, func(s *ClusterSample) uint64 { return s.CommitIndex }},
+	{"applied_index", "Index of the last log entry applied to the engine.", prometheus.GaugeValue, func(s *ClusterSample) uint64 { return s.AppliedIndex }},
+	{"last_log_index", "Index of the last entry in the local log.", prometheus.GaugeValue, func(s *ClusterSample) uint64 { return s.LastLogIndex }},
+	{"leader_changes_total", "Leader changes this node observed.", prometheus.CounterValue, func(s *ClusterSample) uint64 { return s.LeaderChanges }},
+	{"proposed_entries_total", "Log entries of client commands this node proposed as leader (not its restamp and expiry entries).", prometheus.CounterValue, func(s *ClusterSample) uint64 { return s.ProposedEntries }},
+	{"proposed_commands_total", "Client commands in the entries this node proposed as leader.", prometheus.CounterValue, func(s *ClusterSample) uint64 { return s.ProposedCommands }},
+	{"batch_waits_total", "Batch waits: the leader holding queued commands for the clients it just answered.", prometheus.CounterValue, func(s *ClusterSample) uint64 { return s.BatchWaits }},
+	{"batch_wait_timeouts_total", "Batch waits that ended at their deadline.", prometheus.CounterValue, func(s *ClusterSample) uint64 { return s.BatchWaitTimeouts }},
+	{"snapshot_write_failures_total", "Snapshot writes that failed on this node (the log is not compacted behind them).", prometheus.CounterValue, func(s *ClusterSample) uint64 { return s.SnapshotWriteFailures }},
+}
+
 // clusterCollector reports a node's raft state on each scrape.
 type clusterCollector struct {
-	read                                       func() ClusterSample
-	role, term, commit, applied, last, changes *prometheus.Desc
-	entries, commands, waits, waitTimeouts     *prometheus.Desc
-	snapFails                                  *prometheus.Desc
+	read  func() ClusterSample
+	role  *prometheus.Desc
+	descs [len(raftFamilies)]*prometheus.Desc
 }
 
 // NewClusterCollector returns a collector reporting what read returns, at
@@ -32,28 +49,18 @@ type clusterCollector struct {
 // leader's batching: entries and commands proposed, batch waits and those
 // that timed out; and the snapshot writes that failed.
 func NewClusterCollector(read func() ClusterSample) prometheus.Collector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("latchd_raft_"+name, help, labels, nil)
+	c := &clusterCollector{read: read,
+		role: prometheus.NewDesc("latchd_raft_role", "1 for this node's current raft role.", []string{"role"}, nil)}
+	for i, f := range raftFamilies {
+		c.descs[i] = prometheus.NewDesc("latchd_raft_"+f.name, f.help, nil, nil)
 	}
-	return &clusterCollector{read: read,
-		role:         d("role", "1 for this node's current raft role.", "role"),
-		term:         d("term", "Current raft term."),
-		commit:       d("commit_index", "Index of the last committed log entry."),
-		applied:      d("applied_index", "Index of the last log entry applied to the engine."),
-		last:         d("last_log_index", "Index of the last entry in the local log."),
-		changes:      d("leader_changes_total", "Leader changes this node observed."),
-		entries:      d("proposed_entries_total", "Log entries of client commands this node proposed as leader (not its restamp and expiry entries)."),
-		commands:     d("proposed_commands_total", "Client commands in the entries this node proposed as leader."),
-		waits:        d("batch_waits_total", "Batch waits: the leader holding queued commands for the clients it just answered."),
-		waitTimeouts: d("batch_wait_timeouts_total", "Batch waits that ended at their deadline."),
-		snapFails:    d("snapshot_write_failures_total", "Snapshot writes that failed on this node (the log is not compacted behind them)."),
-	}
+	return c
 }
 
 // Describe implements prometheus.Collector.
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.role, c.term, c.commit, c.applied, c.last, c.changes,
-		c.entries, c.commands, c.waits, c.waitTimeouts, c.snapFails} {
+	ch <- c.role
+	for _, d := range c.descs {
 		ch <- d
 	}
 }
@@ -68,14 +75,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.role, prometheus.GaugeValue, v, r)
 	}
-	ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(s.Term))
-	ch <- prometheus.MustNewConstMetric(c.commit, prometheus.GaugeValue, float64(s.CommitIndex))
-	ch <- prometheus.MustNewConstMetric(c.applied, prometheus.GaugeValue, float64(s.AppliedIndex))
-	ch <- prometheus.MustNewConstMetric(c.last, prometheus.GaugeValue, float64(s.LastLogIndex))
-	ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(s.LeaderChanges))
-	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.CounterValue, float64(s.ProposedEntries))
-	ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(s.ProposedCommands))
-	ch <- prometheus.MustNewConstMetric(c.waits, prometheus.CounterValue, float64(s.BatchWaits))
-	ch <- prometheus.MustNewConstMetric(c.waitTimeouts, prometheus.CounterValue, float64(s.BatchWaitTimeouts))
-	ch <- prometheus.MustNewConstMetric(c.snapFails, prometheus.CounterValue, float64(s.SnapshotWriteFailures))
+	for i, f := range raftFamilies {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], f.kind, float64(f.value(&s)))
+	}
 }

@@ -41,18 +41,14 @@ var families = [...]family{
 	{"latchd_pruned_total", "Idle keys removed.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Pruned) }},
 }
 
-// refusedHelp describes latchd_refused_total, one series per cap.
-const refusedHelp = "Requests refused at a cap: limit=\"max_locks\" (--max-locks, no idle key to evict) or limit=\"max_waiters\" (--max-waiters)."
-
 // engineCollector is a prometheus.Collector that reads the engine once per
 // scrape and reports its counters and gauges as const metrics, with the
 // TCP connection count the server keeps in TCP.
 type engineCollector struct {
-	eng   func() *engine.Engine
-	tcp   *TCP
-	descs [len(families)]*prometheus.Desc
-	// refused is latchd_refused_total{limit}.
-	refused *prometheus.Desc
+	eng     func() *engine.Engine
+	tcp     *TCP
+	descs   [len(families)]*prometheus.Desc
+	refused *prometheus.Desc // latchd_refused_total{limit}
 }
 
 func newEngineCollector(eng func() *engine.Engine, tcp *TCP) *engineCollector {
@@ -60,7 +56,8 @@ func newEngineCollector(eng func() *engine.Engine, tcp *TCP) *engineCollector {
 	for i := range families {
 		c.descs[i] = prometheus.NewDesc(families[i].name, families[i].help, nil, nil)
 	}
-	c.refused = prometheus.NewDesc("latchd_refused_total", refusedHelp, []string{"limit"}, nil)
+	c.refused = prometheus.NewDesc("latchd_refused_total", "Requests refused at a cap: limit=\"max_locks\" "+
+		"(--max-locks, no idle key to evict) or limit=\"max_waiters\" (--max-waiters).", []string{"limit"}, nil)
 	return c
 }
 
