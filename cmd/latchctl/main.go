@@ -56,10 +56,12 @@ CMD runs with LATCHD_KEY, LATCHD_TOKEN and LATCHD_FENCE in its environment
 while the lease is held and renewed. Durations are seconds ("10") or Go
 durations ("1m30s"). Exit status: CMD's own; 75 when the acquire timed out;
 76 when the lease was lost (CMD got SIGTERM, then SIGKILL after
---kill-after); 1 on other errors; 2 on a bad command line. member and
-leader use a cluster's admin API (--http, --admin-token-file or
-LATCHD_ADMIN_TOKEN): 0 done, 1 refused or failed (the server's error on
-stderr), 2 on a bad command line.
+--kill-after); 1 on other errors; 2 on a bad command line.
+
+member and leader change a cluster over its admin API: their flags
+--http, --admin-token-file (or env LATCHD_ADMIN_TOKEN) and --learner,
+--json go after the subcommand (latchctl member -h). Exit status: 0 done,
+1 refused or failed (the server's error on stderr), 2 bad command line.
 
 Flags (before or after the subcommand):
 `

@@ -73,9 +73,10 @@ func TestMemberAndLeader(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(testAdminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	seeds := "http://" + follower.HTTPAddr
 	ctl := func(want int, args ...string) string {
 		t.Helper()
-		args = append(args, "--admin-token-file", tokenFile, "--http", "http://"+follower.HTTPAddr)
+		args = append(args, "--admin-token-file", tokenFile, "--http", seeds)
 		code, out, errOut := runCtl(t, nil, 60*time.Second, args...)
 		if code != want {
 			t.Fatalf("latchctl %q exited %d, want %d; stdout:\n%s\nstderr:\n%s", args, code, want, out, errOut)
@@ -113,6 +114,8 @@ func TestMemberAndLeader(t *testing.T) {
 		t.Errorf("member add --learner printed:\n%s", out)
 	}
 	everyone(t, c, "n4", "nonvoter")
+	// A seed that does not answer is passed over.
+	seeds = "127.0.0.1:1," + follower.HTTPAddr
 	if out := ctl(0, "member", "promote", "n4"); !strings.Contains(out, "n4  "+raft4+"  voter") {
 		t.Errorf("member promote printed:\n%s", out)
 	}
