@@ -53,7 +53,7 @@ func (a *adminFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 // adminClient sends admin API calls to a cluster's nodes.
 type adminClient struct {
 	seeds  []string // base URLs, scheme://host:port
-	scheme string   // for a leader named by its address alone
+	scheme string   // for a leader named by its address alone: https if TLS is on or a seed says so
 	token  string
 	hc     *http.Client
 }
@@ -92,6 +92,9 @@ func (c *common) newAdmin(a *adminFlags) (*adminClient, error) {
 			return nil, usagef("--http: bad address %q (want host:port or http[s]://host:port)", s)
 		}
 		ac.seeds = append(ac.seeds, u.Scheme+"://"+u.Host)
+		if u.Scheme == "https" {
+			ac.scheme = "https"
+		}
 	}
 	if len(ac.seeds) == 0 {
 		return nil, usagef("--http: no address")
@@ -211,7 +214,8 @@ func (ac *adminClient) changeOnce(ctx context.Context, method, path string, body
 				errs = append(errs, fmt.Errorf("%s: no leader known (an election may be running)", base))
 				break
 			}
-			next := ac.scheme + "://" + ae.Leader
+			scheme, _, _ := strings.Cut(base, "://") // the leader's REST port speaks as this node's does
+			next := scheme + "://" + ae.Leader
 			if strings.Contains(ae.Leader, "://") {
 				next = ae.Leader
 			}
@@ -253,16 +257,32 @@ func (m member) role() string {
 	return cmp.Or(m.Suffrage, "-")
 }
 
+// status returns the report of the first node that answers, and its
+// JSON.
 func (ac *adminClient) status(ctx context.Context) (*clusterStatus, []byte, error) {
 	raw, err := ac.get(ctx, "/v1/admin/cluster")
 	if err != nil {
 		return nil, nil, err
 	}
+	st, err := parseStatus(raw)
+	return st, raw, err
+}
+
+// statusAt returns the report of the node at base.
+func (ac *adminClient) statusAt(ctx context.Context, base string) (*clusterStatus, error) {
+	raw, err := ac.send(ctx, http.MethodGet, base, "/v1/admin/cluster", nil)
+	if err != nil {
+		return nil, err
+	}
+	return parseStatus(raw)
+}
+
+func parseStatus(raw []byte) (*clusterStatus, error) {
 	var st clusterStatus
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, nil, fmt.Errorf("GET /v1/admin/cluster: bad answer: %w", err)
+		return nil, fmt.Errorf("GET /v1/admin/cluster: bad answer: %w", err)
 	}
-	return &st, raw, nil
+	return &st, nil
 }
 
 // writeMembers prints st as the member list's table.

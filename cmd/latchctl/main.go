@@ -1,8 +1,8 @@
 // Command latchctl is latchd's command-line client, built on package
 // client: it runs a command while holding a lock, a semaphore slot or an
-// election's leadership, and shows the server's state (stats, top) and
+// election's leadership, shows the server's state (stats, top) and
 // health, and changes a cluster's membership and leadership over its
-// admin API. docs/cli.md documents it.
+// admin API (member, leader). docs/cli.md documents it.
 package main
 
 import (

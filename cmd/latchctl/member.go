@@ -113,6 +113,11 @@ func memberPromote(ctx context.Context, ac *adminClient, id string, stdout io.Wr
 	if err != nil {
 		return err
 	}
+	if st.Role != "leader" && st.LeaderHTTPAddr != "" { // the leader's configuration is the latest
+		if lst, err := ac.statusAt(ctx, ac.scheme+"://"+st.LeaderHTTPAddr); err == nil {
+			st = lst
+		}
+	}
 	for _, m := range st.Voters {
 		if m.ID != id {
 			continue
