@@ -62,6 +62,26 @@ func everyone(t *testing.T, c *servertest.Cluster, id, want string) {
 	}, "members do not all see "+id+" as "+want)
 }
 
+// startEmpty starts node id with empty storage, not a member of any
+// cluster, and returns it with its raft address; it stops when the test
+// ends.
+func startEmpty(t *testing.T, id string) (*replica.Node, string) {
+	t.Helper()
+	cfg := servertest.ClusterConfig(id)
+	cfg.BindAddr = testutil.FreePort(t)
+	cfg.RaftDir = filepath.Join(t.TempDir(), "raft")
+	st, err := replica.DiskStorage(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatalf("DiskStorage(%s): %v", id, err)
+	}
+	n, err := replica.New(cfg, zap.NewNop(), st)
+	if err != nil {
+		t.Fatalf("replica.New(%s): %v", id, err)
+	}
+	t.Cleanup(func() { _ = n.Shutdown() }) // removed from the cluster by then, or the test failed
+	return n, cfg.BindAddr
+}
+
 // member list, add (a learner), promote, remove and leader transfer, each
 // sent to a follower and followed to the leader; a wrong token is refused.
 func TestMemberAndLeader(t *testing.T) {
@@ -106,14 +126,17 @@ func TestMemberAndLeader(t *testing.T) {
 		t.Errorf("member list --json: node %q leader %q voters %v", st.NodeID, st.LeaderID, st.Voters)
 	}
 
-	// add a learner (no node runs at its address: it has no vote, the
-	// quorum does not need it), promote it, remove it.
-	raft4 := testutil.FreePort(t)
+	// add a learner (a node started empty, not yet a member), see it
+	// catch up, promote it, remove it.
+	n4, raft4 := startEmpty(t, "n4")
 	if out := ctl(0, "member", "add", "n4", raft4, "--learner"); !strings.Contains(out, "added n4 as a learner") ||
 		!strings.Contains(out, "n4  "+raft4+"  learner") {
 		t.Errorf("member add --learner printed:\n%s", out)
 	}
 	everyone(t, c, "n4", "nonvoter")
+	commit := leader.Node.Status().CommitIndex
+	testutil.Eventually(t, 20*time.Second, func() bool { return n4.Status().AppliedIndex >= commit },
+		"the learner does not catch up")
 	// A seed that does not answer is passed over.
 	seeds = "127.0.0.1:1," + follower.HTTPAddr
 	if out := ctl(0, "member", "promote", "n4"); !strings.Contains(out, "n4  "+raft4+"  voter") {
