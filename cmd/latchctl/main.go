@@ -1,7 +1,8 @@
 // Command latchctl is latchd's command-line client, built on package
 // client: it runs a command while holding a lock, a semaphore slot or an
-// election's leadership, and shows the server's state (stats, top) and
-// health. docs/cli.md documents it.
+// election's leadership, shows the server's state (stats, top) and
+// health, and changes a cluster's membership and leadership over its
+// admin API (member, leader). docs/cli.md documents it.
 package main
 
 import (
@@ -47,6 +48,8 @@ Usage:
   latchctl [flags] stats [--json] [--all]
   latchctl [flags] top [--interval D] [--metrics-url URL] [--limit N] [--once]
   latchctl [flags] health [--http URL]
+  latchctl [flags] member list [--json] | add ID RAFT_ADDR [--learner] | promote ID | remove ID
+  latchctl [flags] leader transfer [ID]
   latchctl version
 
 CMD runs with LATCHD_KEY, LATCHD_TOKEN and LATCHD_FENCE in its environment
@@ -54,6 +57,11 @@ while the lease is held and renewed. Durations are seconds ("10") or Go
 durations ("1m30s"). Exit status: CMD's own; 75 when the acquire timed out;
 76 when the lease was lost (CMD got SIGTERM, then SIGKILL after
 --kill-after); 1 on other errors; 2 on a bad command line.
+
+member and leader change a cluster over its admin API: their flags
+--http, --admin-token-file (or env LATCHD_ADMIN_TOKEN) and --learner,
+--json go after the subcommand (latchctl member -h). Exit status: 0 done,
+1 refused or failed (the server's error on stderr), 2 bad command line.
 
 Flags (before or after the subcommand):
 `
@@ -289,6 +297,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runTop(fs, &c, rest, stdout)
 	case "health":
 		err = runHealth(fs, &c, rest, stdout)
+	case "member":
+		err = runMember(fs, &c, rest, getenv, stdout)
+	case "leader":
+		err = runLeader(fs, &c, rest, getenv, stdout)
 	case "version":
 		fmt.Fprintf(stdout, "latchctl %s\n", buildinfo.Get())
 		return 0
