@@ -282,7 +282,8 @@ func (f *FSM) captureState(b []byte) ([]byte, uint64, *engine.StateCapture) {
 	return b, f.index.Load(), f.eng.Load().CaptureState()
 }
 
-func appendString(b []byte, s string) []byte {
+// appendString appends s with its length as a uvarint prefix.
+func appendString[S ~string | ~[]byte](b []byte, s S) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
