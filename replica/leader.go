@@ -47,15 +47,6 @@ func (n *Node) run() {
 
 // applyRaw proposes c as an entry of its own and waits for its Reply.
 func (n *Node) applyRaw(c *Command) (Reply, error) {
-	c.Origin = n.origin
-	c.ReqID = n.seq.Add(1)
-	c.Now = n.now()
-	p := &proposal{c: *c, raw: true, done: make(chan proposalResult, 1)}
-	n.submit(p)
-	select {
-	case res := <-p.done:
-		return res.r, res.err
-	case <-n.stop:
-		return Reply{}, ErrClosed
-	}
+	n.stamp(c)
+	return n.wait(&proposal{c: *c, raw: true, done: make(chan proposalResult, 1)})
 }
