@@ -85,6 +85,9 @@ type Node struct {
 	lastHS    raftpb.HardState
 	appFailed atomic.Bool // a write failed: nothing more is written or acknowledged
 
+	snapWrites atomic.Int32 // snapshots being written to disk (diskBusy)
+	slowUntil  atomic.Int64 // a write of the log was slow: the disk counts busy until then (monoNow)
+
 	// applyRun is held by whoever applies (the apply thread, or a
 	// goroutine applying inline: see kickApply); it guards answers,
 	// snapIndex and the order of the apply queue's batches.

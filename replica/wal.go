@@ -51,8 +51,6 @@ type WAL struct {
 	closed        bool        // under mu
 	err           error       // under wmu; sticky: a failed write leaves the tail unknown
 	buf           []byte
-	busy          atomic.Int32 // the disk is busy (SetBusy)
-	slowUntil     atomic.Int64 // ... or was slow until this time (monoNow; SetSlowUntil)
 	testSyncDelay atomic.Int64 // tests: nanoseconds each write of the log waits first
 }
 
@@ -154,42 +152,6 @@ func (w *WAL) Get(index uint64) (walRecord, error) {
 		return walRecord{}, fmt.Errorf("%w: entry %d in %s", errWALCorrupt, index, s.f.Name())
 	}
 	return decodeRecord(rec[walHeaderSize:], index)
-}
-
-// SetBusy says whether the disk is busy with a long write of the node's
-// own (a snapshot of a large state: tens of megabytes, synced): a sync
-// may then wait for all of it (see Node.kickAppend).
-// Calls nest: the disk is busy until each true has had its false.
-func (w *WAL) SetBusy(on bool) {
-	if w == nil {
-		return
-	}
-	if on {
-		w.busy.Add(1)
-	} else {
-		w.busy.Add(-1)
-	}
-}
-
-// SetSlowUntil says that the disk counts as busy until t: a recent sync
-// was slow, and the next may be too.
-func (w *WAL) SetSlowUntil(t time.Time) {
-	if w != nil {
-		w.slowUntil.Store(int64(t.Sub(monoBase)))
-	}
-}
-
-// monoBase is the origin of monoNow.
-var monoBase = time.Now()
-
-// monoNow is the monotonic clock's time since monoBase, in nanoseconds:
-// a deadline kept in it does not move when the wall clock is set.
-func monoNow() int64 { return int64(time.Since(monoBase)) }
-
-// Busy reports whether the disk is busy (SetBusy) or was slow lately
-// (SetSlowUntil).
-func (w *WAL) Busy() bool {
-	return w != nil && (w.busy.Load() > 0 || monoNow() < w.slowUntil.Load())
 }
 
 // Append writes recs and fdatasyncs them before it returns. They follow
