@@ -5,6 +5,7 @@ package replica
 // (the node refuses to start).
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -136,8 +137,8 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 		off += int64(n)
 	}
 	s.size = off
-	rest := data[off:]
-	if allZero(rest) {
+	rest := bytes.TrimRight(data[off:], "\x00")
+	if len(rest) == 0 {
 		return s, nil
 	}
 	next := first + uint64(len(s.offs))
@@ -146,7 +147,7 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 		at := intactAfter(data, off, next)
 		if at < 0 {
 			// A write that never finished: never acknowledged, so it goes.
-			w.cut = int64(len(trimZeros(rest)))
+			w.cut = int64(len(rest))
 			w.torn = s
 			return s, nil
 		}
@@ -212,21 +213,4 @@ func walCheck(b []byte, index uint64) (int, bool) {
 		return 0, false
 	}
 	return walHeaderSize + int(n), true
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// trimZeros is b without its trailing zeros.
-func trimZeros(b []byte) []byte {
-	for len(b) > 0 && b[len(b)-1] == 0 {
-		b = b[:len(b)-1]
-	}
-	return b
 }
