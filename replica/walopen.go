@@ -14,8 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 )
 
 // walRepair is what an operator does about a damaged log: the node's data
@@ -60,7 +58,7 @@ func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 
 // readSegments opens and checks every segment into w.segs, oldest first.
 func (w *WAL) readSegments() error {
-	names, err := w.segmentNames()
+	names, err := indexedFiles(w.dir, walExt)
 	if err != nil {
 		return err
 	}
@@ -86,31 +84,7 @@ func (w *WAL) readSegments() error {
 	return nil
 }
 
-// segmentNames lists the segments' first indexes, oldest first.
-func (w *WAL) segmentNames() ([]uint64, error) {
-	ents, err := os.ReadDir(w.dir)
-	if err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
-	}
-	var firsts []uint64
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), walExt)
-		if !ok || e.IsDir() {
-			continue
-		}
-		first, err := strconv.ParseUint(name, 10, 64)
-		if err != nil {
-			continue // not ours
-		}
-		firsts = append(firsts, first)
-	}
-	slices.Sort(firsts)
-	return firsts, nil
-}
-
-func (w *WAL) path(first uint64) string {
-	return filepath.Join(w.dir, fmt.Sprintf("%020d%s", first, walExt))
-}
+func (w *WAL) path(first uint64) string { return indexedPath(w.dir, first, walExt) }
 
 // openSegment reads a segment's records, without changing the file. What
 // follows the last record is zeros (preallocated space, s.alloc) or, in
