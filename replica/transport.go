@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -25,6 +26,7 @@ import (
 const (
 	peerQueue    = 4096
 	maxFrame     = 256 << 20
+	maxHello     = 1024
 	redialPause  = 50 * time.Millisecond
 	writeTimeout = 5 * time.Second
 )
@@ -33,10 +35,7 @@ type peerStream struct {
 	id   uint64
 	addr string
 	stop chan struct{}
-	wake chan struct{} // the writer has queued frames to send
-
-	qmu sync.Mutex
-	q   []frame // frames waiting for the writer
+	q    queue[frame] // frames waiting for the writer
 
 	wmu sync.Mutex // the connection; held by whoever writes to it
 	c   net.Conn
@@ -122,14 +121,10 @@ func (t *transport) readLoop(c net.Conn) {
 		t.mu.Unlock()
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
-	var hdr [4]byte
 	// The hello: the dialer's raft ID and address, so that a node that
 	// does not know its peers yet (one just added, empty) can answer.
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return
-	}
-	hello := make([]byte, min(binary.LittleEndian.Uint32(hdr[:]), 1024))
-	if _, err := io.ReadFull(r, hello); err != nil {
+	hello, err := readFrame(r, maxHello)
+	if err != nil {
 		return
 	}
 	d := decoder{b: hello}
@@ -144,15 +139,8 @@ func (t *transport) readLoop(c net.Conn) {
 		t.setPeer(from, addr)
 	}
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return
-		}
-		n := binary.LittleEndian.Uint32(hdr[:])
-		if n > maxFrame {
-			return
-		}
-		b := make([]byte, n)
-		if _, err := io.ReadFull(r, b); err != nil {
+		b, err := readFrame(r, maxFrame)
+		if err != nil {
 			return
 		}
 		m, err := decodeMessage(b)
@@ -165,6 +153,22 @@ func (t *transport) readLoop(c net.Conn) {
 		}
 		t.recv(m)
 	}
+}
+
+// readFrame reads one frame and returns its message's bytes, at most
+// limit of them.
+func readFrame(r io.Reader, limit uint32) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n > limit {
+		return nil, fmt.Errorf("replica: transport: a frame of %d bytes", n)
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(r, b)
+	return b, err
 }
 
 // setPeer makes id reachable at addr (a new stream if the address changed).
@@ -180,7 +184,8 @@ func (t *transport) setPeer(id uint64, addr string) {
 		}
 		p.cut()
 	}
-	p := &peerStream{id: id, addr: addr, stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p := &peerStream{id: id, addr: addr, stop: make(chan struct{})}
+	p.q.init()
 	t.peers[id] = p
 	t.wg.Add(1)
 	go t.writeLoop(p)
@@ -223,22 +228,11 @@ func (t *transport) send(m *raftpb.Message) {
 		}
 		f = frame{b: buf[4:]}
 	}
-	p.qmu.Lock()
-	full := len(p.q) >= peerQueue
-	if !full {
-		p.q = append(p.q, f)
-	}
-	p.qmu.Unlock()
-	if full {
+	if !p.q.pushBelow(peerQueue, f) {
 		t.report(p.id, false)
 		if snap {
 			t.snapDone(p.id, false)
 		}
-		return
-	}
-	select {
-	case p.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -250,10 +244,7 @@ func (t *transport) sendNow(p *peerStream, buf []byte) bool {
 	if !p.wmu.TryLock() {
 		return false
 	}
-	p.qmu.Lock()
-	idle := len(p.q) == 0
-	p.qmu.Unlock()
-	if !idle || p.c == nil || len(p.rest) > 0 {
+	if p.q.len() > 0 || p.c == nil || len(p.rest) > 0 {
 		p.wmu.Unlock()
 		return false
 	}
@@ -268,10 +259,7 @@ func (t *transport) sendNow(p *peerStream, buf []byte) bool {
 	if err != nil {
 		t.report(p.id, false)
 	} else if n < len(buf) {
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+		p.q.signal()
 	}
 	return true
 }
@@ -390,17 +378,13 @@ func (t *transport) writeLoop(p *peerStream) {
 		// Cut (the peer removed, or at a new address): a snapshot still
 		// queued is reported failed, or raft would wait for it, the
 		// follower paused, until it hears otherwise.
-		p.qmu.Lock()
-		q := p.q
-		p.q = nil
-		p.qmu.Unlock()
-		t.snapsFailed(p, q)
+		t.snapsFailed(p, p.q.take())
 	}()
 	for {
 		select {
 		case <-p.stop:
 			return
-		case <-p.wake:
+		case <-p.q.wake:
 		}
 		if !t.drain(p) {
 			return
@@ -413,10 +397,7 @@ func (t *transport) writeLoop(p *peerStream) {
 func (t *transport) drain(p *peerStream) bool {
 	p.wmu.Lock()
 	for {
-		p.qmu.Lock()
-		q := p.q
-		p.q = nil
-		p.qmu.Unlock()
+		q := p.q.take()
 		if len(q) == 0 && len(p.rest) == 0 {
 			break
 		}

@@ -89,9 +89,7 @@ func TestSendNeverWaitsForAStalledPeer(t *testing.T) {
 	// The socket filled: the writer is stuck in a write (it holds wmu) or
 	// something waits for it.
 	if p.wmu.TryLock() {
-		p.qmu.Lock()
-		waiting := len(p.q) + len(p.rest)
-		p.qmu.Unlock()
+		waiting := p.q.len() + len(p.rest)
 		p.wmu.Unlock()
 		if waiting == 0 {
 			t.Fatal("nothing waits for the writer: the socket never filled, the test proves nothing")
