@@ -55,7 +55,7 @@ type FSM struct {
 	eng      atomic.Pointer[engine.Engine]
 	lastNow  int64
 	index    atomic.Uint64 // last applied log index
-	restores atomic.Int64
+	restores atomic.Int64  // snapshots restored (tests)
 
 	addrMu  sync.Mutex
 	leaders map[string]leaderAddrs // node ID -> its addresses, from Restamp entries
@@ -110,7 +110,8 @@ type leaderAddrs struct {
 func (f *FSM) WriteState(w io.Writer) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.index.Load(), f.writeLocked(w)
+	_, err := w.Write(f.appendLocked(nil))
+	return f.index.Load(), err
 }
 
 func (f *FSM) register(id uint64, s engine.Sink) {
@@ -229,16 +230,10 @@ const (
 	snapVersionV2 = 2
 )
 
-// writeLocked writes the FSM header (magic, version, last applied index
-// and now, the leaders' client addresses, and from version 2 their REST
-// addresses, sorted by ID) and then the engine state, which carries its
-// own checksum.
-func (f *FSM) writeLocked(w io.Writer) error {
-	_, err := w.Write(f.appendLocked(nil))
-	return err
-}
-
-// appendLocked appends what writeLocked writes to b.
+// appendLocked appends the state to b: the FSM header (magic, version,
+// last applied index and now, the leaders' client addresses, and from
+// version 2 their REST addresses, sorted by ID) and then the engine
+// state, which carries its own checksum.
 func (f *FSM) appendLocked(b []byte) []byte {
 	return f.eng.Load().AppendState(f.appendHeaderLocked(b))
 }
@@ -327,6 +322,7 @@ func (f *FSM) Restore(all []byte) error {
 		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
 	f.mu.Lock()
+	f.restores.Add(1)
 	f.eng.Store(e)
 	f.index.Store(index)
 	f.lastNow = lastNow
@@ -337,7 +333,6 @@ func (f *FSM) Restore(all []byte) error {
 	lost := f.pending
 	f.pending = make(map[uint64]engine.Sink)
 	f.pendMu.Unlock()
-	f.restores.Add(1)
 	f.mu.Unlock()
 	ids := make([]uint64, 0, len(lost))
 	for id := range lost {
