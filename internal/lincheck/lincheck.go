@@ -11,12 +11,14 @@ package lincheck
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,11 +60,7 @@ var Model = porcupine.NondeterministicModel{
 			k := op.Input.(Input).Key
 			by[k] = append(by[k], op)
 		}
-		var out [][]porcupine.Operation
-		for _, ops := range by {
-			out = append(out, ops)
-		}
-		return out
+		return slices.Collect(maps.Values(by))
 	},
 	Init: func() []any { return []any{state{}} },
 	Step: func(st, input, output any) []any {
@@ -173,7 +171,7 @@ func (r *Recorder) Len() int {
 func (r *Recorder) Errors() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.errs...)
+	return slices.Clone(r.errs)
 }
 
 // Result is a check's outcome.
@@ -187,7 +185,7 @@ type Result struct {
 // Check checks the history within timeout.
 func (r *Recorder) Check(timeout time.Duration, dir string) Result {
 	r.mu.Lock()
-	ops := append([]porcupine.Operation(nil), r.ops...)
+	ops := slices.Clone(r.ops)
 	r.mu.Unlock()
 	res := Result{Ops: len(ops)}
 	for _, op := range ops {
@@ -222,7 +220,7 @@ func dumpIllegal(m porcupine.Model, ops []porcupine.Operation, dir string) strin
 		if porcupine.CheckOperations(m, part) {
 			continue
 		}
-		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
+		slices.SortFunc(part, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
 		var b strings.Builder
 		for _, op := range part {
 			ret := "?"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -115,7 +116,7 @@ func StartClusterOpts(tb testing.TB, n int, o ClusterOptions) *Cluster {
 func (c *Cluster) Members() []*Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*Member(nil), c.members...)
+	return slices.Clone(c.members)
 }
 
 // Restart starts a stopped member again on its directory and addresses.
@@ -189,16 +190,14 @@ func (c *Cluster) Stop(i int) {
 	node, srv, stopHTTP := m.Node, m.TCP, m.stopHTTP
 	m.Node, m.TCP, m.stopHTTP = nil, nil, nil
 	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if stopHTTP != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		if err := stopHTTP(ctx); err != nil {
 			c.tb.Errorf("REST server Stop(%s): %v", m.ID, err)
 		}
 	}
 	if srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		if err := srv.Stop(ctx); err != nil {
 			c.tb.Errorf("server.Stop(%s): %v", m.ID, err)
 		}
