@@ -134,9 +134,7 @@ func (c Config) Validate() error {
 	if c.AuthToken != "" && len(c.AuthToken) < authMinTokenLen {
 		return fmt.Errorf("replica: raft auth token is %d bytes; it must be at least %d", len(c.AuthToken), authMinTokenLen)
 	}
-	switch c.RaftLogLevel {
-	case "off", "error", "warn", "info", "debug", "trace":
-	default:
+	if _, ok := raftLogLevels[c.RaftLogLevel]; !ok {
 		return fmt.Errorf("replica: raft log level %q unknown", c.RaftLogLevel)
 	}
 	if c.Bootstrap {

@@ -6,20 +6,15 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// raftLogLevels are Config.RaftLogLevel's values and the least zap level
+// each lets through ("off": none).
+var raftLogLevels = map[string]zapcore.Level{"off": zapcore.FatalLevel + 1, "error": zapcore.ErrorLevel,
+	"warn": zapcore.WarnLevel, "info": zapcore.InfoLevel, "debug": zapcore.DebugLevel, "trace": zapcore.DebugLevel}
+
 // raftLog is etcd raft's logger: zap at raft's own levels, filtered by
-// cfg.RaftLogLevel ("off" drops everything).
+// cfg.RaftLogLevel (Validate has checked it).
 func raftLog(cfg Config, log *zap.Logger) raft.Logger {
-	lvl := zapcore.FatalLevel + 1 // off
-	switch cfg.RaftLogLevel {
-	case "trace", "debug":
-		lvl = zapcore.DebugLevel
-	case "info":
-		lvl = zapcore.InfoLevel
-	case "warn":
-		lvl = zapcore.WarnLevel
-	case "error":
-		lvl = zapcore.ErrorLevel
-	}
+	lvl := raftLogLevels[cfg.RaftLogLevel]
 	// Raft's invariant failures (Panic, Fatal) are never filtered.
 	keep := zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		on := func(l zapcore.Level) bool { return (l >= lvl || l >= zapcore.PanicLevel) && c.Enabled(l) }
