@@ -389,14 +389,7 @@ func (n *Node) Shutdown() error {
 		n.snapMu.Unlock()
 		n.tr.close()
 		n.setReady(false)
-		n.waitMu.Lock()
-		ws := n.waiters
-		n.waiters = make(map[uint64]*waiter)
-		n.waitShut = true
-		n.waitMu.Unlock()
-		for _, w := range ws {
-			n.finish(w, nil, ErrClosed)
-		}
+		n.failWaiters(ErrClosed, true)
 		// What was still queued (behind the entry in flight, or submitted
 		// meanwhile) never reached raft: ProposeFunc's callers hear of it
 		// too, as Propose's do through stop.

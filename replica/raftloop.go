@@ -230,11 +230,18 @@ func (n *Node) softState(ss *raft.SoftState) {
 func (n *Node) leadershipLost() {
 	n.setReady(false)
 	n.hold.on = false
+	n.failWaiters(ErrUnknownOutcome, false)
+}
+
+// failWaiters answers err to every entry's proposers waiting here; with
+// shut, to every later one too (Shutdown).
+func (n *Node) failWaiters(err error, shut bool) {
 	n.waitMu.Lock()
 	ws := n.waiters
 	n.waiters = make(map[uint64]*waiter)
+	n.waitShut = n.waitShut || shut
 	n.waitMu.Unlock()
 	for _, w := range ws {
-		n.finish(w, nil, ErrUnknownOutcome)
+		n.finish(w, nil, err)
 	}
 }

@@ -175,16 +175,14 @@ func writeFileSync(path string, parts ...[]byte) error {
 		return err
 	}
 	for _, b := range parts {
-		if _, err := f.Write(b); err != nil {
-			_ = f.Close()
-			return err
+		if _, err = f.Write(b); err != nil {
+			break
 		}
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Close(); err != nil {
+	if err := errors.Join(err, f.Close()); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -426,8 +426,6 @@ func (w *WAL) Close() error {
 	return err
 }
 
-func (w *WAL) closeAll() { _ = w.closeAllLocked() }
-
 func (w *WAL) closeAllLocked() error {
 	var errs []error
 	for _, s := range w.segs {

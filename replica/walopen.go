@@ -49,7 +49,7 @@ func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 	}
 	w := &WAL{dir: dir, max: segmentSize}
 	if err := w.readSegments(); err != nil {
-		w.closeAll()
+		_ = w.closeAllLocked()
 		return nil, err
 	}
 	w.bounds()
