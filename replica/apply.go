@@ -86,19 +86,12 @@ func (n *Node) answerApplied() {
 	}
 	r := n.answerRun.Load()
 	var later []laterAnswer
-	if r != nil {
-		k := 0
-		for _, a := range n.answers {
-			k += len(a.w.batch)
-		}
-		later = make([]laterAnswer, 0, k)
+	to := &later
+	if r == nil {
+		to = nil // the callbacks run now
 	}
 	for i, a := range n.answers {
-		if r != nil {
-			n.finishTo(a.w, a.res, nil, &later)
-		} else {
-			n.finish(a.w, a.res, nil)
-		}
+		n.finishTo(a.w, a.res, nil, to)
 		n.answers[i] = pendingAnswer{}
 	}
 	n.answers = n.answers[:0]

@@ -274,9 +274,7 @@ func (n *Node) startTransport() {
 		n.tr.selfAddr = n.st.ln.Addr().String()
 	}
 	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
-	n.tr.report = func(id uint64, _ bool) {
-		n.do(func() { n.rn.ReportUnreachable(id) })
-	}
+	n.tr.unreachable = func(id uint64) { n.do(func() { n.rn.ReportUnreachable(id) }) }
 	n.tr.snapDone = func(id uint64, ok bool) {
 		s := raft.SnapshotFinish
 		if !ok {

@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -104,9 +105,7 @@ func (n *Node) Status() Status {
 	default:
 	}
 	n.bookMu.Lock()
-	for _, m := range n.book {
-		st.Voters = append(st.Voters, m)
-	}
+	st.Voters = slices.AppendSeq(st.Voters, maps.Values(n.book))
 	n.bookMu.Unlock()
 	slices.SortFunc(st.Voters, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return st

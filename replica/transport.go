@@ -57,13 +57,13 @@ type frame struct {
 }
 
 type transport struct {
-	self     uint64 // this node's raft ID and address, sent in each stream's hello
-	selfAddr string
-	st       *Storage
-	log      *zap.Logger
-	recv     func(*raftpb.Message)    // delivers an incoming message to the node
-	report   func(id uint64, ok bool) // a peer is unreachable (ok false)
-	snapDone func(id uint64, ok bool)
+	self        uint64 // this node's raft ID and address, sent in each stream's hello
+	selfAddr    string
+	st          *Storage
+	log         *zap.Logger
+	recv        func(*raftpb.Message) // delivers an incoming message to the node
+	unreachable func(id uint64)
+	snapDone    func(id uint64, ok bool)
 	// cut, when set, drops the messages to and from the peers it names:
 	// a network partition, for tests.
 	cut atomic.Pointer[func(peer uint64) bool]
@@ -229,7 +229,7 @@ func (t *transport) send(m *raftpb.Message) {
 		f = frame{b: buf[4:]}
 	}
 	if !p.q.pushBelow(peerQueue, f) {
-		t.report(p.id, false)
+		t.unreachable(p.id)
 		if snap {
 			t.snapDone(p.id, false)
 		}
@@ -257,7 +257,7 @@ func (t *transport) sendNow(p *peerStream, buf []byte) bool {
 	}
 	p.wmu.Unlock()
 	if err != nil {
-		t.report(p.id, false)
+		t.unreachable(p.id)
 	} else if n < len(buf) {
 		p.q.signal()
 	}
@@ -410,7 +410,7 @@ func (t *transport) drain(p *peerStream) bool {
 			default:
 			}
 			if err := t.dial(p); err != nil {
-				t.report(p.id, false)
+				t.unreachable(p.id)
 				t.snapsFailed(p, q)
 				p.wmu.Unlock()
 				select {
@@ -424,7 +424,7 @@ func (t *transport) drain(p *peerStream) bool {
 		}
 		if err := t.writeQueued(p, q); err != nil {
 			t.dropConn(p)
-			t.report(p.id, false)
+			t.unreachable(p.id)
 		}
 	}
 	p.wmu.Unlock()

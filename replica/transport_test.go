@@ -53,7 +53,7 @@ func TestSendNeverWaitsForAStalledPeer(t *testing.T) {
 	st := dialOnlyStorage(t)
 	tr := newTransport(st, zap.NewNop())
 	var unreachable atomic.Int32
-	tr.report = func(uint64, bool) { unreachable.Add(1) }
+	tr.unreachable = func(uint64) { unreachable.Add(1) }
 	tr.snapDone = func(uint64, bool) {}
 	tr.setPeer(2, ln.Addr().String())
 	defer tr.close()
@@ -144,7 +144,7 @@ func TestSendSplitFrameArrivesWhole(t *testing.T) {
 
 	st := dialOnlyStorage(t)
 	tr := newTransport(st, zap.NewNop())
-	tr.report = func(uint64, bool) {}
+	tr.unreachable = func(uint64) {}
 	tr.snapDone = func(uint64, bool) {}
 	tr.setPeer(2, ln.Addr().String())
 	defer tr.close()
@@ -219,7 +219,7 @@ func TestSendLeavesASnapshotToTheWriter(t *testing.T) {
 
 	st := dialOnlyStorage(t)
 	tr := newTransport(st, zap.NewNop())
-	tr.report = func(uint64, bool) {}
+	tr.unreachable = func(uint64) {}
 	done := make(chan bool, 1)
 	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
 	tr.setPeer(2, ln.Addr().String())
@@ -289,7 +289,7 @@ func TestSnapshotQueuedForARemovedPeerFails(t *testing.T) {
 	}()
 	st := dialOnlyStorage(t)
 	tr := newTransport(st, zap.NewNop())
-	tr.report = func(uint64, bool) {}
+	tr.unreachable = func(uint64) {}
 	done := make(chan bool, 4)
 	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
 	defer tr.close()
