@@ -182,9 +182,6 @@ func (w *WAL) Append(recs []walRecord) error {
 		if err := w.removeSegments(w.segs); err != nil {
 			return w.fail(err)
 		}
-		w.mu.Lock()
-		w.first, w.last = 0, 0
-		w.mu.Unlock()
 		empty = true
 	default:
 		return fmt.Errorf("replica: log entry %d does not follow %d", next, last)
@@ -321,9 +318,6 @@ func (w *WAL) DeleteRange(min, max uint64) error {
 		if err := w.removeSegments(w.segs); err != nil {
 			return w.fail(err)
 		}
-		w.mu.Lock()
-		w.first, w.last = 0, 0
-		w.mu.Unlock()
 	case min <= first:
 		return w.deletePrefix(max + 1)
 	case max >= last:
@@ -349,9 +343,6 @@ func (w *WAL) deletePrefix(first uint64) error {
 	w.mu.Lock()
 	w.first = first
 	w.mu.Unlock()
-	if len(drop) == 0 {
-		return nil
-	}
 	if err := w.removeSegments(drop); err != nil {
 		return w.fail(err)
 	}
@@ -383,7 +374,7 @@ func (w *WAL) deleteSuffix(min uint64) error {
 }
 
 // removeSegments deletes segs, a prefix or a suffix of w.segs, from w.segs
-// and from disk. A suffix goes newest first and a prefix oldest first,
+// (all of them: the log is empty) and from disk. A suffix goes newest first and a prefix oldest first,
 // each unlink synced before the next, so that a crash part way leaves the
 // files without a gap; so does a failure, which stops the run (the files
 // not removed are closed but stay on disk, and the caller makes the
@@ -401,6 +392,9 @@ func (w *WAL) removeSegments(segs []*walSegment) error {
 		slices.Reverse(segs)
 	} else {
 		w.segs = slices.Clone(w.segs[len(segs):])
+	}
+	if len(w.segs) == 0 {
+		w.first, w.last = 0, 0
 	}
 	w.mu.Unlock()
 	var err error
