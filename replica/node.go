@@ -39,10 +39,8 @@ type Node struct {
 	seq    atomic.Uint64
 	now    func() int64
 
-	// mu guards rn. Whoever has input for raft (the transport's readers,
-	// the append and apply threads with their responses, a proposer, the
-	// ticker) steps it and hands out the Ready itself: no hop through a
-	// loop goroutine on the commit path.
+	// mu guards rn: whoever has input for raft steps it and hands out
+	// the Ready itself, with no hop to a loop goroutine (see Node).
 	mu sync.Mutex
 	rn *raft.RawNode
 

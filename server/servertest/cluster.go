@@ -76,14 +76,7 @@ func ClusterConfig(id string) replica.Config {
 // the test ends. edit, if not nil, adjusts every member's Config.
 func StartCluster(tb testing.TB, n int, edit func(*replica.Config)) *Cluster {
 	tb.Helper()
-	return StartClusterWith(tb, n, edit, nil)
-}
-
-// StartClusterWith is StartCluster with sedit, if not nil, adjusting every
-// member's server Config.
-func StartClusterWith(tb testing.TB, n int, edit func(*replica.Config), sedit func(*server.Config)) *Cluster {
-	tb.Helper()
-	return StartClusterOpts(tb, n, ClusterOptions{Edit: edit, ServerEdit: sedit})
+	return StartClusterOpts(tb, n, ClusterOptions{Edit: edit})
 }
 
 // StartClusterOpts starts n members bootstrapped together, as o says, and
