@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -241,15 +242,13 @@ func (f *FSM) appendLocked(b []byte) []byte {
 // appendHeaderLocked appends the FSM header to b.
 func (f *FSM) appendHeaderLocked(b []byte) []byte {
 	f.addrMu.Lock()
-	ids := make([]string, 0, len(f.leaders))
+	ids := slices.Sorted(maps.Keys(f.leaders))
 	version := byte(snapVersion)
-	for id, a := range f.leaders {
-		ids = append(ids, id)
+	for _, a := range f.leaders {
 		if a.http != "" {
 			version = snapVersionV2
 		}
 	}
-	slices.Sort(ids)
 	b = append(b, snapMagic...)
 	b = append(b, version)
 	b = binary.AppendUvarint(b, f.index.Load())
@@ -334,12 +333,7 @@ func (f *FSM) Restore(all []byte) error {
 	f.pending = make(map[uint64]engine.Sink)
 	f.pendMu.Unlock()
 	f.mu.Unlock()
-	ids := make([]uint64, 0, len(lost))
-	for id := range lost {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(lost)) {
 		lost[id].Deliver(engine.Outcome{Result: engine.Canceled})
 	}
 	return nil

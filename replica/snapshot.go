@@ -3,6 +3,7 @@ package replica
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -40,11 +41,7 @@ func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
 // appendSnapHeader appends a snapshot's magic and members to b; the FSM's
 // state follows them.
 func appendSnapHeader(b []byte, book map[uint64]Member) []byte {
-	ids := make([]uint64, 0, len(book))
-	for id := range book {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(book))
 	b = append(b, etcdSnapMagic...)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
