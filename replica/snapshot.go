@@ -102,18 +102,12 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 // snapshotDue reports whether a snapshot is due. Under applyRun.
 //
 // A small state (snapSizeFloor bytes or less) is snapshotted every
-// SnapshotThreshold entries. A larger one waits, besides, until the log
-// applied since the last snapshot is as large as that snapshot was: a
-// snapshot copies the whole state while every apply waits, and at a fixed
-// count of entries copying a large state would be the node's main work.
-// Tied to the log's growth, copying the state costs about what writing
-// the log did. snapMaxSpan thresholds' worth of entries make
-// a snapshot due whatever their size: raft's in-memory log keeps every
-// entry since the last one (about 130 bytes each besides its data), and
-// a state that shrank would otherwise keep the gap its old size set. A
-// restart replays at most that gap. Raft asking for a snapshot to send
-// that the last one cannot be (snapStorage) makes one due at once; a
-// write that failed makes one due at the end of its pause.
+// SnapshotThreshold entries; a larger one waits, besides, until the log
+// applied since the last snapshot is as large as that snapshot was, so
+// that copying the state costs about what writing the log did, but never
+// past snapMaxSpan thresholds (raft keeps every entry since the last
+// snapshot in memory). Raft asking for a snapshot to send makes one due
+// at once; a failed write makes one due at the end of its pause.
 func (n *Node) snapshotDue() bool {
 	if n.snapWant.Load() {
 		return true

@@ -14,30 +14,17 @@ import (
 )
 
 // WAL is the raft log: append-only segment files, one write and one
-// fdatasync per Append. Each record is one raft entry.
-//
-// A segment is named by the index of its first record (%020d.wal) and
-// holds consecutive records:
+// fdatasync per Append. Each record is one raft entry. A segment is named
+// by the index of its first record (%020d.wal) and holds consecutive
+// records:
 //
 //	u32 body length | u32 CRC-32C of index and body | u64 index | body
 //
-// where body is a walRecord's encoding (encodeRecord). A segment grows
-// past walSegmentSize only by one batch; the next batch opens a new one.
-//
-// Recovery (walopen.go): Open reads every record. A bad record (short,
-// bad checksum, out of sequence) in the newest segment with nothing intact
-// after it is a write that never completed, so never acknowledged: the
-// file is cut there. Damage anywhere else (an intact record follows it, or
-// an older segment), or a gap between segments, is corruption: Open
-// refuses and changes nothing.
-//
-// Deletion is what the node asks for: a prefix (compaction after a
-// snapshot: whole segments below the new first index are removed), a
-// suffix (a follower's conflicting tail: the file is truncated and
-// fsynced), or everything (after a snapshot install: the log has no gaps,
-// so it is cleared rather than left with one). A prefix inside a segment
-// is only remembered in memory: after a restart those already-compacted
-// entries are back below the snapshot, which the node skips.
+// where body is a walRecord's encoding (encodeRecord). Recovery (Open,
+// walopen.go) and deletion (DeleteRange) are as docs/design/storage.md
+// says; a prefix deleted inside a segment is only remembered in memory:
+// after a restart those entries are back below the snapshot, which the
+// node skips.
 type WAL struct {
 	dir  string
 	max  int64 // roll to a new segment once the active one is this big
