@@ -24,28 +24,18 @@ type Reply struct {
 
 // FSM is the engine as the raft group's state machine. Every node
 // applies the same entries in the same order to an engine built with the
-// same Config, so every node holds the same state.
+// same Config, so every node holds the same state
+// (docs/design/replication.md).
 //
-// Time: an entry's now is max(its leader stamp, the last applied now), so
-// time never runs backwards in the state machine even if the leader's
-// clock steps or two proposals are stamped and logged in opposite orders.
-// A Restamp entry (a new leader's first) is the one exception: it moves
-// every deadline so that each keeps the time it had left at the last
-// applied now, measured from the new leader's clock, and then takes the
-// new leader's clock as the last applied now.
-//
-// Fences: a Restamp carries the new leader's fence floor (Token.Fence):
-// its wall clock in nanoseconds, or Config.FenceFloor when that is
-// higher. Applying it raises the engine's fence counter to the floor, so
-// a cluster's fences start above the wall clock at its bootstrap, as a
-// single node's do, and rebuilding a cluster (or moving from one node to
-// a cluster) never makes new tokens compare older than old ones. A
-// Restamp without a floor (written before it existed) raises nothing,
-// so an old log replays as it first ran.
+// Time: an entry applies at max(its leader stamp, the last applied now),
+// so the state machine's clock never runs backwards. A Restamp (a new
+// leader's first entry) is the exception: it shifts every deadline to
+// keep the time it had left, measured from the new leader's clock, and
+// raises the fence counter to the floor it carries (none in a Restamp
+// written before floors existed, so an old log replays as it first ran).
 //
 // Sinks: an Acquire or Wait that parks gets a Sink only on the node whose
-// incarnation (Origin) proposed it; that node registered the caller's Sink
-// under the entry's ReqID. Other nodes apply it with no Sink.
+// incarnation (Origin) proposed it, registered under the entry's ReqID.
 //
 // The Node applies entries and restores snapshots one at a time; the
 // other methods are safe for concurrent use.
