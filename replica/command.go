@@ -231,32 +231,28 @@ type decoder struct {
 // the decoder accepts, so that one value has one encoding.
 func varintLen(x uint64) int { return max(1, (bits.Len64(x)+6)/7) }
 
+// fail marks d bad: what is left reads as nothing.
+func (d *decoder) fail() { d.bad, d.b = true, nil }
+
 func (d *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 || n != varintLen(v) {
-		d.bad = true
-		d.b = nil
+		d.fail()
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
 }
 
+// varint reads what binary.AppendVarint writes: a zig-zag uvarint.
 func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n != varintLen(uint64(v)<<1^uint64(v>>63)) {
-		d.bad = true
-		d.b = nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	u := d.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (d *decoder) fixed64() uint64 {
 	if len(d.b) < 8 {
-		d.bad = true
-		d.b = nil
+		d.fail()
 		return 0
 	}
 	v := binary.BigEndian.Uint64(d.b)
@@ -267,8 +263,7 @@ func (d *decoder) fixed64() uint64 {
 func (d *decoder) bytes() []byte {
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
-		d.bad = true
-		d.b = nil
+		d.fail()
 		return nil
 	}
 	v := d.b[:n:n]
