@@ -13,22 +13,6 @@ import (
 // raft's responses; a follower's transport reader may do it inline
 // (kickAppend).
 
-// appendLoop writes what kickAppend left to it: all the MsgStorageAppends
-// queued at once, with one fdatasync (appendBatch).
-func (n *Node) appendLoop() {
-	defer n.wg.Done()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-n.appQ.wake:
-		}
-		n.appRun.Lock()
-		n.appendBatch(n.appQ.take())
-		n.appRun.Unlock()
-	}
-}
-
 // appendBatch persists what the MsgStorageAppends ms carry, with one
 // fdatasync, then delivers their responses: acks to the leader first,
 // then this node's own. Under appRun.

@@ -12,22 +12,6 @@ import (
 // the proposers, configuration changes to the member book; a goroutine
 // that just stepped raft may do it inline (kickApply).
 
-// applyLoop applies what the apply queue holds when woken (see kickApply).
-func (n *Node) applyLoop() {
-	defer n.wg.Done()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-n.applyQ.wake:
-		}
-		n.applyRun.Lock()
-		n.applyBatch(n.applyQ.take())
-		n.maybeSnapshot(false)
-		n.applyRun.Unlock()
-	}
-}
-
 // applyBatch applies committed entries in order and answers their
 // proposers; a MsgSnap from the append thread is a snapshot to restore.
 // Under applyRun.

@@ -175,8 +175,11 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	n.startTransport()
 	n.wg.Add(4)
 	go n.raftLoop()
-	go n.appendLoop()
-	go n.applyLoop()
+	go n.thread(&n.appQ, &n.appRun, n.appendBatch) // all the appends queued, one fdatasync
+	go n.thread(&n.applyQ, &n.applyRun, func(ms []*raftpb.Message) {
+		n.applyBatch(ms)
+		n.maybeSnapshot(false)
+	})
 	go n.run()
 	return n, nil
 }
@@ -288,6 +291,23 @@ func (n *Node) startTransport() {
 	}
 	n.bookMu.Unlock()
 	n.tr.start()
+}
+
+// thread is the append or the apply thread: each time it is woken, it
+// takes what q holds and does it under run, until the node stops. What
+// kickAppend and kickApply do not do inline is left to it.
+func (n *Node) thread(q *queue[*raftpb.Message], run *sync.Mutex, do func([]*raftpb.Message)) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-q.wake:
+		}
+		run.Lock()
+		do(q.take())
+		run.Unlock()
+	}
 }
 
 // do runs f on the raft loop without waiting (dropped once stopping).
