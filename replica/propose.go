@@ -182,16 +182,10 @@ func (n *Node) readyCh() chan struct{} {
 func (n *Node) submit(p *proposal) {
 	n.propQ.add(p)
 	if n.mu.TryLock() {
-		n.proposeQueued()
-		later := n.drainReady()
-		n.mu.Unlock()
-		n.kickAppend(false)
-		n.kickApply(true)
-		n.sendAll(later)
-		n.failQueuedIfStopping()
-		return
+		n.release(true)
+	} else {
+		n.propQ.signal()
 	}
-	n.propQ.signal()
 	n.failQueuedIfStopping()
 }
 

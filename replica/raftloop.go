@@ -32,13 +32,21 @@ func (n *Node) raftLoop() {
 		if f != nil {
 			f()
 		}
-		n.proposeQueued()
-		later := n.drainReady()
-		n.mu.Unlock()
-		n.kickAppend(false)
-		n.kickApply(false)
-		n.sendAll(later)
+		n.release(false)
 	}
+}
+
+// release proposes what queued, hands out what raft made ready and
+// releases mu; then what it queued is appended (by the append thread) and
+// applied (by the caller itself with applyInline: see kickApply), and the
+// messages that could wait are sent.
+func (n *Node) release(applyInline bool) {
+	n.proposeQueued()
+	later := n.drainReady()
+	n.mu.Unlock()
+	n.kickAppend(false)
+	n.kickApply(applyInline)
+	n.sendAll(later)
 }
 
 // step hands messages to raft and hands out what they make ready (the
