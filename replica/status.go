@@ -99,10 +99,8 @@ func (n *Node) Status() Status {
 
 		SnapshotWriteFailures: n.snapFails.Load(),
 	}
-	select {
-	case <-n.stop:
+	if n.stopping() {
 		st.Role, st.Ready = "shutdown", false
-	default:
 	}
 	n.bookMu.Lock()
 	st.Voters = slices.AppendSeq(st.Voters, maps.Values(n.book))
@@ -123,10 +121,8 @@ func roleOf(s raft.StateType) string {
 
 // Ready reports whether this node can serve, for /readyz.
 func (n *Node) Ready() error {
-	select {
-	case <-n.stop:
+	if n.stopping() {
 		return ErrClosed
-	default:
 	}
 	if n.appFailed.Load() {
 		// appendFailed: this node's log is no longer written, and the

@@ -19,9 +19,8 @@ import (
 
 // The raft transport: one outgoing TCP stream per peer, over the
 // listener and dialer of Storage (so with an auth token every connection
-// has passed authStreamLayer's handshake before a message crosses it).
-// A frame is a u32 little-endian length and a marshalled raftpb.Message.
-// Messages to a peer whose queue is full, or whose connection failed, are
+// has passed authStreamLayer's handshake before a message crosses it),
+// carrying frames (frame.go). Messages to a peer whose queue is full, or whose connection failed, are
 // dropped and the peer is reported unreachable: raft retransmits.
 const (
 	peerQueue    = 4096
