@@ -295,15 +295,10 @@ func (st *Storage) appendEntries(ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	first, last := ents[0].GetIndex(), st.wal.LastIndex()
-	if lo := st.wal.FirstIndex(); lo != 0 && first <= last {
-		if first <= lo {
-			if err := st.wal.DeleteRange(lo, last); err != nil {
-				return err
-			}
-		} else if err := st.wal.DeleteRange(first, last); err != nil {
-			return err
-		}
+	// A conflicting tail goes first: from ents' first index on (all of
+	// the log when that is at or below its first entry).
+	if err := st.wal.DeleteRange(max(ents[0].GetIndex(), st.wal.FirstIndex()), st.wal.LastIndex()); err != nil {
+		return err
 	}
 	recs := make([]walRecord, len(ents))
 	for i, e := range ents {
