@@ -335,14 +335,10 @@ func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Dura
 		if f := strings.Fields(line); len(f) == 3 && f[0] == "ok" {
 			tok = f[1]
 		}
-		for _, op := range []byte{'n', 'r'} {
-			req := fmt.Sprintf("r\n%s\n%s\n", key, tok)
-			if op == 'n' {
-				req = fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs)
-			}
+		for _, req := range []string{fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs), fmt.Sprintf("r\n%s\n%s\n", key, tok)} {
 			call := rec.Now()
 			if line, sent := lc.Do(req, time.Now().Add(5*time.Second)); sent {
-				rec.Record(id, Input{Op: op, Key: key, Token: tok}, call, line)
+				rec.Record(id, Input{Op: req[0], Key: key, Token: tok}, call, line)
 			}
 		}
 	}
