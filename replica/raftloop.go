@@ -209,25 +209,24 @@ func (n *Node) kickApply(inline bool) {
 }
 
 func (n *Node) softState(ss *raft.SoftState) {
+	term := n.rn.BasicStatus().GetTerm()
 	old := n.lead.Swap(ss.Lead)
 	was := raft.StateType(n.role.Swap(uint32(ss.RaftState)))
-	wasLeader := was == raft.StateLeader
 	if was != ss.RaftState {
 		n.log.Info("raft role", zap.String("node_id", n.cfg.NodeID), zap.String("role", roleOf(ss.RaftState)),
-			zap.Uint64("term", n.rn.BasicStatus().GetTerm()))
+			zap.Uint64("term", term))
 	}
-	isLeader := ss.RaftState == raft.StateLeader
 	if ss.Lead != old && ss.Lead != raft.None {
 		n.leaderChg.Add(1)
 		n.log.Info("raft leader", zap.String("node_id", n.cfg.NodeID), zap.String("leader_id", n.memberName(ss.Lead)),
-			zap.Uint64("term", n.rn.BasicStatus().GetTerm()), zap.Bool("this_node", ss.Lead == n.id))
+			zap.Uint64("term", term), zap.Bool("this_node", ss.Lead == n.id))
 	}
-	if isLeader {
-		n.leadTerm.Store(n.rn.BasicStatus().GetTerm())
-	} else {
-		n.leadTerm.Store(0)
+	if ss.RaftState == raft.StateLeader {
+		n.leadTerm.Store(term)
+		return
 	}
-	if wasLeader && !isLeader {
+	n.leadTerm.Store(0)
+	if was == raft.StateLeader {
 		n.leadershipLost()
 	}
 }
