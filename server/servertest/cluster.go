@@ -240,13 +240,7 @@ func (c *Cluster) Leader(timeout time.Duration) int {
 func (c *Cluster) agreedLeader() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	leader := -1
-	for i, m := range c.members {
-		if m.Node != nil && m.Node.IsLeader() {
-			leader = i
-			break
-		}
-	}
+	leader := slices.IndexFunc(c.members, func(m *Member) bool { return m.Node != nil && m.Node.IsLeader() })
 	if leader < 0 {
 		return -1
 	}
