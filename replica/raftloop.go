@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -58,7 +59,9 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	if len(ms) == 0 {
 		return
 	}
-	snapIn := carriesSnap(ms)
+	// A snapshot from the leader: its install writes and syncs the whole
+	// of it, which a transport reader must not wait for (kickAppend).
+	snapIn := slices.ContainsFunc(ms, func(m *raftpb.Message) bool { return m.GetType() == raftpb.MessageType_MsgSnap })
 	n.mu.Lock()
 	for _, m := range ms {
 		// A snapshot's state goes aside, and comes back only if raft
@@ -140,18 +143,6 @@ func urgent(m *raftpb.Message) bool {
 		return len(m.GetEntries()) > 0
 	}
 	return true
-}
-
-// carriesSnap reports whether ms holds a snapshot from the leader: its
-// install writes and syncs the whole of it, which a transport reader must
-// not wait for (kickAppend).
-func carriesSnap(ms []*raftpb.Message) bool {
-	for _, m := range ms {
-		if m.GetType() == raftpb.MessageType_MsgSnap {
-			return true
-		}
-	}
-	return false
 }
 
 func (n *Node) sendAll(ms []*raftpb.Message) {
