@@ -198,9 +198,7 @@ func (n *Node) loadState() error {
 		return err
 	}
 	if snap == nil && st.wal.LastIndex() == 0 && n.cfg.Bootstrap {
-		if snap, err = n.bootstrapSnapshot(); err != nil {
-			return err
-		}
+		snap = n.bootstrapSnapshot()
 		if err := st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 			return fmt.Errorf("replica: bootstrap: %w", err)
 		}

@@ -23,7 +23,7 @@ const etcdSnapMagic = "LTCHETCD\x01"
 // bootstrapSnapshot is a bootstrapping node's first snapshot: index 1,
 // term 1, cfg.Peers as the voters and an empty state. Every initial peer
 // writes the same one.
-func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
+func (n *Node) bootstrapSnapshot() *raftpb.Snapshot {
 	cs := &raftpb.ConfState{}
 	peers := slices.Clone(n.cfg.Peers)
 	slices.SortFunc(peers, func(a, b Peer) int { return strings.Compare(a.ID, b.ID) })
@@ -35,7 +35,7 @@ func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
 	}
 	data := n.fsm.appendState(appendSnapHeader(nil, book))
 	return &raftpb.Snapshot{Data: data,
-		Metadata: &raftpb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}, nil
+		Metadata: &raftpb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}
 }
 
 // appendSnapHeader appends a snapshot's magic and members to b; the FSM's
