@@ -138,16 +138,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replica: raft log level %q unknown", c.RaftLogLevel)
 	}
 	if c.Bootstrap {
-		self := false
 		seen := make(map[string]bool)
 		for _, p := range c.Peers {
 			if p.ID == "" || p.RaftAddr == "" || seen[p.ID] {
 				return fmt.Errorf("replica: peer %+v: empty or repeated ID or address", p)
 			}
 			seen[p.ID] = true
-			self = self || p.ID == c.NodeID
 		}
-		if !self {
+		if !seen[c.NodeID] {
 			return fmt.Errorf("replica: bootstrap peers must include node %q", c.NodeID)
 		}
 	}
