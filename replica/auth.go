@@ -141,9 +141,6 @@ func (s *authStreamLayer) Addr() net.Addr {
 // Dial connects to address and runs the dialer's half of the handshake,
 // all within timeout.
 func (s *authStreamLayer) Dial(address string, timeout time.Duration) (net.Conn, error) {
-	if timeout <= 0 {
-		timeout = s.timeout
-	}
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("tcp", address)
 	if err != nil {

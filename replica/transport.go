@@ -273,16 +273,16 @@ func (t *transport) snapsFailed(p *peerStream, q []frame) {
 	}
 }
 
-// writeFrame writes one frame, the message in parts, to p's connection
-// (p.wmu held).
-func (t *transport) writeFrame(p *peerStream, deadline time.Time, parts ...[]byte) error {
+// writeFrame writes one frame, the message in parts, to p's connection,
+// within writeTimeout (p.wmu held).
+func (t *transport) writeFrame(p *peerStream, parts ...[]byte) error {
 	n := 0
 	for _, b := range parts {
 		n += len(b)
 	}
 	var hdr [4]byte
 	binary.LittleEndian.PutUint32(hdr[:], uint32(n))
-	_ = p.c.SetWriteDeadline(deadline)
+	_ = p.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := p.w.Write(hdr[:]); err != nil {
 		return err
 	}
@@ -360,7 +360,7 @@ func (t *transport) dial(p *peerStream) error {
 	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
 	p.live.Store(&c)
 	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
-	if err := t.writeFrame(p, time.Now().Add(writeTimeout), hello); err != nil {
+	if err := t.writeFrame(p, hello); err != nil {
 		t.dropConn(p)
 		return err
 	}
@@ -443,14 +443,14 @@ func (t *transport) writeQueued(p *peerStream, q []frame) error {
 	for _, f := range q {
 		if f.snap == nil {
 			if err == nil {
-				err = t.writeFrame(p, time.Now().Add(writeTimeout), f.b)
+				err = t.writeFrame(p, f.b)
 			}
 			continue
 		}
 		sent := false
 		if err == nil {
 			if parts, perr := snapMessageParts(f.snap); perr == nil {
-				err = t.writeFrame(p, time.Now().Add(writeTimeout), parts...)
+				err = t.writeFrame(p, parts...)
 				if err == nil {
 					err = p.w.Flush()
 				}
