@@ -13,22 +13,6 @@ import (
 // raft's responses; a follower's transport reader may do it inline
 // (kickAppend).
 
-// appendLoop writes what kickAppend left to it: all the MsgStorageAppends
-// queued at once, with one fdatasync (appendBatch).
-func (n *Node) appendLoop() {
-	defer n.wg.Done()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-n.appQ.wake:
-		}
-		n.appRun.Lock()
-		n.appendBatch(n.appQ.take())
-		n.appRun.Unlock()
-	}
-}
-
 // appendBatch persists what the MsgStorageAppends ms carry, with one
 // fdatasync, then delivers their responses: acks to the leader first,
 // then this node's own. Under appRun.
@@ -142,14 +126,28 @@ const (
 )
 
 // diskSlow marks the disk busy until t: a write of the log was slow.
-func (n *Node) diskSlow(t time.Time) { n.st.wal.SetSlowUntil(t) }
+func (n *Node) diskSlow(t time.Time) { n.slowUntil.Store(int64(t.Sub(monoBase))) }
 
 // diskBusy reports whether this node's disk is busy: it is writing a
 // snapshot, or a write of the log was slow lately. Meanwhile the log's
-// writes are the append thread's (kickAppend), not a transport reader's.
-func (n *Node) diskBusy() bool { return n.st.wal.Busy() }
+// writes are the append thread's (kickAppend), not a transport reader's:
+// a sync may then wait for all of a snapshot's tens of megabytes.
+func (n *Node) diskBusy() bool { return n.snapWrites.Load() > 0 || monoNow() < n.slowUntil.Load() }
 
 // setWritingSnap marks the time this node writes a snapshot to its disk,
 // its own or the leader's (the two may overlap: calls nest): meanwhile
 // its disk is busy (diskBusy).
-func (n *Node) setWritingSnap(on bool) { n.st.wal.SetBusy(on) }
+func (n *Node) setWritingSnap(on bool) {
+	if on {
+		n.snapWrites.Add(1)
+	} else {
+		n.snapWrites.Add(-1)
+	}
+}
+
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow is the monotonic clock's time since monoBase, in nanoseconds:
+// a deadline kept in it does not move when the wall clock is set.
+func monoNow() int64 { return int64(time.Since(monoBase)) }

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -10,22 +11,6 @@ import (
 // The apply thread takes committed entries to the FSM, their answers to
 // the proposers, configuration changes to the member book; a goroutine
 // that just stepped raft may do it inline (kickApply).
-
-// applyLoop applies what the apply queue holds when woken (see kickApply).
-func (n *Node) applyLoop() {
-	defer n.wg.Done()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-n.applyQ.wake:
-		}
-		n.applyRun.Lock()
-		n.applyBatch(n.applyQ.take())
-		n.maybeSnapshot(false)
-		n.applyRun.Unlock()
-	}
-}
 
 // applyBatch applies committed entries in order and answers their
 // proposers; a MsgSnap from the append thread is a snapshot to restore.
@@ -85,19 +70,12 @@ func (n *Node) answerApplied() {
 	}
 	r := n.answerRun.Load()
 	var later []laterAnswer
-	if r != nil {
-		k := 0
-		for _, a := range n.answers {
-			k += len(a.w.batch)
-		}
-		later = make([]laterAnswer, 0, k)
+	to := &later
+	if r == nil {
+		to = nil // the callbacks run now
 	}
 	for i, a := range n.answers {
-		if r != nil {
-			n.finishTo(a.w, a.res, nil, &later)
-		} else {
-			n.finish(a.w, a.res, nil)
-		}
+		n.finishTo(a.w, a.res, nil, to)
 		n.answers[i] = pendingAnswer{}
 	}
 	n.answers = n.answers[:0]
@@ -209,22 +187,14 @@ func (n *Node) setConf(cs *raftpb.ConfState) {
 	n.bookMu.Lock()
 	defer n.bookMu.Unlock()
 	n.confState = cs
+	// A voter of either half of a joint configuration is a voter (a
+	// learner-to-be among them too, until the transition ends).
 	in := make(map[uint64]string)
-	for _, id := range cs.GetVoters() {
-		in[id] = "voter"
-	}
-	for _, id := range cs.GetVotersOutgoing() {
-		if in[id] == "" {
-			in[id] = "voter"
-		}
-	}
-	for _, id := range cs.GetLearners() {
+	for _, id := range slices.Concat(cs.GetLearners(), cs.GetLearnersNext()) {
 		in[id] = "nonvoter"
 	}
-	for _, id := range cs.GetLearnersNext() {
-		if in[id] == "" {
-			in[id] = "nonvoter"
-		}
+	for _, id := range slices.Concat(cs.GetVoters(), cs.GetVotersOutgoing()) {
+		in[id] = "voter"
 	}
 	for id, m := range n.book {
 		s, ok := in[id]
@@ -242,18 +212,16 @@ func (n *Node) setConf(cs *raftpb.ConfState) {
 
 // firstReqID returns the Origin and ReqID of an entry's first command.
 func firstReqID(data []byte) (uint64, uint64) {
-	var c Command
 	if data[0] == batchVersion {
 		d := decoder{b: data[1:]}
-		if d.uvarint() == 0 || d.bad {
+		if d.uvarint() == 0 {
 			return 0, 0
 		}
-		one := d.bytes()
-		if d.bad || DecodeCommand(one, &c) != nil {
+		if data = d.bytes(); d.bad {
 			return 0, 0
 		}
-		return c.Origin, c.ReqID
 	}
+	var c Command
 	if DecodeCommand(data, &c) != nil {
 		return 0, 0
 	}

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -69,17 +70,15 @@ type authStreamLayer struct {
 	timeout   time.Duration
 	log       *zap.Logger
 
-	conns     chan net.Conn // authenticated, waiting for Accept
-	closed    chan struct{}
-	closeOnce sync.Once
-	closeErr  error
-	sem       chan struct{} // one slot per handshake in progress
-	wg        sync.WaitGroup
+	conns  chan net.Conn   // authenticated, waiting for Accept
+	ctx    context.Context // done once Close begins
+	cancel context.CancelFunc
+	close  func() error  // Close's work, once
+	sem    chan struct{} // one slot per handshake in progress
+	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	pending  map[net.Conn]struct{} // connections in a handshake, closed by Close
-	isClosed bool
-	warned   map[string]struct{} // hosts whose refusal has been logged
+	mu     sync.Mutex
+	warned map[string]struct{} // hosts whose refusal has been logged
 
 	refused atomic.Uint64 // connections refused, for tests
 }
@@ -103,8 +102,14 @@ func listenAuth(bind string, advertise net.Addr, token string, timeout time.Dura
 		log = zap.NewNop()
 	}
 	s := &authStreamLayer{ln: ln, advertise: advertise, key: []byte(token), timeout: timeout, log: log,
-		conns: make(chan net.Conn), closed: make(chan struct{}), sem: make(chan struct{}, authMaxPending),
-		pending: make(map[net.Conn]struct{}), warned: make(map[string]struct{})}
+		conns: make(chan net.Conn), sem: make(chan struct{}, authMaxPending), warned: make(map[string]struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.close = sync.OnceValue(func() error {
+		s.cancel() // ends Accept, and each handshake in progress (serve)
+		err := s.ln.Close()
+		s.wg.Wait()
+		return err
+	})
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
@@ -116,27 +121,14 @@ func (s *authStreamLayer) Accept() (net.Conn, error) {
 	select {
 	case c := <-s.conns:
 		return c, nil
-	case <-s.closed:
+	case <-s.ctx.Done():
 		return nil, net.ErrClosed
 	}
 }
 
 // Close implements net.Listener: it stops listening, ends the handshakes
 // in progress and waits for their goroutines.
-func (s *authStreamLayer) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.closed)
-		s.closeErr = s.ln.Close()
-		s.mu.Lock()
-		s.isClosed = true
-		for c := range s.pending {
-			_ = c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
-	return s.closeErr
-}
+func (s *authStreamLayer) Close() error { return s.close() }
 
 // Addr implements net.Listener: the advertised address if set.
 func (s *authStreamLayer) Addr() net.Addr {
@@ -149,9 +141,6 @@ func (s *authStreamLayer) Addr() net.Addr {
 // Dial connects to address and runs the dialer's half of the handshake,
 // all within timeout.
 func (s *authStreamLayer) Dial(address string, timeout time.Duration) (net.Conn, error) {
-	if timeout <= 0 {
-		timeout = s.timeout
-	}
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("tcp", address)
 	if err != nil {
@@ -175,19 +164,14 @@ func (s *authStreamLayer) acceptLoop() {
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			select {
-			case <-s.closed:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
+			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			// Out of file descriptors and the like: back off.
 			delay = min(max(2*delay, 5*time.Millisecond), authAcceptBackoff)
 			s.log.Warn("raft transport: accept failed", zap.Error(err), zap.Duration("retry_in", delay))
 			select {
-			case <-s.closed:
+			case <-s.ctx.Done():
 				return
 			case <-time.After(delay):
 			}
@@ -196,35 +180,28 @@ func (s *authStreamLayer) acceptLoop() {
 		delay = 0
 		select {
 		case s.sem <- struct{}{}:
-		case <-s.closed:
+		case <-s.ctx.Done():
 			_ = c.Close()
 			return
 		}
-		s.mu.Lock()
-		if s.isClosed {
-			s.mu.Unlock()
-			_ = c.Close()
-			return
-		}
-		s.pending[c] = struct{}{}
 		s.wg.Add(1) // the loop's own count keeps the group above zero
-		s.mu.Unlock()
 		go s.serve(c)
 	}
 }
 
 // serve runs the acceptor's half of the handshake on c and hands c to
-// Accept, or closes it.
+// Accept, or closes it. Close cuts the handshake short by closing c.
 func (s *authStreamLayer) serve(c net.Conn) {
 	defer s.wg.Done()
+	stop := context.AfterFunc(s.ctx, func() { _ = c.Close() })
 	_ = c.SetDeadline(time.Now().Add(s.timeout))
 	err := acceptHandshake(c, s.key)
 	if err == nil {
 		err = c.SetDeadline(time.Time{})
 	}
-	s.mu.Lock()
-	delete(s.pending, c)
-	s.mu.Unlock()
+	if !stop() && err == nil {
+		err = net.ErrClosed // Close came as the handshake ended
+	}
 	<-s.sem
 	if err != nil {
 		_ = c.Close()
@@ -233,7 +210,7 @@ func (s *authStreamLayer) serve(c net.Conn) {
 	}
 	select {
 	case s.conns <- c:
-	case <-s.closed:
+	case <-s.ctx.Done():
 		_ = c.Close()
 	}
 }
@@ -241,10 +218,8 @@ func (s *authStreamLayer) serve(c net.Conn) {
 // refuse counts a refused connection and logs it at warn, once per host.
 func (s *authStreamLayer) refuse(addr net.Addr, err error) {
 	s.refused.Add(1)
-	select {
-	case <-s.closed:
+	if s.ctx.Err() != nil {
 		return // a handshake cut short by Close
-	default:
 	}
 	host := addr.String()
 	if h, _, e := net.SplitHostPort(host); e == nil {

@@ -234,10 +234,8 @@ func TestAuthStreamLayer(t *testing.T) {
 	// (or its end at the handshake's timeout, a fifth refusal: closed by
 	// the layer, which the read below sees the same).
 	poll(t, 5*time.Second, "the handshake to start", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.pending) == 1 || s.refused.Load() >= 5
-	}, func() string { s.mu.Lock(); defer s.mu.Unlock(); return fmt.Sprint(len(s.pending), " pending") })
+		return len(s.sem) == 1 || s.refused.Load() >= 5
+	}, func() string { return fmt.Sprint(len(s.sem), " pending") })
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/latchd/latchd/backend"
@@ -27,37 +28,46 @@ var (
 // Disconnect to be logged.
 const proposeWait = 2 * time.Second
 
+// logOps are the log's ops by the backend's.
+var logOps = [...]Op{
+	backend.OpAcquire: OpAcquire, backend.OpEnqueue: OpEnqueue, backend.OpWait: OpWait, backend.OpRelease: OpRelease,
+	backend.OpRenew: OpRenew, backend.OpDisconnect: OpDisconnect, backend.OpCancelWait: OpCancelWait,
+	backend.OpOpenSession: OpOpenSession, backend.OpCloseSession: OpCloseSession, backend.OpBeginSession: OpBeginSession,
+}
+
 // command returns r as a log entry's Command. The key is copied: the
 // entry outlives the caller's buffer.
 func command(r *backend.Request) (Command, bool) {
-	c := Command{Owner: r.Owner, Key: bytes.Clone(r.Key), Limit: r.Limit, TTL: r.TTL,
+	if int(r.Op) >= len(logOps) || logOps[r.Op] == 0 {
+		return Command{}, false
+	}
+	c := Command{Op: logOps[r.Op], Owner: r.Owner, Key: bytes.Clone(r.Key), Limit: r.Limit, TTL: r.TTL,
 		Timeout: r.Timeout, Token: r.Token, Release: r.Release, Client: r.Client}
 	switch r.Op {
-	case backend.OpAcquire:
-		c.Op = OpAcquire
-	case backend.OpEnqueue:
-		c.Op = OpEnqueue
-	case backend.OpWait:
-		c.Op = OpWait
 	case backend.OpRelease:
-		c.Op, c.Owner = OpRelease, 0
-	case backend.OpRenew:
-		c.Op = OpRenew
-	case backend.OpDisconnect:
-		c.Op = OpDisconnect
-	case backend.OpCancelWait:
-		c.Op = OpCancelWait
+		c.Owner = 0
 	case backend.OpOpenSession:
-		// The session key travels in Salt (see OpOpenSession).
-		c.Op, c.Salt = OpOpenSession, r.SessionKey
-	case backend.OpCloseSession:
-		c.Op = OpCloseSession
-	case backend.OpBeginSession:
-		c.Op = OpBeginSession
-	default:
-		return c, false
+		c.Salt = r.SessionKey // the session key travels in Salt (see OpOpenSession)
 	}
 	return c, true
+}
+
+// request is command(r), or the error that refuses r.
+//
+// An OpenSession with a cap checks it against this node's replica: the
+// count is the sessions the leader has applied, so sessions proposed
+// concurrently (here, or by a previous leader whose entries are not
+// applied yet) are not counted and the cap can be overshot by that many.
+// The replicated OpenSession itself has no cap.
+func (n *Node) request(r *backend.Request) (Command, error) {
+	if r.Op == backend.OpOpenSession && r.MaxSessions > 0 && n.Engine().Sessions() >= r.MaxSessions {
+		return Command{}, engine.ErrMaxSessions
+	}
+	c, ok := command(r)
+	if !ok {
+		return c, engine.ErrBadRequest
+	}
+	return c, nil
 }
 
 // reply is r as the backend's: a Renew's lease length goes in Outcome.TTL.
@@ -78,12 +88,9 @@ func (n *Node) Submit(r *backend.Request, sink engine.Sink, _ engine.Via, l back
 	if !n.IsLeader() {
 		return backend.Reply{}, false, &backend.NotLeaderError{Leader: n.LeaderAddrs()}
 	}
-	if r.Op == backend.OpOpenSession && r.MaxSessions > 0 && n.FSM().Engine().Sessions() >= r.MaxSessions {
-		return backend.Reply{}, false, engine.ErrMaxSessions // see Do
-	}
-	c, ok := command(r)
-	if !ok {
-		return backend.Reply{}, false, engine.ErrBadRequest
+	c, err := n.request(r)
+	if err != nil {
+		return backend.Reply{}, false, err
 	}
 	if r.Op == backend.OpDisconnect {
 		dr := *r
@@ -93,7 +100,7 @@ func (n *Node) Submit(r *backend.Request, sink engine.Sink, _ engine.Via, l back
 		}()
 		return backend.Reply{}, true, nil
 	}
-	err := n.ProposeFunc(c, sink, func(rep Reply, err error) { l.Answer(reply(rep), backendErr(err)) })
+	err = n.ProposeFunc(c, sink, func(rep Reply, err error) { l.Answer(reply(rep), backendErr(err)) })
 	if err != nil {
 		return backend.Reply{}, false, backendErr(err)
 	}
@@ -101,19 +108,10 @@ func (n *Node) Submit(r *backend.Request, sink engine.Sink, _ engine.Via, l back
 }
 
 // Do proposes r and waits for it to be applied, at most proposeWait.
-//
-// An OpenSession with a cap checks it against this node's replica before
-// it proposes: the count is the sessions the leader has applied, so
-// sessions proposed concurrently (here, or by a previous leader whose
-// entries are not applied yet) are not counted and the cap can be
-// overshot by that many. The replicated OpenSession itself has no cap.
 func (n *Node) Do(r backend.Request, sink engine.Sink) (backend.Reply, error) {
-	if r.Op == backend.OpOpenSession && r.MaxSessions > 0 && n.FSM().Engine().Sessions() >= r.MaxSessions {
-		return backend.Reply{}, engine.ErrMaxSessions
-	}
-	c, ok := command(&r)
-	if !ok {
-		return backend.Reply{}, engine.ErrBadRequest
+	c, err := n.request(&r)
+	if err != nil {
+		return backend.Reply{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), proposeWait)
 	defer cancel()
@@ -164,12 +162,7 @@ func (n *Node) Voters() any { return n.Status().Voters }
 
 // HasMember reports whether id is in the latest configuration.
 func (n *Node) HasMember(id string) bool {
-	for _, m := range n.Status().Voters {
-		if m.ID == id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(n.Status().Voters, func(m Member) bool { return m.ID == id })
 }
 
 // AddMember is AddVoter or, with learner, AddLearner.
@@ -191,9 +184,4 @@ func (n *Node) TransferLeader(ctx context.Context, id string) error {
 }
 
 // SetAnswerBatches is SetAnswerRunner.
-func (n *Node) SetAnswerBatches(run func(n int, fn func()) bool) bool {
-	if run == nil {
-		return n.SetAnswerRunner(nil)
-	}
-	return n.SetAnswerRunner(run)
-}
+func (n *Node) SetAnswerBatches(run func(n int, fn func()) bool) bool { return n.SetAnswerRunner(run) }

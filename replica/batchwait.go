@@ -7,36 +7,18 @@ import (
 )
 
 // batchHold is the leader's short wait, after it answers an entry's
-// proposers, for those proposers' next commands: they then leave in one
-// entry with the commands that queued while the entry was in flight,
-// instead of in the entry after that.
+// proposers, for those proposers' next commands, so that they leave in one
+// entry with what queued meanwhile instead of alternating between two
+// (docs/design/replication.md#batch-wait says why and how).
 //
-// Why: with one entry in flight (maxInflightEntries), a command that
-// arrives while an entry is out waits for that entry and then for its
-// own, and a busy leader's entries alternate between two halves of its
-// clients. Waiting for the clients just answered (a loopback round trip
-// of tens of microseconds, against a commit's fdatasync of hundreds) puts
-// them all in the next entry: one commit per command instead of two, and
-// the fixed cost of a commit (three fsyncs, the messages, the wake-ups)
-// shared by twice the commands (docs/design/replication.md#batch-wait).
-//
-// A wait knows whom it waits for. It learns, for each kind of command
-// (acquire, release, ...), how likely a client answered for one is to
-// send its next command within a wait (a client that releases and goes
-// idle, or that acquires and then works for a while, is not; one that
-// releases and at once acquires again is), and waits for the owners
-// (connections, sessions) it answered whose commands make a return
-// likely: it ends as soon as all of them are back, or at its deadline.
-// Commands from anyone else queue behind it without counting, so a busy
-// stream of other clients cannot make a wait look successful. An owner
-// that came back within a wait raises its command kind's chance, one
-// that did not lowers it; the deadline follows how long waits take to
-// fill (holdSpan times its moving average, at most Config.BatchWait). A
-// kind's chance that falls below even still rises a little at every
-// answer, so a workload that changes is tried again. A wait that holds
-// commands ends at its deadline (a timer wakes the raft loop); one that
-// holds nothing ends when the next command arrives, or at the raft
-// loop's next tick, and counts nobody who came after its deadline.
+// It waits only for the owners it answered whose command kind makes a
+// quick return likely (ret, learnt from past waits: a return raises its
+// kind's chance, an absence lowers it, and an unlikely kind still rises a
+// little at every answer), ends when they are all back or at its
+// deadline (holdSpan times the average fill time, at most
+// Config.BatchWait), and lets anyone else's commands queue behind it
+// uncounted. A wait that holds commands has a timer to wake the raft
+// loop; one that holds nothing ends at the next arrival or tick.
 type batchHold struct {
 	on     bool
 	armed  bool                        // the timer is set for this wait's deadline

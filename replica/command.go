@@ -74,9 +74,11 @@ type Command struct {
 
 const commandVersion = 1
 
-// field bits of the presence mask: a zero field is not written.
+// The encoded fields, in order: bit i of the presence mask is field i. A
+// new field goes at the end and is optional, so that older entries decode
+// unchanged (fHTTPAddr came after version 1 shipped).
 const (
-	fOrigin = 1 << iota
+	fOrigin = iota
 	fReqID
 	fNow
 	fOwner
@@ -89,90 +91,101 @@ const (
 	fTokSalt
 	fRelease
 	fAddr
-	fHTTPAddr // added after version 1 shipped: optional, always last
-	fAll      = 1<<iota - 1
+	fHTTPAddr
+	nFields
+	fAll = 1<<nFields - 1
 )
 
+// A field's encoding: varints for numbers (zig-zag for signed ones),
+// fixed 8 bytes for salts, a length prefix for bytes, nothing for a flag
+// (its mask bit is its value).
+type fieldKind uint8
+
+const (
+	uvarintField fieldKind = iota
+	varintField
+	fixed64Field
+	bytesField
+	flagField
+)
+
+var fieldKinds = [nFields]fieldKind{
+	fOrigin: uvarintField, fReqID: uvarintField, fNow: varintField, fOwner: uvarintField, fKey: bytesField,
+	fLimit: varintField, fTTL: varintField, fTimeout: varintField, fSalt: fixed64Field, fFence: uvarintField,
+	fTokSalt: fixed64Field, fRelease: flagField, fAddr: bytesField, fHTTPAddr: bytesField,
+}
+
+// fieldValues is c's fields by number: a numeric or flag field in num (a
+// signed one as its int64 bits), a bytes field in str. Zero is absent.
+type fieldValues struct {
+	num [nFields]uint64
+	str [nFields][]byte
+}
+
+// get fills v with c's fields.
+func (v *fieldValues) get(c *Command) {
+	var release uint64
+	if c.Release {
+		release = 1
+	}
+	v.num = [nFields]uint64{fOrigin: c.Origin, fReqID: c.ReqID, fNow: uint64(c.Now), fOwner: uint64(c.Owner),
+		fLimit: uint64(c.Limit), fTTL: uint64(c.TTL), fTimeout: uint64(c.Timeout), fSalt: c.Salt,
+		fFence: c.Token.Fence, fTokSalt: c.Token.Salt, fRelease: release}
+	v.str[fKey], v.str[fAddr], v.str[fHTTPAddr] = c.Key, []byte(c.Addr), []byte(c.HTTPAddr)
+}
+
+// set makes c the command op with v's fields.
+func (v *fieldValues) set(c *Command, op Op) {
+	num, str := &v.num, &v.str
+	*c = Command{Op: op, Origin: num[fOrigin], ReqID: num[fReqID], Now: int64(num[fNow]),
+		Owner: engine.OwnerID(num[fOwner]), Key: str[fKey], Limit: int(num[fLimit]), TTL: time.Duration(num[fTTL]),
+		Timeout: time.Duration(num[fTimeout]), Salt: num[fSalt],
+		Token: fence.Token{Fence: num[fFence], Salt: num[fTokSalt]}, Release: num[fRelease] != 0,
+		Addr: string(str[fAddr]), HTTPAddr: string(str[fHTTPAddr])}
+}
+
 // AppendCommand appends c's encoding to b: a version byte, the op, a
-// varint presence mask, then each non-zero field as a varint (durations
-// and times zig-zag, salts fixed 8 bytes, bytes length-prefixed).
+// varint presence mask, then each non-zero field (fieldKinds).
 func AppendCommand(b []byte, c *Command) []byte {
+	var v fieldValues
+	v.get(c)
+	num, str := &v.num, &v.str
 	var mask uint64
-	set := func(bit uint64, on bool) {
-		if on {
-			mask |= bit
+	for i := range nFields {
+		if num[i] != 0 || len(str[i]) != 0 {
+			mask |= 1 << i
 		}
 	}
-	set(fOrigin, c.Origin != 0)
-	set(fReqID, c.ReqID != 0)
-	set(fNow, c.Now != 0)
-	set(fOwner, c.Owner != 0)
-	set(fKey, len(c.Key) != 0)
-	set(fLimit, c.Limit != 0)
-	set(fTTL, c.TTL != 0)
-	set(fTimeout, c.Timeout != 0)
-	set(fSalt, c.Salt != 0)
-	set(fFence, c.Token.Fence != 0)
-	set(fTokSalt, c.Token.Salt != 0)
-	set(fRelease, c.Release)
-	set(fAddr, c.Addr != "")
-	set(fHTTPAddr, c.HTTPAddr != "")
 	b = append(b, commandVersion, byte(c.Op))
 	b = binary.AppendUvarint(b, mask)
-	if mask&fOrigin != 0 {
-		b = binary.AppendUvarint(b, c.Origin)
-	}
-	if mask&fReqID != 0 {
-		b = binary.AppendUvarint(b, c.ReqID)
-	}
-	if mask&fNow != 0 {
-		b = binary.AppendVarint(b, c.Now)
-	}
-	if mask&fOwner != 0 {
-		b = binary.AppendUvarint(b, uint64(c.Owner))
-	}
-	if mask&fKey != 0 {
-		b = binary.AppendUvarint(b, uint64(len(c.Key)))
-		b = append(b, c.Key...)
-	}
-	if mask&fLimit != 0 {
-		b = binary.AppendVarint(b, int64(c.Limit))
-	}
-	if mask&fTTL != 0 {
-		b = binary.AppendVarint(b, int64(c.TTL))
-	}
-	if mask&fTimeout != 0 {
-		b = binary.AppendVarint(b, int64(c.Timeout))
-	}
-	if mask&fSalt != 0 {
-		b = binary.BigEndian.AppendUint64(b, c.Salt)
-	}
-	if mask&fFence != 0 {
-		b = binary.AppendUvarint(b, c.Token.Fence)
-	}
-	if mask&fTokSalt != 0 {
-		b = binary.BigEndian.AppendUint64(b, c.Token.Salt)
-	}
-	if mask&fAddr != 0 {
-		b = binary.AppendUvarint(b, uint64(len(c.Addr)))
-		b = append(b, c.Addr...)
-	}
-	if mask&fHTTPAddr != 0 {
-		b = binary.AppendUvarint(b, uint64(len(c.HTTPAddr)))
-		b = append(b, c.HTTPAddr...)
+	for i, kind := range fieldKinds {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		switch kind {
+		case uvarintField:
+			b = binary.AppendUvarint(b, num[i])
+		case varintField:
+			b = binary.AppendVarint(b, int64(num[i]))
+		case fixed64Field:
+			b = binary.BigEndian.AppendUint64(b, num[i])
+		case bytesField:
+			b = appendString(b, str[i])
+		}
 	}
 	return b
 }
 
 // DecodeCommand decodes one AppendCommand encoding, all of b. c.Key
-// aliases b.
+// aliases b. A field whose bit is set must be non-zero, as AppendCommand
+// writes it: one command has one encoding (FuzzDecodeCommand).
 func DecodeCommand(b []byte, c *Command) error {
 	*c = Command{}
 	if len(b) < 3 || b[0] != commandVersion {
 		return ErrBadCommand
 	}
-	c.Op = Op(b[1])
-	if c.Op == 0 || c.Op >= opEnd {
+	op := Op(b[1])
+	if op == 0 || op >= opEnd {
 		return ErrBadCommand
 	}
 	d := decoder{b: b[2:]}
@@ -180,72 +193,33 @@ func DecodeCommand(b []byte, c *Command) error {
 	if mask&^fAll != 0 {
 		return ErrBadCommand
 	}
-	if mask&fOrigin != 0 {
-		c.Origin = d.uvarint()
-	}
-	if mask&fReqID != 0 {
-		c.ReqID = d.uvarint()
-	}
-	if mask&fNow != 0 {
-		c.Now = d.varint()
-	}
-	if mask&fOwner != 0 {
-		c.Owner = engine.OwnerID(d.uvarint())
-	}
-	if mask&fKey != 0 {
-		c.Key = d.bytes()
-	}
-	if mask&fLimit != 0 {
-		c.Limit = int(d.varint())
-	}
-	if mask&fTTL != 0 {
-		c.TTL = time.Duration(d.varint())
-	}
-	if mask&fTimeout != 0 {
-		c.Timeout = time.Duration(d.varint())
-	}
-	if mask&fSalt != 0 {
-		c.Salt = d.fixed64()
-	}
-	if mask&fFence != 0 {
-		c.Token.Fence = d.uvarint()
-	}
-	if mask&fTokSalt != 0 {
-		c.Token.Salt = d.fixed64()
-	}
-	c.Release = mask&fRelease != 0
-	if mask&fAddr != 0 {
-		c.Addr = string(d.bytes())
-	}
-	if mask&fHTTPAddr != 0 {
-		c.HTTPAddr = string(d.bytes())
-	}
-	if d.bad || len(d.b) != 0 || !canonical(mask, c) {
-		*c = Command{}
-		return ErrBadCommand
-	}
-	return nil
-}
-
-// canonical reports whether every field whose bit is set is non-zero, as
-// AppendCommand writes them: so decoding then encoding is the identity
-// (FuzzDecodeCommand), and one command has one encoding.
-func canonical(mask uint64, c *Command) bool {
-	zero := [...]struct {
-		bit  uint64
-		zero bool
-	}{
-		{fOrigin, c.Origin == 0}, {fReqID, c.ReqID == 0}, {fNow, c.Now == 0}, {fOwner, c.Owner == 0},
-		{fKey, len(c.Key) == 0}, {fLimit, c.Limit == 0}, {fTTL, c.TTL == 0}, {fTimeout, c.Timeout == 0},
-		{fSalt, c.Salt == 0}, {fFence, c.Token.Fence == 0}, {fTokSalt, c.Token.Salt == 0},
-		{fAddr, c.Addr == ""}, {fHTTPAddr, c.HTTPAddr == ""},
-	}
-	for _, z := range zero {
-		if mask&z.bit != 0 && z.zero {
-			return false
+	var v fieldValues
+	num, str := &v.num, &v.str
+	for i, kind := range fieldKinds {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		switch kind {
+		case uvarintField:
+			num[i] = d.uvarint()
+		case varintField:
+			num[i] = uint64(d.varint())
+		case fixed64Field:
+			num[i] = d.fixed64()
+		case flagField:
+			num[i] = 1
+		case bytesField:
+			str[i] = d.bytes()
+		}
+		if num[i] == 0 && len(str[i]) == 0 {
+			d.bad = true
 		}
 	}
-	return true
+	if d.bad || len(d.b) != 0 {
+		return ErrBadCommand
+	}
+	v.set(c, op)
+	return nil
 }
 
 type decoder struct {
@@ -257,32 +231,28 @@ type decoder struct {
 // the decoder accepts, so that one value has one encoding.
 func varintLen(x uint64) int { return max(1, (bits.Len64(x)+6)/7) }
 
+// fail marks d bad: what is left reads as nothing.
+func (d *decoder) fail() { d.bad, d.b = true, nil }
+
 func (d *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 || n != varintLen(v) {
-		d.bad = true
-		d.b = nil
+		d.fail()
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
 }
 
+// varint reads what binary.AppendVarint writes: a zig-zag uvarint.
 func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n != varintLen(uint64(v)<<1^uint64(v>>63)) {
-		d.bad = true
-		d.b = nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	u := d.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (d *decoder) fixed64() uint64 {
 	if len(d.b) < 8 {
-		d.bad = true
-		d.b = nil
+		d.fail()
 		return 0
 	}
 	v := binary.BigEndian.Uint64(d.b)
@@ -293,8 +263,7 @@ func (d *decoder) fixed64() uint64 {
 func (d *decoder) bytes() []byte {
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
-		d.bad = true
-		d.b = nil
+		d.fail()
 		return nil
 	}
 	v := d.b[:n:n]

@@ -134,22 +134,18 @@ func (c Config) Validate() error {
 	if c.AuthToken != "" && len(c.AuthToken) < authMinTokenLen {
 		return fmt.Errorf("replica: raft auth token is %d bytes; it must be at least %d", len(c.AuthToken), authMinTokenLen)
 	}
-	switch c.RaftLogLevel {
-	case "off", "error", "warn", "info", "debug", "trace":
-	default:
+	if _, ok := raftLogLevels[c.RaftLogLevel]; !ok {
 		return fmt.Errorf("replica: raft log level %q unknown", c.RaftLogLevel)
 	}
 	if c.Bootstrap {
-		self := false
 		seen := make(map[string]bool)
 		for _, p := range c.Peers {
 			if p.ID == "" || p.RaftAddr == "" || seen[p.ID] {
 				return fmt.Errorf("replica: peer %+v: empty or repeated ID or address", p)
 			}
 			seen[p.ID] = true
-			self = self || p.ID == c.NodeID
 		}
-		if !self {
+		if !seen[c.NodeID] {
 			return fmt.Errorf("replica: bootstrap peers must include node %q", c.NodeID)
 		}
 	}

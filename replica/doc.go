@@ -8,17 +8,13 @@
 // built with the same Config, so every node holds the same locks, queues,
 // leases and fence counter. A snapshot is the members and the engine's state.
 //
-// A Node drives a raft.RawNode with asynchronous storage writes: the
-// goroutine that has input for raft steps it and hands out what it makes
-// ready (raftloop.go); the append thread writes the log and hard state to
-// the raft directory (append.go, storage.go, wal.go); the apply thread
-// applies committed entries and answers their proposers (apply.go);
-// proposals that wait together share one entry (propose.go, batchwait.go).
-// Only the leader takes commands (others answer a *NotLeaderError naming
-// the leader) and only the leader runs expiry, by proposing Expire commands
-// when a deadline is due. A new leader first proposes a Restamp, which
-// restarts every lease clock from its own clock with no less time left than
-// at the last applied command (leader.go).
+// A Node drives a raft.RawNode with asynchronous storage writes (Node
+// lists its goroutines); proposals that wait together share one entry
+// (propose.go, batchwait.go). Only the leader takes commands (others
+// answer a *NotLeaderError naming the leader) and only the leader runs
+// expiry, by proposing Expire commands when a deadline is due. A new
+// leader first proposes a Restamp, which restarts every lease clock from
+// its own clock with no less time left than at the last applied command.
 //
 // A Sink for a parked request lives only on the node that proposed it: the
 // FSM there routes the engine's delivery to it by the request's ID; other

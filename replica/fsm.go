@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,28 +24,18 @@ type Reply struct {
 
 // FSM is the engine as the raft group's state machine. Every node
 // applies the same entries in the same order to an engine built with the
-// same Config, so every node holds the same state.
+// same Config, so every node holds the same state
+// (docs/design/replication.md).
 //
-// Time: an entry's now is max(its leader stamp, the last applied now), so
-// time never runs backwards in the state machine even if the leader's
-// clock steps or two proposals are stamped and logged in opposite orders.
-// A Restamp entry (a new leader's first) is the one exception: it moves
-// every deadline so that each keeps the time it had left at the last
-// applied now, measured from the new leader's clock, and then takes the
-// new leader's clock as the last applied now.
-//
-// Fences: a Restamp carries the new leader's fence floor (Token.Fence):
-// its wall clock in nanoseconds, or Config.FenceFloor when that is
-// higher. Applying it raises the engine's fence counter to the floor, so
-// a cluster's fences start above the wall clock at its bootstrap, as a
-// single node's do, and rebuilding a cluster (or moving from one node to
-// a cluster) never makes new tokens compare older than old ones. A
-// Restamp without a floor (written before it existed) raises nothing,
-// so an old log replays as it first ran.
+// Time: an entry applies at max(its leader stamp, the last applied now),
+// so the state machine's clock never runs backwards. A Restamp (a new
+// leader's first entry) is the exception: it shifts every deadline to
+// keep the time it had left, measured from the new leader's clock, and
+// raises the fence counter to the floor it carries (none in a Restamp
+// written before floors existed, so an old log replays as it first ran).
 //
 // Sinks: an Acquire or Wait that parks gets a Sink only on the node whose
-// incarnation (Origin) proposed it; that node registered the caller's Sink
-// under the entry's ReqID. Other nodes apply it with no Sink.
+// incarnation (Origin) proposed it, registered under the entry's ReqID.
 //
 // The Node applies entries and restores snapshots one at a time; the
 // other methods are safe for concurrent use.
@@ -55,7 +46,7 @@ type FSM struct {
 	eng      atomic.Pointer[engine.Engine]
 	lastNow  int64
 	index    atomic.Uint64 // last applied log index
-	restores atomic.Int64
+	restores atomic.Int64  // snapshots restored (tests)
 
 	addrMu  sync.Mutex
 	leaders map[string]leaderAddrs // node ID -> its addresses, from Restamp entries
@@ -110,7 +101,8 @@ type leaderAddrs struct {
 func (f *FSM) WriteState(w io.Writer) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.index.Load(), f.writeLocked(w)
+	_, err := w.Write(f.appendLocked(nil))
+	return f.index.Load(), err
 }
 
 func (f *FSM) register(id uint64, s engine.Sink) {
@@ -229,16 +221,10 @@ const (
 	snapVersionV2 = 2
 )
 
-// writeLocked writes the FSM header (magic, version, last applied index
-// and now, the leaders' client addresses, and from version 2 their REST
-// addresses, sorted by ID) and then the engine state, which carries its
-// own checksum.
-func (f *FSM) writeLocked(w io.Writer) error {
-	_, err := w.Write(f.appendLocked(nil))
-	return err
-}
-
-// appendLocked appends what writeLocked writes to b.
+// appendLocked appends the state to b: the FSM header (magic, version,
+// last applied index and now, the leaders' client addresses, and from
+// version 2 their REST addresses, sorted by ID) and then the engine
+// state, which carries its own checksum.
 func (f *FSM) appendLocked(b []byte) []byte {
 	return f.eng.Load().AppendState(f.appendHeaderLocked(b))
 }
@@ -246,15 +232,13 @@ func (f *FSM) appendLocked(b []byte) []byte {
 // appendHeaderLocked appends the FSM header to b.
 func (f *FSM) appendHeaderLocked(b []byte) []byte {
 	f.addrMu.Lock()
-	ids := make([]string, 0, len(f.leaders))
+	ids := slices.Sorted(maps.Keys(f.leaders))
 	version := byte(snapVersion)
-	for id, a := range f.leaders {
-		ids = append(ids, id)
+	for _, a := range f.leaders {
 		if a.http != "" {
 			version = snapVersionV2
 		}
 	}
-	slices.Sort(ids)
 	b = append(b, snapMagic...)
 	b = append(b, version)
 	b = binary.AppendUvarint(b, f.index.Load())
@@ -282,7 +266,8 @@ func (f *FSM) captureState(b []byte) ([]byte, uint64, *engine.StateCapture) {
 	return b, f.index.Load(), f.eng.Load().CaptureState()
 }
 
-func appendString(b []byte, s string) []byte {
+// appendString appends s with its length as a uvarint prefix.
+func appendString[S ~string | ~[]byte](b []byte, s S) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
@@ -326,6 +311,7 @@ func (f *FSM) Restore(all []byte) error {
 		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
 	f.mu.Lock()
+	f.restores.Add(1)
 	f.eng.Store(e)
 	f.index.Store(index)
 	f.lastNow = lastNow
@@ -336,14 +322,8 @@ func (f *FSM) Restore(all []byte) error {
 	lost := f.pending
 	f.pending = make(map[uint64]engine.Sink)
 	f.pendMu.Unlock()
-	f.restores.Add(1)
 	f.mu.Unlock()
-	ids := make([]uint64, 0, len(lost))
-	for id := range lost {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(lost)) {
 		lost[id].Deliver(engine.Outcome{Result: engine.Canceled})
 	}
 	return nil

@@ -70,7 +70,7 @@ func commandsEqual(a, b Command) bool {
 func TestCommandWithoutHTTPAddr(t *testing.T) {
 	// version 1, op restamp, mask fNow|fKey|fAddr, now 1 (zig-zag 2),
 	// key "n0", addr "c:1": as written before the field was added.
-	old := binary.AppendUvarint([]byte{1, byte(OpRestamp)}, fNow|fKey|fAddr)
+	old := binary.AppendUvarint([]byte{1, byte(OpRestamp)}, 1<<fNow|1<<fKey|1<<fAddr)
 	hdr := len(old)
 	old = append(old, 2, 2, 'n', '0', 3, 'c', ':', '1')
 	var c Command

@@ -49,12 +49,8 @@ func (st *Storage) writeHardState(hs *raftpb.HardState, sync bool) error {
 	binary.LittleEndian.PutUint64(b[8:], hs.GetVote())
 	binary.LittleEndian.PutUint64(b[16:], hs.GetCommit())
 	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], walCRC))
-	if sync {
-		if _, err := st.hs.WriteAt(b[:], 0); err != nil {
-			return err
-		}
-		return fdatasync(st.hs)
+	if _, err := st.hs.WriteAt(b[:], 0); err != nil || !sync {
+		return err
 	}
-	_, err := st.hs.WriteAt(b[:], 0)
-	return err
+	return fdatasync(st.hs)
 }

@@ -32,30 +32,20 @@ func (n *Node) run() {
 			n.setReady(false)
 			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr, HTTPAddr: n.cfg.HTTPAddr,
 				Token: fence.Token{Fence: max(uint64(max(n.now(), 0)), n.cfg.FenceFloor)}}
-			if _, err := n.applyRaw(&c); err != nil || n.leadTerm.Load() != lt {
+			if _, err := n.applyRaw(c); err != nil || n.leadTerm.Load() != lt {
 				continue
 			}
 			stampTerm = lt
 			n.setReady(true)
 		}
 		if n.fsm.Engine().NextDeadline() <= n.now() {
-			c := Command{Op: OpExpire}
-			_, _ = n.applyRaw(&c)
+			_, _ = n.applyRaw(Command{Op: OpExpire})
 		}
 	}
 }
 
 // applyRaw proposes c as an entry of its own and waits for its Reply.
-func (n *Node) applyRaw(c *Command) (Reply, error) {
-	c.Origin = n.origin
-	c.ReqID = n.seq.Add(1)
-	c.Now = n.now()
-	p := &proposal{c: *c, raw: true, done: make(chan proposalResult, 1)}
-	n.submit(p)
-	select {
-	case res := <-p.done:
-		return res.r, res.err
-	case <-n.stop:
-		return Reply{}, ErrClosed
-	}
+func (n *Node) applyRaw(c Command) (Reply, error) {
+	n.stamp(&c)
+	return n.wait(&proposal{c: c, raw: true, done: make(chan proposalResult, 1)})
 }

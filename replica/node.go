@@ -39,10 +39,8 @@ type Node struct {
 	seq    atomic.Uint64
 	now    func() int64
 
-	// mu guards rn. Whoever has input for raft (the transport's readers,
-	// the append and apply threads with their responses, a proposer, the
-	// ticker) steps it and hands out the Ready itself: no hop through a
-	// loop goroutine on the commit path.
+	// mu guards rn: whoever has input for raft steps it and hands out
+	// the Ready itself, with no hop to a loop goroutine (see Node).
 	mu sync.Mutex
 	rn *raft.RawNode
 
@@ -84,6 +82,9 @@ type Node struct {
 	appRun    sync.Mutex
 	lastHS    raftpb.HardState
 	appFailed atomic.Bool // a write failed: nothing more is written or acknowledged
+
+	snapWrites atomic.Int32 // snapshots being written to disk (diskBusy)
+	slowUntil  atomic.Int64 // a write of the log was slow: the disk counts busy until then (monoNow)
 
 	// applyRun is held by whoever applies (the apply thread, or a
 	// goroutine applying inline: see kickApply); it guards answers,
@@ -174,8 +175,11 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	n.startTransport()
 	n.wg.Add(4)
 	go n.raftLoop()
-	go n.appendLoop()
-	go n.applyLoop()
+	go n.thread(&n.appQ, &n.appRun, n.appendBatch) // all the appends queued, one fdatasync
+	go n.thread(&n.applyQ, &n.applyRun, func(ms []*raftpb.Message) {
+		n.applyBatch(ms)
+		n.maybeSnapshot(false)
+	})
 	go n.run()
 	return n, nil
 }
@@ -194,9 +198,7 @@ func (n *Node) loadState() error {
 		return err
 	}
 	if snap == nil && st.wal.LastIndex() == 0 && n.cfg.Bootstrap {
-		if snap, err = n.bootstrapSnapshot(); err != nil {
-			return err
-		}
+		snap = n.bootstrapSnapshot()
 		if err := st.saveSnapshot(snap, n.cfg.SnapshotRetain); err != nil {
 			return fmt.Errorf("replica: bootstrap: %w", err)
 		}
@@ -271,9 +273,7 @@ func (n *Node) startTransport() {
 		n.tr.selfAddr = n.st.ln.Addr().String()
 	}
 	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
-	n.tr.report = func(id uint64, _ bool) {
-		n.do(func() { n.rn.ReportUnreachable(id) })
-	}
+	n.tr.unreachable = func(id uint64) { n.do(func() { n.rn.ReportUnreachable(id) }) }
 	n.tr.snapDone = func(id uint64, ok bool) {
 		s := raft.SnapshotFinish
 		if !ok {
@@ -289,6 +289,23 @@ func (n *Node) startTransport() {
 	}
 	n.bookMu.Unlock()
 	n.tr.start()
+}
+
+// thread is the append or the apply thread: each time it is woken, it
+// takes what q holds and does it under run, until the node stops. What
+// kickAppend and kickApply do not do inline is left to it.
+func (n *Node) thread(q *queue[*raftpb.Message], run *sync.Mutex, do func([]*raftpb.Message)) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-q.wake:
+		}
+		run.Lock()
+		do(q.take())
+		run.Unlock()
+	}
 }
 
 // do runs f on the raft loop without waiting (dropped once stopping).
@@ -386,14 +403,7 @@ func (n *Node) Shutdown() error {
 		n.snapMu.Unlock()
 		n.tr.close()
 		n.setReady(false)
-		n.waitMu.Lock()
-		ws := n.waiters
-		n.waiters = make(map[uint64]*waiter)
-		n.waitShut = true
-		n.waitMu.Unlock()
-		for _, w := range ws {
-			n.finish(w, nil, ErrClosed)
-		}
+		n.failWaiters(ErrClosed, true)
 		// What was still queued (behind the entry in flight, or submitted
 		// meanwhile) never reached raft: ProposeFunc's callers hear of it
 		// too, as Propose's do through stop.

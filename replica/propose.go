@@ -58,16 +58,29 @@ func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply,
 	if err != nil {
 		return Reply{}, err
 	}
+	r, err := n.wait(p)
+	if err != nil {
+		return Reply{}, err
+	}
+	return r, r.Err
+}
+
+// wait submits p and waits for its answer.
+func (n *Node) wait(p *proposal) (Reply, error) {
 	n.submit(p)
 	select {
 	case res := <-p.done:
-		if res.err != nil {
-			return Reply{}, res.err
-		}
-		return res.r, res.r.Err
+		return res.r, res.err
 	case <-n.stop:
 		return Reply{}, ErrClosed
 	}
+}
+
+// stamp gives c this node's Origin, a new ReqID and the time.
+func (n *Node) stamp(c *Command) {
+	c.Now = n.now()
+	c.Origin = n.origin
+	c.ReqID = n.seq.Add(1)
 }
 
 // ProposeFunc proposes c like Propose, without blocking: done gets the
@@ -95,7 +108,8 @@ func (n *Node) EndSessionAsync(owner engine.OwnerID) {
 	if !n.isReady.Load() {
 		return
 	}
-	c := Command{Op: OpEndSession, Owner: owner, Now: n.now(), Origin: n.origin, ReqID: n.seq.Add(1)}
+	c := Command{Op: OpEndSession, Owner: owner}
+	n.stamp(&c)
 	n.submit(&proposal{c: c, done: make(chan proposalResult, 1)})
 }
 
@@ -125,12 +139,10 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 	if ctx != nil && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	c.Now = n.now()
+	n.stamp(&c)
 	if c.Op == OpAcquire || c.Op == OpEnqueue {
 		c.Salt = clock.Salt()
 	}
-	c.Origin = n.origin
-	c.ReqID = n.seq.Add(1)
 	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait)}
 	if ctx != nil {
 		p.done = make(chan proposalResult, 1) // Propose waits on it; ProposeFunc sets a callback
@@ -170,16 +182,10 @@ func (n *Node) readyCh() chan struct{} {
 func (n *Node) submit(p *proposal) {
 	n.propQ.add(p)
 	if n.mu.TryLock() {
-		n.proposeQueued()
-		later := n.drainReady()
-		n.mu.Unlock()
-		n.kickAppend(false)
-		n.kickApply(true)
-		n.sendAll(later)
-		n.failQueuedIfStopping()
-		return
+		n.release(true)
+	} else {
+		n.propQ.signal()
 	}
-	n.propQ.signal()
 	n.failQueuedIfStopping()
 }
 
@@ -249,8 +255,7 @@ func (n *Node) propose(batch []*proposal) {
 		var one []byte
 		for _, p := range batch {
 			one = AppendCommand(one[:0], &p.c)
-			data = binary.AppendUvarint(data, uint64(len(one)))
-			data = append(data, one...)
+			data = appendString(data, one)
 		}
 	}
 	key := batch[0].c.ReqID

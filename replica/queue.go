@@ -18,6 +18,21 @@ func (q *queue[T]) push(xs ...T) {
 	q.signal()
 }
 
+// pushBelow pushes x unless the queue holds max items already, and
+// reports whether it did.
+func (q *queue[T]) pushBelow(max int, x T) bool {
+	q.mu.Lock()
+	ok := len(q.q) < max
+	if ok {
+		q.q = append(q.q, x)
+	}
+	q.mu.Unlock()
+	if ok {
+		q.signal()
+	}
+	return ok
+}
+
 func (q *queue[T]) add(xs ...T) {
 	q.mu.Lock()
 	q.q = append(q.q, xs...)

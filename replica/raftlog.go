@@ -6,84 +6,32 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// raftLogLevels are Config.RaftLogLevel's values and the least zap level
+// each lets through ("off": none).
+var raftLogLevels = map[string]zapcore.Level{"off": zapcore.FatalLevel + 1, "error": zapcore.ErrorLevel,
+	"warn": zapcore.WarnLevel, "info": zapcore.InfoLevel, "debug": zapcore.DebugLevel, "trace": zapcore.DebugLevel}
+
 // raftLog is etcd raft's logger: zap at raft's own levels, filtered by
-// cfg.RaftLogLevel ("off" drops everything).
+// cfg.RaftLogLevel (Validate has checked it).
 func raftLog(cfg Config, log *zap.Logger) raft.Logger {
-	lvl := zapcore.InvalidLevel // off
-	switch cfg.RaftLogLevel {
-	case "trace", "debug":
-		lvl = zapcore.DebugLevel
-	case "info":
-		lvl = zapcore.InfoLevel
-	case "warn":
-		lvl = zapcore.WarnLevel
-	case "error":
-		lvl = zapcore.ErrorLevel
-	}
-	return &zapRaftLogger{l: log.Named("etcdraft").With(zap.String("node_id", cfg.NodeID)).Sugar(), min: lvl}
+	lvl := raftLogLevels[cfg.RaftLogLevel]
+	// Raft's invariant failures (Panic, Fatal) are never filtered.
+	keep := zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		on := func(l zapcore.Level) bool { return (l >= lvl || l >= zapcore.PanicLevel) && c.Enabled(l) }
+		ic, _ := zapcore.NewIncreaseLevelCore(c, zap.LevelEnablerFunc(on)) // no error: on is within c
+		return ic
+	})
+	return zapRaftLogger{log.Named("etcdraft").With(zap.String("node_id", cfg.NodeID)).WithOptions(keep).Sugar()}
 }
 
-type zapRaftLogger struct {
-	l   *zap.SugaredLogger
-	min zapcore.Level
-}
+// zapRaftLogger adds raft's names to zap's. Fatal is raft's invariant
+// failure: it panics rather than exits, so deferred cleanup still runs.
+type zapRaftLogger struct{ *zap.SugaredLogger }
 
-func (z *zapRaftLogger) on(l zapcore.Level) bool { return z.min != zapcore.InvalidLevel && l >= z.min }
+func (z zapRaftLogger) Warning(v ...any) { z.Warn(v...) }
 
-func (z *zapRaftLogger) Debug(v ...any) {
-	if z.on(zapcore.DebugLevel) {
-		z.l.Debug(v...)
-	}
-}
+func (z zapRaftLogger) Warningf(f string, v ...any) { z.Warnf(f, v...) }
 
-func (z *zapRaftLogger) Debugf(f string, v ...any) {
-	if z.on(zapcore.DebugLevel) {
-		z.l.Debugf(f, v...)
-	}
-}
+func (z zapRaftLogger) Fatal(v ...any) { z.Panic(v...) }
 
-func (z *zapRaftLogger) Info(v ...any) {
-	if z.on(zapcore.InfoLevel) {
-		z.l.Info(v...)
-	}
-}
-
-func (z *zapRaftLogger) Infof(f string, v ...any) {
-	if z.on(zapcore.InfoLevel) {
-		z.l.Infof(f, v...)
-	}
-}
-
-func (z *zapRaftLogger) Warning(v ...any) {
-	if z.on(zapcore.WarnLevel) {
-		z.l.Warn(v...)
-	}
-}
-
-func (z *zapRaftLogger) Warningf(f string, v ...any) {
-	if z.on(zapcore.WarnLevel) {
-		z.l.Warnf(f, v...)
-	}
-}
-
-func (z *zapRaftLogger) Error(v ...any) {
-	if z.on(zapcore.ErrorLevel) {
-		z.l.Error(v...)
-	}
-}
-
-func (z *zapRaftLogger) Errorf(f string, v ...any) {
-	if z.on(zapcore.ErrorLevel) {
-		z.l.Errorf(f, v...)
-	}
-}
-
-// Fatal and Panic are raft's invariant failures: never filtered, and
-// they panic rather than exit, so deferred cleanup still runs.
-func (z *zapRaftLogger) Fatal(v ...any) { z.l.Panic(v...) }
-
-func (z *zapRaftLogger) Fatalf(f string, v ...any) { z.l.Panicf(f, v...) }
-
-func (z *zapRaftLogger) Panic(v ...any) { z.l.Panic(v...) }
-
-func (z *zapRaftLogger) Panicf(f string, v ...any) { z.l.Panicf(f, v...) }
+func (z zapRaftLogger) Fatalf(f string, v ...any) { z.Panicf(f, v...) }

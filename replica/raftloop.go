@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -32,13 +33,21 @@ func (n *Node) raftLoop() {
 		if f != nil {
 			f()
 		}
-		n.proposeQueued()
-		later := n.drainReady()
-		n.mu.Unlock()
-		n.kickAppend(false)
-		n.kickApply(false)
-		n.sendAll(later)
+		n.release(false)
 	}
+}
+
+// release proposes what queued, hands out what raft made ready and
+// releases mu; then what it queued is appended (by the append thread) and
+// applied (by the caller itself with applyInline: see kickApply), and the
+// messages that could wait are sent.
+func (n *Node) release(applyInline bool) {
+	n.proposeQueued()
+	later := n.drainReady()
+	n.mu.Unlock()
+	n.kickAppend(false)
+	n.kickApply(applyInline)
+	n.sendAll(later)
 }
 
 // step hands messages to raft and hands out what they make ready (the
@@ -50,7 +59,9 @@ func (n *Node) stepKick(inline bool, ms ...*raftpb.Message) {
 	if len(ms) == 0 {
 		return
 	}
-	snapIn := carriesSnap(ms)
+	// A snapshot from the leader: its install writes and syncs the whole
+	// of it, which a transport reader must not wait for (kickAppend).
+	snapIn := slices.ContainsFunc(ms, func(m *raftpb.Message) bool { return m.GetType() == raftpb.MessageType_MsgSnap })
 	n.mu.Lock()
 	for _, m := range ms {
 		// A snapshot's state goes aside, and comes back only if raft
@@ -134,18 +145,6 @@ func urgent(m *raftpb.Message) bool {
 	return true
 }
 
-// carriesSnap reports whether ms holds a snapshot from the leader: its
-// install writes and syncs the whole of it, which a transport reader must
-// not wait for (kickAppend).
-func carriesSnap(ms []*raftpb.Message) bool {
-	for _, m := range ms {
-		if m.GetType() == raftpb.MessageType_MsgSnap {
-			return true
-		}
-	}
-	return false
-}
-
 func (n *Node) sendAll(ms []*raftpb.Message) {
 	for _, m := range ms {
 		n.tr.send(m)
@@ -201,25 +200,24 @@ func (n *Node) kickApply(inline bool) {
 }
 
 func (n *Node) softState(ss *raft.SoftState) {
+	term := n.rn.BasicStatus().GetTerm()
 	old := n.lead.Swap(ss.Lead)
 	was := raft.StateType(n.role.Swap(uint32(ss.RaftState)))
-	wasLeader := was == raft.StateLeader
 	if was != ss.RaftState {
 		n.log.Info("raft role", zap.String("node_id", n.cfg.NodeID), zap.String("role", roleOf(ss.RaftState)),
-			zap.Uint64("term", n.rn.BasicStatus().GetTerm()))
+			zap.Uint64("term", term))
 	}
-	isLeader := ss.RaftState == raft.StateLeader
 	if ss.Lead != old && ss.Lead != raft.None {
 		n.leaderChg.Add(1)
 		n.log.Info("raft leader", zap.String("node_id", n.cfg.NodeID), zap.String("leader_id", n.memberName(ss.Lead)),
-			zap.Uint64("term", n.rn.BasicStatus().GetTerm()), zap.Bool("this_node", ss.Lead == n.id))
+			zap.Uint64("term", term), zap.Bool("this_node", ss.Lead == n.id))
 	}
-	if isLeader {
-		n.leadTerm.Store(n.rn.BasicStatus().GetTerm())
-	} else {
-		n.leadTerm.Store(0)
+	if ss.RaftState == raft.StateLeader {
+		n.leadTerm.Store(term)
+		return
 	}
-	if wasLeader && !isLeader {
+	n.leadTerm.Store(0)
+	if was == raft.StateLeader {
 		n.leadershipLost()
 	}
 }
@@ -230,11 +228,18 @@ func (n *Node) softState(ss *raft.SoftState) {
 func (n *Node) leadershipLost() {
 	n.setReady(false)
 	n.hold.on = false
+	n.failWaiters(ErrUnknownOutcome, false)
+}
+
+// failWaiters answers err to every entry's proposers waiting here; with
+// shut, to every later one too (Shutdown).
+func (n *Node) failWaiters(err error, shut bool) {
 	n.waitMu.Lock()
 	ws := n.waiters
 	n.waiters = make(map[uint64]*waiter)
+	n.waitShut = n.waitShut || shut
 	n.waitMu.Unlock()
 	for _, w := range ws {
-		n.finish(w, nil, ErrUnknownOutcome)
+		n.finish(w, nil, err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // A snapshot from the leader: its state is kept aside while raft decides
@@ -71,9 +70,8 @@ func (n *Node) stashState(m *raftpb.Message) *raftpb.Message {
 	n.stash = append(n.stash, stashEntry{snap: snap})
 	n.stashMu.Unlock()
 	// m is the transport's, decoded for this call alone: raft gets it
-	// with a snapshot of the metadata only (a copy: raft fills in what
-	// is missing of a snapshot's metadata).
-	m.Snapshot = &raftpb.Snapshot{Metadata: proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)}
+	// with the metadata only (memSnapshot).
+	m.Snapshot = memSnapshot(snap)
 	return m
 }
 
@@ -90,7 +88,7 @@ func (n *Node) pinStash(snap *raftpb.Snapshot) {
 	defer n.stashMu.Unlock()
 	for i := range n.stash {
 		e := &n.stash[i]
-		if !e.pinned && e.snap.GetMetadata().GetIndex() == snap.GetMetadata().GetIndex() && e.snap.GetMetadata().GetTerm() == snap.GetMetadata().GetTerm() {
+		if !e.pinned && sameSnap(e.snap, snap) {
 			e.pinned = true
 			return
 		}
@@ -115,11 +113,15 @@ func (n *Node) stashed(snap *raftpb.Snapshot) (*raftpb.Snapshot, error) {
 	n.stashMu.Lock()
 	defer n.stashMu.Unlock()
 	for i, e := range n.stash {
-		s := e.snap
-		if e.pinned && s.GetMetadata().GetIndex() == snap.GetMetadata().GetIndex() && s.GetMetadata().GetTerm() == snap.GetMetadata().GetTerm() {
+		if e.pinned && sameSnap(e.snap, snap) {
 			n.stash = slices.Delete(n.stash, i, i+1)
-			return &raftpb.Snapshot{Data: s.GetData(), Metadata: snap.GetMetadata()}, nil
+			return &raftpb.Snapshot{Data: e.snap.GetData(), Metadata: snap.GetMetadata()}, nil
 		}
 	}
 	return nil, fmt.Errorf("replica: the state of snapshot %d (term %d) is not here", snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm())
+}
+
+// sameSnap reports whether a and b are the snapshot at one index and term.
+func sameSnap(a, b *raftpb.Snapshot) bool {
+	return a.GetMetadata().GetIndex() == b.GetMetadata().GetIndex() && a.GetMetadata().GetTerm() == b.GetMetadata().GetTerm()
 }

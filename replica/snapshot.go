@@ -3,6 +3,7 @@ package replica
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -22,7 +23,7 @@ const etcdSnapMagic = "LTCHETCD\x01"
 // bootstrapSnapshot is a bootstrapping node's first snapshot: index 1,
 // term 1, cfg.Peers as the voters and an empty state. Every initial peer
 // writes the same one.
-func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
+func (n *Node) bootstrapSnapshot() *raftpb.Snapshot {
 	cs := &raftpb.ConfState{}
 	peers := slices.Clone(n.cfg.Peers)
 	slices.SortFunc(peers, func(a, b Peer) int { return strings.Compare(a.ID, b.ID) })
@@ -34,17 +35,13 @@ func (n *Node) bootstrapSnapshot() (*raftpb.Snapshot, error) {
 	}
 	data := n.fsm.appendState(appendSnapHeader(nil, book))
 	return &raftpb.Snapshot{Data: data,
-		Metadata: &raftpb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}, nil
+		Metadata: &raftpb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}
 }
 
 // appendSnapHeader appends a snapshot's magic and members to b; the FSM's
 // state follows them.
 func appendSnapHeader(b []byte, book map[uint64]Member) []byte {
-	ids := make([]uint64, 0, len(book))
-	for id := range book {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(book))
 	b = append(b, etcdSnapMagic...)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
@@ -105,18 +102,12 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 // snapshotDue reports whether a snapshot is due. Under applyRun.
 //
 // A small state (snapSizeFloor bytes or less) is snapshotted every
-// SnapshotThreshold entries. A larger one waits, besides, until the log
-// applied since the last snapshot is as large as that snapshot was: a
-// snapshot copies the whole state while every apply waits, and at a fixed
-// count of entries copying a large state would be the node's main work.
-// Tied to the log's growth, copying the state costs about what writing
-// the log did. snapMaxSpan thresholds' worth of entries make
-// a snapshot due whatever their size: raft's in-memory log keeps every
-// entry since the last one (about 130 bytes each besides its data), and
-// a state that shrank would otherwise keep the gap its old size set. A
-// restart replays at most that gap. Raft asking for a snapshot to send
-// that the last one cannot be (snapStorage) makes one due at once; a
-// write that failed makes one due at the end of its pause.
+// SnapshotThreshold entries; a larger one waits, besides, until the log
+// applied since the last snapshot is as large as that snapshot was, so
+// that copying the state costs about what writing the log did, but never
+// past snapMaxSpan thresholds (raft keeps every entry since the last
+// snapshot in memory). Raft asking for a snapshot to send makes one due
+// at once; a failed write makes one due at the end of its pause.
 func (n *Node) snapshotDue() bool {
 	if n.snapWant.Load() {
 		return true

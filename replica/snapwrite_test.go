@@ -196,20 +196,20 @@ func TestSlowLogWriteMakesTheDiskBusy(t *testing.T) {
 	}
 	poll(t, 5*time.Second, "the follower's disk counted busy after a slow write", f.diskBusy)
 
-	w := &WAL{}
-	w.SetSlowUntil(time.Now().Add(time.Hour))
-	if !w.Busy() {
+	n := &Node{}
+	n.diskSlow(time.Now().Add(time.Hour))
+	if !n.diskBusy() {
 		t.Fatal("not busy while the disk was slow lately")
 	}
-	w.SetSlowUntil(time.Time{})
-	w.SetBusy(true)
-	w.SetBusy(true)
-	w.SetBusy(false)
-	if !w.Busy() {
+	n.diskSlow(time.Time{})
+	n.setWritingSnap(true)
+	n.setWritingSnap(true)
+	n.setWritingSnap(false)
+	if !n.diskBusy() {
 		t.Fatal("not busy while one of two writers is")
 	}
-	w.SetBusy(false)
-	if w.Busy() {
+	n.setWritingSnap(false)
+	if n.diskBusy() {
 		t.Fatal("busy once the disk is neither busy nor slow")
 	}
 }

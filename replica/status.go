@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -98,15 +99,11 @@ func (n *Node) Status() Status {
 
 		SnapshotWriteFailures: n.snapFails.Load(),
 	}
-	select {
-	case <-n.stop:
+	if n.stopping() {
 		st.Role, st.Ready = "shutdown", false
-	default:
 	}
 	n.bookMu.Lock()
-	for _, m := range n.book {
-		st.Voters = append(st.Voters, m)
-	}
+	st.Voters = slices.AppendSeq(st.Voters, maps.Values(n.book))
 	n.bookMu.Unlock()
 	slices.SortFunc(st.Voters, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return st
@@ -124,10 +121,8 @@ func roleOf(s raft.StateType) string {
 
 // Ready reports whether this node can serve, for /readyz.
 func (n *Node) Ready() error {
-	select {
-	case <-n.stop:
+	if n.stopping() {
 		return ErrClosed
-	default:
 	}
 	if n.appFailed.Load() {
 		// appendFailed: this node's log is no longer written, and the

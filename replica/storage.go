@@ -175,16 +175,14 @@ func writeFileSync(path string, parts ...[]byte) error {
 		return err
 	}
 	for _, b := range parts {
-		if _, err := f.Write(b); err != nil {
-			_ = f.Close()
-			return err
+		if _, err = f.Write(b); err != nil {
+			break
 		}
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Close(); err != nil {
+	if err := errors.Join(err, f.Close()); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
@@ -209,12 +207,12 @@ func (st *Storage) saveSnapshot(snap *raftpb.Snapshot, retain int) error {
 	}
 	parts = append(parts, binary.LittleEndian.AppendUint32(nil, crc))
 	dir := filepath.Join(st.dir, "snap")
-	if err := writeFileSync(filepath.Join(dir, fmt.Sprintf("%020d%s", snap.GetMetadata().GetIndex(), snapFileExt)), parts...); err != nil {
+	if err := writeFileSync(indexedPath(dir, snap.GetMetadata().GetIndex(), snapFileExt), parts...); err != nil {
 		return err
 	}
-	idx := st.snapIndexes()
+	idx, _ := indexedFiles(dir, snapFileExt)
 	for len(idx) > max(retain, 1) {
-		_ = os.Remove(filepath.Join(dir, fmt.Sprintf("%020d%s", idx[0], snapFileExt)))
+		_ = os.Remove(indexedPath(dir, idx[0], snapFileExt))
 		idx = idx[1:]
 	}
 	return nil
@@ -243,12 +241,23 @@ func snapshotParts(snap *raftpb.Snapshot) ([][]byte, error) {
 	return [][]byte{head, data, meta}, nil
 }
 
-func (st *Storage) snapIndexes() []uint64 {
-	ents, _ := os.ReadDir(filepath.Join(st.dir, "snap"))
+// indexedPath is dir/<index, 20 digits><ext>: how the log's segments and
+// the snapshots are named.
+func indexedPath(dir string, index uint64, ext string) string {
+	return filepath.Join(dir, fmt.Sprintf("%020d%s", index, ext))
+}
+
+// indexedFiles lists the indexes of dir's files named as indexedPath
+// names them, in order.
+func indexedFiles(dir, ext string) ([]uint64, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
 	var idx []uint64
 	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), snapFileExt)
-		if !ok {
+		name, ok := strings.CutSuffix(e.Name(), ext)
+		if !ok || e.IsDir() {
 			continue
 		}
 		if i, err := strconv.ParseUint(name, 10, 64); err == nil {
@@ -256,14 +265,14 @@ func (st *Storage) snapIndexes() []uint64 {
 		}
 	}
 	slices.Sort(idx)
-	return idx
+	return idx, nil
 }
 
 // loadSnapshot returns the newest intact snapshot, or nil.
 func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
-	idx := st.snapIndexes()
+	idx, _ := indexedFiles(filepath.Join(st.dir, "snap"), snapFileExt)
 	for i := len(idx) - 1; i >= 0; i-- {
-		b, err := os.ReadFile(filepath.Join(st.dir, "snap", fmt.Sprintf("%020d%s", idx[i], snapFileExt)))
+		b, err := os.ReadFile(indexedPath(filepath.Join(st.dir, "snap"), idx[i], snapFileExt))
 		if err != nil || len(b) < 4 {
 			continue
 		}
@@ -286,15 +295,10 @@ func (st *Storage) appendEntries(ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	first, last := ents[0].GetIndex(), st.wal.LastIndex()
-	if lo := st.wal.FirstIndex(); lo != 0 && first <= last {
-		if first <= lo {
-			if err := st.wal.DeleteRange(lo, last); err != nil {
-				return err
-			}
-		} else if err := st.wal.DeleteRange(first, last); err != nil {
-			return err
-		}
+	// A conflicting tail goes first: from ents' first index on (all of
+	// the log when that is at or below its first entry).
+	if err := st.wal.DeleteRange(max(ents[0].GetIndex(), st.wal.FirstIndex()), st.wal.LastIndex()); err != nil {
+		return err
 	}
 	recs := make([]walRecord, len(ents))
 	for i, e := range ents {

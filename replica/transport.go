@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -18,13 +19,13 @@ import (
 
 // The raft transport: one outgoing TCP stream per peer, over the
 // listener and dialer of Storage (so with an auth token every connection
-// has passed authStreamLayer's handshake before a message crosses it).
-// A frame is a u32 little-endian length and a marshalled raftpb.Message.
-// Messages to a peer whose queue is full, or whose connection failed, are
+// has passed authStreamLayer's handshake before a message crosses it),
+// carrying frames (frame.go). Messages to a peer whose queue is full, or whose connection failed, are
 // dropped and the peer is reported unreachable: raft retransmits.
 const (
 	peerQueue    = 4096
 	maxFrame     = 256 << 20
+	maxHello     = 1024
 	redialPause  = 50 * time.Millisecond
 	writeTimeout = 5 * time.Second
 )
@@ -33,10 +34,7 @@ type peerStream struct {
 	id   uint64
 	addr string
 	stop chan struct{}
-	wake chan struct{} // the writer has queued frames to send
-
-	qmu sync.Mutex
-	q   []frame // frames waiting for the writer
+	q    queue[frame] // frames waiting for the writer
 
 	wmu sync.Mutex // the connection; held by whoever writes to it
 	c   net.Conn
@@ -58,13 +56,13 @@ type frame struct {
 }
 
 type transport struct {
-	self     uint64 // this node's raft ID and address, sent in each stream's hello
-	selfAddr string
-	st       *Storage
-	log      *zap.Logger
-	recv     func(*raftpb.Message)    // delivers an incoming message to the node
-	report   func(id uint64, ok bool) // a peer is unreachable (ok false)
-	snapDone func(id uint64, ok bool)
+	self        uint64 // this node's raft ID and address, sent in each stream's hello
+	selfAddr    string
+	st          *Storage
+	log         *zap.Logger
+	recv        func(*raftpb.Message) // delivers an incoming message to the node
+	unreachable func(id uint64)
+	snapDone    func(id uint64, ok bool)
 	// cut, when set, drops the messages to and from the peers it names:
 	// a network partition, for tests.
 	cut atomic.Pointer[func(peer uint64) bool]
@@ -122,14 +120,10 @@ func (t *transport) readLoop(c net.Conn) {
 		t.mu.Unlock()
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
-	var hdr [4]byte
 	// The hello: the dialer's raft ID and address, so that a node that
 	// does not know its peers yet (one just added, empty) can answer.
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return
-	}
-	hello := make([]byte, min(binary.LittleEndian.Uint32(hdr[:]), 1024))
-	if _, err := io.ReadFull(r, hello); err != nil {
+	hello, err := readFrame(r, maxHello)
+	if err != nil {
 		return
 	}
 	d := decoder{b: hello}
@@ -144,15 +138,8 @@ func (t *transport) readLoop(c net.Conn) {
 		t.setPeer(from, addr)
 	}
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return
-		}
-		n := binary.LittleEndian.Uint32(hdr[:])
-		if n > maxFrame {
-			return
-		}
-		b := make([]byte, n)
-		if _, err := io.ReadFull(r, b); err != nil {
+		b, err := readFrame(r, maxFrame)
+		if err != nil {
 			return
 		}
 		m, err := decodeMessage(b)
@@ -165,6 +152,22 @@ func (t *transport) readLoop(c net.Conn) {
 		}
 		t.recv(m)
 	}
+}
+
+// readFrame reads one frame and returns its message's bytes, at most
+// limit of them.
+func readFrame(r io.Reader, limit uint32) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n > limit {
+		return nil, fmt.Errorf("replica: transport: a frame of %d bytes", n)
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(r, b)
+	return b, err
 }
 
 // setPeer makes id reachable at addr (a new stream if the address changed).
@@ -180,7 +183,8 @@ func (t *transport) setPeer(id uint64, addr string) {
 		}
 		p.cut()
 	}
-	p := &peerStream{id: id, addr: addr, stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p := &peerStream{id: id, addr: addr, stop: make(chan struct{})}
+	p.q.init()
 	t.peers[id] = p
 	t.wg.Add(1)
 	go t.writeLoop(p)
@@ -223,22 +227,11 @@ func (t *transport) send(m *raftpb.Message) {
 		}
 		f = frame{b: buf[4:]}
 	}
-	p.qmu.Lock()
-	full := len(p.q) >= peerQueue
-	if !full {
-		p.q = append(p.q, f)
-	}
-	p.qmu.Unlock()
-	if full {
-		t.report(p.id, false)
+	if !p.q.pushBelow(peerQueue, f) {
+		t.unreachable(p.id)
 		if snap {
 			t.snapDone(p.id, false)
 		}
-		return
-	}
-	select {
-	case p.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -250,10 +243,7 @@ func (t *transport) sendNow(p *peerStream, buf []byte) bool {
 	if !p.wmu.TryLock() {
 		return false
 	}
-	p.qmu.Lock()
-	idle := len(p.q) == 0
-	p.qmu.Unlock()
-	if !idle || p.c == nil || len(p.rest) > 0 {
+	if p.q.len() > 0 || p.c == nil || len(p.rest) > 0 {
 		p.wmu.Unlock()
 		return false
 	}
@@ -266,12 +256,9 @@ func (t *transport) sendNow(p *peerStream, buf []byte) bool {
 	}
 	p.wmu.Unlock()
 	if err != nil {
-		t.report(p.id, false)
+		t.unreachable(p.id)
 	} else if n < len(buf) {
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+		p.q.signal()
 	}
 	return true
 }
@@ -286,16 +273,16 @@ func (t *transport) snapsFailed(p *peerStream, q []frame) {
 	}
 }
 
-// writeFrame writes one frame, the message in parts, to p's connection
-// (p.wmu held).
-func (t *transport) writeFrame(p *peerStream, deadline time.Time, parts ...[]byte) error {
+// writeFrame writes one frame, the message in parts, to p's connection,
+// within writeTimeout (p.wmu held).
+func (t *transport) writeFrame(p *peerStream, parts ...[]byte) error {
 	n := 0
 	for _, b := range parts {
 		n += len(b)
 	}
 	var hdr [4]byte
 	binary.LittleEndian.PutUint32(hdr[:], uint32(n))
-	_ = p.c.SetWriteDeadline(deadline)
+	_ = p.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := p.w.Write(hdr[:]); err != nil {
 		return err
 	}
@@ -373,7 +360,7 @@ func (t *transport) dial(p *peerStream) error {
 	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
 	p.live.Store(&c)
 	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
-	if err := t.writeFrame(p, time.Now().Add(writeTimeout), hello); err != nil {
+	if err := t.writeFrame(p, hello); err != nil {
 		t.dropConn(p)
 		return err
 	}
@@ -390,17 +377,13 @@ func (t *transport) writeLoop(p *peerStream) {
 		// Cut (the peer removed, or at a new address): a snapshot still
 		// queued is reported failed, or raft would wait for it, the
 		// follower paused, until it hears otherwise.
-		p.qmu.Lock()
-		q := p.q
-		p.q = nil
-		p.qmu.Unlock()
-		t.snapsFailed(p, q)
+		t.snapsFailed(p, p.q.take())
 	}()
 	for {
 		select {
 		case <-p.stop:
 			return
-		case <-p.wake:
+		case <-p.q.wake:
 		}
 		if !t.drain(p) {
 			return
@@ -413,10 +396,7 @@ func (t *transport) writeLoop(p *peerStream) {
 func (t *transport) drain(p *peerStream) bool {
 	p.wmu.Lock()
 	for {
-		p.qmu.Lock()
-		q := p.q
-		p.q = nil
-		p.qmu.Unlock()
+		q := p.q.take()
 		if len(q) == 0 && len(p.rest) == 0 {
 			break
 		}
@@ -429,7 +409,7 @@ func (t *transport) drain(p *peerStream) bool {
 			default:
 			}
 			if err := t.dial(p); err != nil {
-				t.report(p.id, false)
+				t.unreachable(p.id)
 				t.snapsFailed(p, q)
 				p.wmu.Unlock()
 				select {
@@ -443,7 +423,7 @@ func (t *transport) drain(p *peerStream) bool {
 		}
 		if err := t.writeQueued(p, q); err != nil {
 			t.dropConn(p)
-			t.report(p.id, false)
+			t.unreachable(p.id)
 		}
 	}
 	p.wmu.Unlock()
@@ -463,14 +443,14 @@ func (t *transport) writeQueued(p *peerStream, q []frame) error {
 	for _, f := range q {
 		if f.snap == nil {
 			if err == nil {
-				err = t.writeFrame(p, time.Now().Add(writeTimeout), f.b)
+				err = t.writeFrame(p, f.b)
 			}
 			continue
 		}
 		sent := false
 		if err == nil {
 			if parts, perr := snapMessageParts(f.snap); perr == nil {
-				err = t.writeFrame(p, time.Now().Add(writeTimeout), parts...)
+				err = t.writeFrame(p, parts...)
 				if err == nil {
 					err = p.w.Flush()
 				}

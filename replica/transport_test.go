@@ -53,7 +53,7 @@ func TestSendNeverWaitsForAStalledPeer(t *testing.T) {
 	st := dialOnlyStorage(t)
 	tr := newTransport(st, zap.NewNop())
 	var unreachable atomic.Int32
-	tr.report = func(uint64, bool) { unreachable.Add(1) }
+	tr.unreachable = func(uint64) { unreachable.Add(1) }
 	tr.snapDone = func(uint64, bool) {}
 	tr.setPeer(2, ln.Addr().String())
 	defer tr.close()
@@ -89,9 +89,7 @@ func TestSendNeverWaitsForAStalledPeer(t *testing.T) {
 	// The socket filled: the writer is stuck in a write (it holds wmu) or
 	// something waits for it.
 	if p.wmu.TryLock() {
-		p.qmu.Lock()
-		waiting := len(p.q) + len(p.rest)
-		p.qmu.Unlock()
+		waiting := p.q.len() + len(p.rest)
 		p.wmu.Unlock()
 		if waiting == 0 {
 			t.Fatal("nothing waits for the writer: the socket never filled, the test proves nothing")
@@ -146,7 +144,7 @@ func TestSendSplitFrameArrivesWhole(t *testing.T) {
 
 	st := dialOnlyStorage(t)
 	tr := newTransport(st, zap.NewNop())
-	tr.report = func(uint64, bool) {}
+	tr.unreachable = func(uint64) {}
 	tr.snapDone = func(uint64, bool) {}
 	tr.setPeer(2, ln.Addr().String())
 	defer tr.close()
@@ -221,7 +219,7 @@ func TestSendLeavesASnapshotToTheWriter(t *testing.T) {
 
 	st := dialOnlyStorage(t)
 	tr := newTransport(st, zap.NewNop())
-	tr.report = func(uint64, bool) {}
+	tr.unreachable = func(uint64) {}
 	done := make(chan bool, 1)
 	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
 	tr.setPeer(2, ln.Addr().String())
@@ -291,7 +289,7 @@ func TestSnapshotQueuedForARemovedPeerFails(t *testing.T) {
 	}()
 	st := dialOnlyStorage(t)
 	tr := newTransport(st, zap.NewNop())
-	tr.report = func(uint64, bool) {}
+	tr.unreachable = func(uint64) {}
 	done := make(chan bool, 4)
 	tr.snapDone = func(_ uint64, ok bool) { done <- ok }
 	defer tr.close()

@@ -14,30 +14,17 @@ import (
 )
 
 // WAL is the raft log: append-only segment files, one write and one
-// fdatasync per Append. Each record is one raft entry.
-//
-// A segment is named by the index of its first record (%020d.wal) and
-// holds consecutive records:
+// fdatasync per Append. Each record is one raft entry. A segment is named
+// by the index of its first record (%020d.wal) and holds consecutive
+// records:
 //
 //	u32 body length | u32 CRC-32C of index and body | u64 index | body
 //
-// where body is a walRecord's encoding (encodeRecord). A segment grows
-// past walSegmentSize only by one batch; the next batch opens a new one.
-//
-// Recovery (walopen.go): Open reads every record. A bad record (short,
-// bad checksum, out of sequence) in the newest segment with nothing intact
-// after it is a write that never completed, so never acknowledged: the
-// file is cut there. Damage anywhere else (an intact record follows it, or
-// an older segment), or a gap between segments, is corruption: Open
-// refuses and changes nothing.
-//
-// Deletion is what the node asks for: a prefix (compaction after a
-// snapshot: whole segments below the new first index are removed), a
-// suffix (a follower's conflicting tail: the file is truncated and
-// fsynced), or everything (after a snapshot install: the log has no gaps,
-// so it is cleared rather than left with one). A prefix inside a segment
-// is only remembered in memory: after a restart those already-compacted
-// entries are back below the snapshot, which the node skips.
+// where body is a walRecord's encoding (encodeRecord). Recovery (Open,
+// walopen.go) and deletion (DeleteRange) are as docs/design/storage.md
+// says; a prefix deleted inside a segment is only remembered in memory:
+// after a restart those entries are back below the snapshot, which the
+// node skips.
 type WAL struct {
 	dir  string
 	max  int64 // roll to a new segment once the active one is this big
@@ -51,8 +38,6 @@ type WAL struct {
 	closed        bool        // under mu
 	err           error       // under wmu; sticky: a failed write leaves the tail unknown
 	buf           []byte
-	busy          atomic.Int32 // the disk is busy (SetBusy)
-	slowUntil     atomic.Int64 // ... or was slow until this time (monoNow; SetSlowUntil)
 	testSyncDelay atomic.Int64 // tests: nanoseconds each write of the log waits first
 }
 
@@ -72,10 +57,8 @@ const (
 	// walPrealloc is how far ahead of the last record a segment's file is
 	// filled with zeros (and fsynced once). A record written inside that
 	// space does not change the file's size, so its fdatasync flushes the
-	// data alone, without a journal commit for the inode: on ext4 with
-	// three nodes on one disk that was 20-30% less time per sync
-	// (260 µs -> 200-220 µs median) and 30-40% more syncs per second.
-	// Recovery reads zeros after the last record as unused space.
+	// data alone, without a journal commit for the inode (a fifth less
+	// time per sync on ext4). Recovery reads the zeros as unused space.
 	walPrealloc = 1 << 20
 )
 
@@ -156,42 +139,6 @@ func (w *WAL) Get(index uint64) (walRecord, error) {
 	return decodeRecord(rec[walHeaderSize:], index)
 }
 
-// SetBusy says whether the disk is busy with a long write of the node's
-// own (a snapshot of a large state: tens of megabytes, synced): a sync
-// may then wait for all of it (see Node.kickAppend).
-// Calls nest: the disk is busy until each true has had its false.
-func (w *WAL) SetBusy(on bool) {
-	if w == nil {
-		return
-	}
-	if on {
-		w.busy.Add(1)
-	} else {
-		w.busy.Add(-1)
-	}
-}
-
-// SetSlowUntil says that the disk counts as busy until t: a recent sync
-// was slow, and the next may be too.
-func (w *WAL) SetSlowUntil(t time.Time) {
-	if w != nil {
-		w.slowUntil.Store(int64(t.Sub(monoBase)))
-	}
-}
-
-// monoBase is the origin of monoNow.
-var monoBase = time.Now()
-
-// monoNow is the monotonic clock's time since monoBase, in nanoseconds:
-// a deadline kept in it does not move when the wall clock is set.
-func monoNow() int64 { return int64(time.Since(monoBase)) }
-
-// Busy reports whether the disk is busy (SetBusy) or was slow lately
-// (SetSlowUntil).
-func (w *WAL) Busy() bool {
-	return w != nil && (w.busy.Load() > 0 || monoNow() < w.slowUntil.Load())
-}
-
 // Append writes recs and fdatasyncs them before it returns. They follow
 // the last entry, or start past a gap: the node writes past a gap only
 // after a snapshot install that covers everything before it (it then
@@ -220,9 +167,6 @@ func (w *WAL) Append(recs []walRecord) error {
 		if err := w.removeSegments(w.segs); err != nil {
 			return w.fail(err)
 		}
-		w.mu.Lock()
-		w.first, w.last = 0, 0
-		w.mu.Unlock()
 		empty = true
 	default:
 		return fmt.Errorf("replica: log entry %d does not follow %d", next, last)
@@ -359,9 +303,6 @@ func (w *WAL) DeleteRange(min, max uint64) error {
 		if err := w.removeSegments(w.segs); err != nil {
 			return w.fail(err)
 		}
-		w.mu.Lock()
-		w.first, w.last = 0, 0
-		w.mu.Unlock()
 	case min <= first:
 		return w.deletePrefix(max + 1)
 	case max >= last:
@@ -387,9 +328,6 @@ func (w *WAL) deletePrefix(first uint64) error {
 	w.mu.Lock()
 	w.first = first
 	w.mu.Unlock()
-	if len(drop) == 0 {
-		return nil
-	}
 	if err := w.removeSegments(drop); err != nil {
 		return w.fail(err)
 	}
@@ -421,7 +359,7 @@ func (w *WAL) deleteSuffix(min uint64) error {
 }
 
 // removeSegments deletes segs, a prefix or a suffix of w.segs, from w.segs
-// and from disk. A suffix goes newest first and a prefix oldest first,
+// (all of them: the log is empty) and from disk. A suffix goes newest first and a prefix oldest first,
 // each unlink synced before the next, so that a crash part way leaves the
 // files without a gap; so does a failure, which stops the run (the files
 // not removed are closed but stay on disk, and the caller makes the
@@ -439,6 +377,9 @@ func (w *WAL) removeSegments(segs []*walSegment) error {
 		slices.Reverse(segs)
 	} else {
 		w.segs = slices.Clone(w.segs[len(segs):])
+	}
+	if len(w.segs) == 0 {
+		w.first, w.last = 0, 0
 	}
 	w.mu.Unlock()
 	var err error
@@ -463,8 +404,6 @@ func (w *WAL) Close() error {
 	w.closed, w.err = true, errWALClosed
 	return err
 }
-
-func (w *WAL) closeAll() { _ = w.closeAllLocked() }
 
 func (w *WAL) closeAllLocked() error {
 	var errs []error

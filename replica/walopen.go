@@ -5,6 +5,7 @@ package replica
 // (the node refuses to start).
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,8 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 )
 
 // walRepair is what an operator does about a damaged log: the node's data
@@ -50,7 +49,7 @@ func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 	}
 	w := &WAL{dir: dir, max: segmentSize}
 	if err := w.readSegments(); err != nil {
-		w.closeAll()
+		_ = w.closeAllLocked()
 		return nil, err
 	}
 	w.bounds()
@@ -59,7 +58,7 @@ func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 
 // readSegments opens and checks every segment into w.segs, oldest first.
 func (w *WAL) readSegments() error {
-	names, err := w.segmentNames()
+	names, err := indexedFiles(w.dir, walExt)
 	if err != nil {
 		return err
 	}
@@ -85,31 +84,7 @@ func (w *WAL) readSegments() error {
 	return nil
 }
 
-// segmentNames lists the segments' first indexes, oldest first.
-func (w *WAL) segmentNames() ([]uint64, error) {
-	ents, err := os.ReadDir(w.dir)
-	if err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
-	}
-	var firsts []uint64
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), walExt)
-		if !ok || e.IsDir() {
-			continue
-		}
-		first, err := strconv.ParseUint(name, 10, 64)
-		if err != nil {
-			continue // not ours
-		}
-		firsts = append(firsts, first)
-	}
-	slices.Sort(firsts)
-	return firsts, nil
-}
-
-func (w *WAL) path(first uint64) string {
-	return filepath.Join(w.dir, fmt.Sprintf("%020d%s", first, walExt))
-}
+func (w *WAL) path(first uint64) string { return indexedPath(w.dir, first, walExt) }
 
 // openSegment reads a segment's records, without changing the file. What
 // follows the last record is zeros (preallocated space, s.alloc) or, in
@@ -136,8 +111,8 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 		off += int64(n)
 	}
 	s.size = off
-	rest := data[off:]
-	if allZero(rest) {
+	rest := bytes.TrimRight(data[off:], "\x00")
+	if len(rest) == 0 {
 		return s, nil
 	}
 	next := first + uint64(len(s.offs))
@@ -146,7 +121,7 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 		at := intactAfter(data, off, next)
 		if at < 0 {
 			// A write that never finished: never acknowledged, so it goes.
-			w.cut = int64(len(trimZeros(rest)))
+			w.cut = int64(len(rest))
 			w.torn = s
 			return s, nil
 		}
@@ -212,21 +187,4 @@ func walCheck(b []byte, index uint64) (int, bool) {
 		return 0, false
 	}
 	return walHeaderSize + int(n), true
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// trimZeros is b without its trailing zeros.
-func trimZeros(b []byte) []byte {
-	for len(b) > 0 && b[len(b)-1] == 0 {
-		b = b[:len(b)-1]
-	}
-	return b
 }

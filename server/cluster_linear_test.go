@@ -34,10 +34,10 @@ func TestClusterLinearizableAcrossFailover(t *testing.T) {
 
 func clusterLinearizableAcrossFailover(t *testing.T, loops int) {
 	// No release on disconnect: every state change is a recorded one.
-	c := servertest.StartClusterWith(t, 3, nil, func(sc *server.Config) {
+	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{ServerEdit: func(sc *server.Config) {
 		sc.AutoRelease = false
 		sc.EventLoops = loops
-	})
+	}})
 	li := c.Leader(servertest.LeaderTimeout)
 	var addrs []string
 	for _, m := range c.Members() {

@@ -53,7 +53,7 @@ func TestClusterHandOffStress(t *testing.T) {
 }
 
 func clusterHandOffStress(t *testing.T, loops int) {
-	c := servertest.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = loops })
+	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{ServerEdit: func(sc *server.Config) { sc.EventLoops = loops }})
 	li := c.Leader(servertest.LeaderTimeout)
 	addr := c.Members()[li].Addr
 
@@ -171,7 +171,7 @@ func clusterHandOffStress(t *testing.T, loops int) {
 // carry many clients' commands writes their answers in tasks on the loop,
 // and every client gets its own answers, in order, across many rounds.
 func TestClusterAnswersOnLoop(t *testing.T) {
-	c := servertest.StartClusterWith(t, 3, nil, func(sc *server.Config) { sc.EventLoops = 1 })
+	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{ServerEdit: func(sc *server.Config) { sc.EventLoops = 1 }})
 	li := c.Leader(servertest.LeaderTimeout)
 	addr := c.Members()[li].Addr
 	const clients, rounds = 32, 40

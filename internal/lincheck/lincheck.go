@@ -11,12 +11,14 @@ package lincheck
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,11 +60,7 @@ var Model = porcupine.NondeterministicModel{
 			k := op.Input.(Input).Key
 			by[k] = append(by[k], op)
 		}
-		var out [][]porcupine.Operation
-		for _, ops := range by {
-			out = append(out, ops)
-		}
-		return out
+		return slices.Collect(maps.Values(by))
 	},
 	Init: func() []any { return []any{state{}} },
 	Step: func(st, input, output any) []any {
@@ -173,7 +171,7 @@ func (r *Recorder) Len() int {
 func (r *Recorder) Errors() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.errs...)
+	return slices.Clone(r.errs)
 }
 
 // Result is a check's outcome.
@@ -187,7 +185,7 @@ type Result struct {
 // Check checks the history within timeout.
 func (r *Recorder) Check(timeout time.Duration, dir string) Result {
 	r.mu.Lock()
-	ops := append([]porcupine.Operation(nil), r.ops...)
+	ops := slices.Clone(r.ops)
 	r.mu.Unlock()
 	res := Result{Ops: len(ops)}
 	for _, op := range ops {
@@ -222,7 +220,7 @@ func dumpIllegal(m porcupine.Model, ops []porcupine.Operation, dir string) strin
 		if porcupine.CheckOperations(m, part) {
 			continue
 		}
-		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
+		slices.SortFunc(part, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
 		var b strings.Builder
 		for _, op := range part {
 			ret := "?"
@@ -337,14 +335,10 @@ func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Dura
 		if f := strings.Fields(line); len(f) == 3 && f[0] == "ok" {
 			tok = f[1]
 		}
-		for _, op := range []byte{'n', 'r'} {
-			req := fmt.Sprintf("r\n%s\n%s\n", key, tok)
-			if op == 'n' {
-				req = fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs)
-			}
+		for _, req := range []string{fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs), fmt.Sprintf("r\n%s\n%s\n", key, tok)} {
 			call := rec.Now()
 			if line, sent := lc.Do(req, time.Now().Add(5*time.Second)); sent {
-				rec.Record(id, Input{Op: op, Key: key, Token: tok}, call, line)
+				rec.Record(id, Input{Op: req[0], Key: key, Token: tok}, call, line)
 			}
 		}
 	}

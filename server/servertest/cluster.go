@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -75,14 +76,7 @@ func ClusterConfig(id string) replica.Config {
 // the test ends. edit, if not nil, adjusts every member's Config.
 func StartCluster(tb testing.TB, n int, edit func(*replica.Config)) *Cluster {
 	tb.Helper()
-	return StartClusterWith(tb, n, edit, nil)
-}
-
-// StartClusterWith is StartCluster with sedit, if not nil, adjusting every
-// member's server Config.
-func StartClusterWith(tb testing.TB, n int, edit func(*replica.Config), sedit func(*server.Config)) *Cluster {
-	tb.Helper()
-	return StartClusterOpts(tb, n, ClusterOptions{Edit: edit, ServerEdit: sedit})
+	return StartClusterOpts(tb, n, ClusterOptions{Edit: edit})
 }
 
 // StartClusterOpts starts n members bootstrapped together, as o says, and
@@ -115,7 +109,7 @@ func StartClusterOpts(tb testing.TB, n int, o ClusterOptions) *Cluster {
 func (c *Cluster) Members() []*Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*Member(nil), c.members...)
+	return slices.Clone(c.members)
 }
 
 // Restart starts a stopped member again on its directory and addresses.
@@ -189,16 +183,14 @@ func (c *Cluster) Stop(i int) {
 	node, srv, stopHTTP := m.Node, m.TCP, m.stopHTTP
 	m.Node, m.TCP, m.stopHTTP = nil, nil, nil
 	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if stopHTTP != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		if err := stopHTTP(ctx); err != nil {
 			c.tb.Errorf("REST server Stop(%s): %v", m.ID, err)
 		}
 	}
 	if srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		if err := srv.Stop(ctx); err != nil {
 			c.tb.Errorf("server.Stop(%s): %v", m.ID, err)
 		}
@@ -248,13 +240,7 @@ func (c *Cluster) Leader(timeout time.Duration) int {
 func (c *Cluster) agreedLeader() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	leader := -1
-	for i, m := range c.members {
-		if m.Node != nil && m.Node.IsLeader() {
-			leader = i
-			break
-		}
-	}
+	leader := slices.IndexFunc(c.members, func(m *Member) bool { return m.Node != nil && m.Node.IsLeader() })
 	if leader < 0 {
 		return -1
 	}

@@ -50,11 +50,9 @@ func StartServerWith(tb testing.TB, sopts []server.Option, opts ...Option) *Serv
 	if err != nil {
 		tb.Fatalf("engine.New: %v", err)
 	}
-	var log *zap.Logger
-	if t, ok := tb.(*testing.T); ok && testing.Verbose() {
-		log = zaptest.NewLogger(t, zaptest.Level(zap.DebugLevel))
-	} else {
-		log = zap.NewNop()
+	log := zap.NewNop()
+	if _, ok := tb.(*testing.T); ok && testing.Verbose() {
+		log = zaptest.NewLogger(tb, zaptest.Level(zap.DebugLevel))
 	}
 	srv, err := server.New(scfg, backend.NewLocal(eng), log, sopts...)
 	if err != nil {
