@@ -4,7 +4,11 @@ package nemesis
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +92,7 @@ func newCluster(t *testing.T, tp *topo, bin, dir string, dial *nsDialer) *cluste
 func (c *cluster) start(n *node) {
 	cmd := exec.Command("ip", n.args...)
 	cmd.Stdout, cmd.Stderr = n.log, n.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no node outlives the test
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("start %s: %v", n.id, err)
 	}
@@ -186,3 +191,18 @@ func (c *cluster) leader(skip func() int, timeout time.Duration) int {
 }
 
 func noSkip() int { return -1 }
+
+// readyz returns n's GET /readyz answer, fetched from the clients'
+// namespace, or the error.
+func (c *cluster) readyz(n *node) string {
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) { return c.dial.Dial(addr) },
+	}}
+	resp, err := hc.Get("http://" + n.ip + ":" + httpPort + "/readyz")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.Status + " " + strings.TrimSpace(string(b))
+}

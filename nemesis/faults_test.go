@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -31,6 +32,9 @@ var faults = []fault{
 	{"leader paused past election", pause},
 	{"leader kill -9, restart", kill},
 	{"full disk on leader", fullDisk},
+	{"full disk on follower", func(c *cluster, tp *topo, l int) (func() error, int, error) {
+		return fullDisk(c, tp, (l+1)%len(c.nodes))
+	}},
 }
 
 // isolate takes the leader's link down: no peer and no client reaches it.
@@ -112,8 +116,10 @@ func kill(c *cluster, tp *topo, l int) (func() error, int, error) {
 	return func() error { c.start(n); return nil }, l, nil
 }
 
-// fullDisk fills the leader's data tmpfs to the last byte; heal deletes
-// the filler and restarts the node if it stopped.
+// fullDisk fills node l's data tmpfs to the last byte. Heal deletes the
+// filler and then does what the operator guide says: a node whose
+// /readyz reports a failed log write is restarted (as is one that
+// exited).
 func fullDisk(c *cluster, tp *topo, l int) (func() error, int, error) {
 	n := c.nodes[l]
 	p := filepath.Join(n.dir, "nemesis-filler")
@@ -136,7 +142,9 @@ func fullDisk(c *cluster, tp *topo, l int) (func() error, int, error) {
 	}
 	return func() error {
 		err := os.Remove(p)
-		if !n.alive() {
+		if ready := c.readyz(n); !n.alive() || strings.Contains(ready, "raft log failed") {
+			c.t.Logf("full disk: restarting %s (readyz: %s)", n.id, ready)
+			n.kill()
 			c.start(n)
 		}
 		return err

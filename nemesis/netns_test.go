@@ -67,8 +67,13 @@ func newTopo(t *testing.T, nodes int) (*topo, error) {
 			return nil, err
 		}
 	}
-	return tp, tp.attach(tp.client, "198.18.0.100")
+	return tp, tp.attach(tp.client, clientIP)
 }
+
+// clientIP is the clients' address. Their sockets bind it, so a socket
+// made outside the clients' namespace fails instead of leaving the host.
+const clientIP = "198.18.0.100"
+
 
 // attach creates namespace ns with a veth (ns+"h" on the bridge, ns+"p"
 // inside) carrying ip/24 and no other route.
@@ -182,6 +187,7 @@ func sweepPrefix(prefix string) {
 	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
 		for _, l := range strings.Split(string(out), "\n") {
 			if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+				killIn(f[0])
 				_ = run("ip", "netns", "del", f[0])
 			}
 		}
@@ -191,6 +197,17 @@ func sweepPrefix(prefix string) {
 			if strings.HasPrefix(i.Name, prefix) {
 				_ = run("ip", "link", "del", i.Name)
 			}
+		}
+	}
+}
+
+// killIn kill -9s what still runs in namespace ns: latchd nodes a run
+// that crashed left behind.
+func killIn(ns string) {
+	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }
@@ -241,7 +258,8 @@ func (d *nsDialer) serve(ns string, ready chan<- error, stop <-chan struct{}) {
 	for {
 		select {
 		case r := <-d.req:
-			c, err := net.DialTimeout("tcp", r.addr, 300*time.Millisecond)
+			d := net.Dialer{Timeout: 300 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: net.ParseIP(clientIP)}}
+			c, err := d.Dial("tcp", r.addr)
 			r.out <- dialRes{c, err}
 		case <-stop:
 			return
