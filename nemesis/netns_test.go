@@ -74,7 +74,6 @@ func newTopo(t *testing.T, nodes int) (*topo, error) {
 // made outside the clients' namespace fails instead of leaving the host.
 const clientIP = "198.18.0.100"
 
-
 // attach creates namespace ns with a veth (ns+"h" on the bridge, ns+"p"
 // inside) carrying ip/24 and no other route.
 func (tp *topo) attach(ns, ip string) error {
