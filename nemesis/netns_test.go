@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -123,6 +124,12 @@ func sweep(all bool) {
 		m := staleName.FindStringSubmatch(p)
 		pid, _ := strconv.Atoi(m[1])
 		if all || (pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH) {
+			for _, mnt := range prefixMounts(m[0]) {
+				// the crashed run's temporary directory: .../TestNemesisN/001/nX
+				if top := filepath.Dir(filepath.Dir(mnt[1])); strings.HasPrefix(filepath.Base(top), "TestNemesis") {
+					defer os.RemoveAll(top) // once unmounted
+				}
+			}
 			sweepPrefix(m[0])
 		}
 	}
