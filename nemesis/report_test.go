@@ -65,7 +65,7 @@ func report(t *testing.T, wins []*window, res *resource, tl *timeline, lin linch
 		p50, worst := "-", "-"
 		if len(r.failover) > 0 {
 			sort.Slice(r.failover, func(a, b int) bool { return r.failover[a] < r.failover[b] })
-			p50 = r.failover[len(r.failover)/2].Round(time.Millisecond).String()
+			p50 = r.failover[(len(r.failover)-1)/2].Round(time.Millisecond).String()
 			worst = r.failover[len(r.failover)-1].Round(time.Millisecond).String()
 		}
 		fmt.Fprintf(&b, "%-32s %5d %8d %7d %13s %14s %9d\n", faults[i].name, r.runs, r.ops, r.grants, p50, worst, len(r.anomalies))
