@@ -82,7 +82,7 @@ func TestNemesis(t *testing.T) {
 			worker(id, lc, rec, res, tl, func() string { return "k" + strconv.Itoa(rng.IntN(keys)) }, d+time.Hour, stop)
 		})
 	}
-	wins := c.nemesisLoop(t, rec, d)
+	wins := c.nemesisLoop(t, rec, tl, d)
 	time.Sleep(settle)
 	close(stop)
 	wg.Wait()
@@ -117,21 +117,27 @@ func TestNemesis(t *testing.T) {
 
 // nemesisLoop injects the faults in turn, each held for hold and then
 // healed, until d is spent, and returns what happened in each.
-func (c *cluster) nemesisLoop(t *testing.T, rec *lincheck.Recorder, d time.Duration) []*window {
+func (c *cluster) nemesisLoop(t *testing.T, rec *lincheck.Recorder, tl *timeline, d time.Duration) []*window {
 	var wins []*window
 	end := time.Now().Add(d)
 	for i := 0; time.Now().Add(hold + 2*settle).Before(end); i++ {
 		time.Sleep(settle)
 		l := c.leader(noSkip, serve)
 		if l < 0 {
-			t.Fatalf("no leader within %v before fault %d", serve, i)
+			msg := fmt.Sprintf("no leader within %v before fault %d: the faults stop", serve, i)
+			if len(wins) == 0 {
+				t.Fatal(msg)
+			}
+			last := wins[len(wins)-1]
+			last.notes = append(last.notes, anomaly{rec.Now(), msg})
+			break
 		}
 		w := &window{fault: i % len(faults), node: c.nodes[l].id, start: rec.Now()}
 		if len(wins) > 0 {
 			wins[len(wins)-1].end = w.start
 		}
 		wins = append(wins, w)
-		c.inject(t, rec, w, l)
+		c.inject(t, rec, tl, w, l)
 	}
 	if len(wins) > 0 {
 		wins[len(wins)-1].end = rec.Now() + int64(time.Hour)
@@ -141,7 +147,7 @@ func (c *cluster) nemesisLoop(t *testing.T, rec *lincheck.Recorder, d time.Durat
 
 // inject runs one fault: start, measure failover while it holds, heal,
 // then wait until every node runs and a leader serves.
-func (c *cluster) inject(t *testing.T, rec *lincheck.Recorder, w *window, l int) {
+func (c *cluster) inject(t *testing.T, rec *lincheck.Recorder, tl *timeline, w *window, l int) {
 	f := faults[w.fault]
 	t0 := time.Now()
 	heal, target, err := f.inject(c, c.topo, l)
@@ -174,8 +180,8 @@ func (c *cluster) inject(t *testing.T, rec *lincheck.Recorder, w *window, l int)
 	case !w.served:
 		w.notes = append(w.notes, anomaly{rec.Now(), fmt.Sprintf("%s: no grant within %v", f.name, hold+serve)})
 	case target == l && w.failover > hold:
-		w.notes = append(w.notes, anomaly{rec.Now(), fmt.Sprintf("%s: no other node served while %s was faulty (%v); service came back %v after the fault began, once healed",
-			f.name, c.nodes[l].id, hold, w.failover.Round(time.Millisecond))})
+		w.notes = append(w.notes, anomaly{rec.Now(), fmt.Sprintf("%s: no other node served while %s was faulty (%v): %d grants to clients meanwhile; service came back %v after the fault began, once healed",
+			f.name, c.nodes[l].id, hold, tl.grantsIn(w.start, w.start+int64(hold)), w.failover.Round(time.Millisecond))})
 	}
 	if exited {
 		t.Logf("%s: %s exited during the fault and was restarted", f.name, c.nodes[target].id)

@@ -223,7 +223,8 @@ func killIn(ns string) {
 // in the namespace it was made in. The thread is never unlocked, so the
 // runtime discards it when the goroutine ends.
 type nsDialer struct {
-	req chan dialReq
+	req  chan dialReq
+	stop chan struct{} // closed at the end of the test: no more dials
 }
 
 type dialReq struct {
@@ -237,8 +238,8 @@ type dialRes struct {
 }
 
 func newNSDialer(t *testing.T, ns string, threads int) (*nsDialer, error) {
-	d := &nsDialer{req: make(chan dialReq)}
 	stop := make(chan struct{})
+	d := &nsDialer{req: make(chan dialReq), stop: stop}
 	t.Cleanup(func() { close(stop) })
 	for range threads {
 		ready := make(chan error, 1)
@@ -276,7 +277,11 @@ func (d *nsDialer) serve(ns string, ready chan<- error, stop <-chan struct{}) {
 // Dial connects to addr from the namespace.
 func (d *nsDialer) Dial(addr string) (net.Conn, error) {
 	out := make(chan dialRes, 1)
-	d.req <- dialReq{addr, out}
+	select {
+	case d.req <- dialReq{addr, out}:
+	case <-d.stop:
+		return nil, net.ErrClosed
+	}
 	r := <-out
 	return r.c, r.err
 }

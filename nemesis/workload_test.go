@@ -86,6 +86,19 @@ func (tl *timeline) add(at int64, grant bool) {
 	tl.mu.Unlock()
 }
 
+// grantsIn counts the grants to requests called in [from, to).
+func (tl *timeline) grantsIn(from, to int64) int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	n := 0
+	for _, at := range tl.grants {
+		if at >= from && at < to {
+			n++
+		}
+	}
+	return n
+}
+
 // worker runs try-lock, write, renew, release rounds until stop closes,
 // recording every operation, like lincheck.Worker, and writes to the
 // resource between its grant and its release.
