@@ -181,8 +181,8 @@ func (c *cluster) inject(t *testing.T, rec *lincheck.Recorder, tl *timeline, w *
 	case !w.served:
 		w.notes = append(w.notes, anomaly{rec.Now(), fmt.Sprintf("%s: no grant within %v", f.name, hold+serve)})
 	case target == l && w.failover > hold:
-		w.notes = append(w.notes, anomaly{rec.Now(), fmt.Sprintf("%s: no other node served while %s was faulty (%v): %d grants to requests sent after the fault was in place; service came back %v after the fault began, once healed",
-			f.name, c.nodes[l].id, hold, tl.grantsIn(inPlace, w.start+int64(hold)), w.failover.Round(time.Millisecond))})
+		w.notes = append(w.notes, anomaly{rec.Now(), fmt.Sprintf("%s: no other node served while %s was faulty (%v): grants to requests sent in each second after the fault was in place: %v; service came back %v after the fault began, once healed",
+			f.name, c.nodes[l].id, hold, tl.perSecond(inPlace, w.start+int64(hold)), w.failover.Round(time.Millisecond))})
 	}
 	if exited {
 		t.Logf("%s: %s exited during the fault and was restarted", f.name, c.nodes[target].id)

@@ -86,14 +86,15 @@ func (tl *timeline) add(at int64, grant bool) {
 	tl.mu.Unlock()
 }
 
-// grantsIn counts the grants to requests called in [from, to).
-func (tl *timeline) grantsIn(from, to int64) int {
+// perSecond counts the grants to requests called in [from, to), per
+// second from from.
+func (tl *timeline) perSecond(from, to int64) []int {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	n := 0
+	n := make([]int, (to-from+int64(time.Second)-1)/int64(time.Second))
 	for _, at := range tl.grants {
 		if at >= from && at < to {
-			n++
+			n[(at-from)/int64(time.Second)]++
 		}
 	}
 	return n
