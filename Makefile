@@ -16,7 +16,7 @@ CMDS      := latchd latchctl latchd-bench
 FUZZTIME  ?= 300000x
 PKGS      := ./...
 
-.PHONY: all build dist run test fmtcheck vet leafcheck race fuzz bench lint soak chaos bench-cluster clean
+.PHONY: all build dist run test fmtcheck vet leafcheck race fuzz bench lint soak chaos nemesis bench-cluster clean
 
 all: build
 
@@ -94,6 +94,12 @@ bench-cluster:
 
 chaos:
 	$(GO) test -tags chaos -count=1 -timeout 15m -run Chaos -v ./chaos
+
+# Faults on a three-node cluster in network namespaces (root; skips
+# otherwise): partitions, one-way loss, pauses, kill -9, a full disk.
+# NEMESIS_DURATION sets the length (default 90s).
+nemesis:
+	$(GO) test -tags nemesis -count=1 -timeout 30m -run Nemesis -v ./nemesis
 
 soak:
 	$(GO) test -tags soak -run . -count=1 -timeout 30m -v ./soak/

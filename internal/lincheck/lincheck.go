@@ -242,9 +242,11 @@ func dumpIllegal(m porcupine.Model, ops []porcupine.Operation, dir string) strin
 // One goroutine only.
 type Client struct {
 	Addrs []string
-	next  int
-	c     net.Conn
-	br    *bufio.Reader
+	// Dial connects to a member; nil means net.DialTimeout with a second.
+	Dial func(addr string) (net.Conn, error)
+	next int
+	c    net.Conn
+	br   *bufio.Reader
 }
 
 // NewClient returns a client over the members' addresses, starting with
@@ -265,7 +267,11 @@ func (lc *Client) connect(addr string) {
 		addr = lc.Addrs[lc.next%len(lc.Addrs)]
 		lc.next++
 	}
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	dial := lc.Dial
+	if dial == nil {
+		dial = func(a string) (net.Conn, error) { return net.DialTimeout("tcp", a, time.Second) }
+	}
+	c, err := dial(addr)
 	if err != nil {
 		return
 	}
