@@ -172,6 +172,7 @@ func (c *common) options() ([]client.Option, error) {
 // with --servers, a Cluster.
 type querier interface {
 	Stats(ctx context.Context) (*client.Stats, error)
+	ConsistentStats(ctx context.Context) (*client.Stats, error)
 	Close() error
 }
 
