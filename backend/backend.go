@@ -50,6 +50,14 @@ type Backend interface {
 	ClusterStatus() any
 	// Ready returns why the node cannot serve yet, or nil.
 	Ready() error
+	// Barrier returns once Engine reflects every mutation acknowledged
+	// (by any node) before the call: a read that follows it is
+	// linearizable. A single node's engine always does. A replicated
+	// node confirms the leader's commit index (raft's ReadIndex) and
+	// waits to apply up to it; it fails with *NotLeaderError when no
+	// leader is known, or ctx's error when not confirmed in time, and
+	// then the caller must not answer from Engine as if it had.
+	Barrier(ctx context.Context) error
 }
 
 // Later hears the reply of a request Submit answered as pending.

@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"context"
+
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/internal/clock"
 )
@@ -74,6 +76,9 @@ func (b *Local) Replicated() bool { return false }
 
 // ClusterStatus returns nil: a single node has no raft state.
 func (b *Local) ClusterStatus() any { return nil }
+
+// Barrier returns nil at once: a single node's engine is the whole state.
+func (b *Local) Barrier(context.Context) error { return nil }
 
 // Ready returns nil: a single node serves once it is built.
 func (b *Local) Ready() error { return nil }

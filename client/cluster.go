@@ -123,8 +123,8 @@ func call[T any](c *Cluster, ctx context.Context, cmd, key string, r retry, op f
 }
 
 // stats is Conn.Stats on the current connection.
-func (c *Cluster) stats(ctx context.Context) (*Stats, error) {
-	return call(c, ctx, "stats", "", idempotent, func(conn *Conn, _ *bool) (*Stats, error) { return conn.stats(ctx) })
+func (c *Cluster) stats(ctx context.Context, consistent bool) (*Stats, error) {
+	return call(c, ctx, "stats", "", idempotent, func(conn *Conn, _ *bool) (*Stats, error) { return conn.stats(ctx, consistent) })
 }
 
 func (c *Cluster) acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error) {

@@ -15,7 +15,7 @@ type commander interface {
 	wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error)
 	renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error)
 	release(ctx context.Context, k cmds, key, token string) error
-	stats(ctx context.Context) (*Stats, error)
+	stats(ctx context.Context, consistent bool) (*Stats, error)
 	Close() error
 }
 
@@ -94,5 +94,15 @@ func (m commands) SemWait(ctx context.Context, key string, timeout time.Duration
 // mutating command: a cluster's follower answers it with its own, possibly
 // stale, view.
 func (m commands) Stats(ctx context.Context) (*Stats, error) {
-	return m.c.stats(ctx)
+	return m.c.stats(ctx, false)
+}
+
+// ConsistentStats is Stats from a state confirmed current: a cluster's
+// node, follower or leader, first makes sure it has applied every change
+// acknowledged before the call (a linearizable read), and answers an
+// error when it cannot (no leader known, or cut off from the quorum). A
+// single latchd node answers it as Stats; a server without the option
+// (dflockd) ignores it and answers Stats.
+func (m commands) ConsistentStats(ctx context.Context) (*Stats, error) {
+	return m.c.stats(ctx, true)
 }

@@ -258,9 +258,14 @@ func (c *Conn) readLine() ([]byte, error) {
 	return c.line, err
 }
 
-// stats runs the stats command.
-func (c *Conn) stats(ctx context.Context) (*Stats, error) {
-	r, err := c.roundTrip(ctx, codec.CmdStats, "_", []byte("_"), 0, nil)
+// stats runs the stats command (with the key line consistent: a
+// linearizable one).
+func (c *Conn) stats(ctx context.Context, consistent bool) (*Stats, error) {
+	key := "_"
+	if consistent {
+		key = "consistent" // the server's read barrier first
+	}
+	r, err := c.roundTrip(ctx, codec.CmdStats, key, []byte("_"), 0, nil)
 	if err != nil {
 		return nil, err
 	}

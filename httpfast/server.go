@@ -301,6 +301,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		writeNotLeader(ctx, s.be.LeaderAddrs().HTTPAddr)
 		return
 	}
+	if o.reads() && !s.consistentRead(ctx) {
+		return
+	}
 	switch o {
 	case opNotFound:
 		writeError(ctx, errNotFound, "no such route")

@@ -46,6 +46,7 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 		n.answerApplied()
 		n.step(m.GetResponses()...)
 	}
+	n.readsApplied()
 }
 
 // SetAnswerRunner has r run the answers to applied entries' ProposeFunc

@@ -52,6 +52,8 @@ type Node struct {
 	leadTerm  atomic.Uint64 // term this node leads in (0 when it does not)
 	leaderChg atomic.Uint64
 
+	reads readIndexes // ReadBarrier's rounds (readindex.go)
+
 	readyMu sync.Mutex
 	ready   chan struct{}
 	isReady atomic.Bool

@@ -92,6 +92,10 @@ func (n *Node) drainReady() (later []*raftpb.Message) {
 		rd := n.rn.Ready()
 		if rd.SoftState != nil {
 			n.softState(rd.SoftState)
+			n.readsLost()
+		}
+		if len(rd.ReadStates) > 0 {
+			n.readStates(rd.ReadStates)
 		}
 		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 			if old := n.term.Swap(rd.GetTerm()); old != rd.GetTerm() && rd.SoftState == nil && n.isLeaderState() {

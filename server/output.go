@@ -182,8 +182,16 @@ func (s *Server) wakeStalled(ss *session, cutoff int64) {
 // the connection like a grant. At most StatsConcurrency are built at once;
 // the answer is capped at MaxStatsBytes, and carries only the totals while
 // the output budget is spent. An answer that would take the connection
-// past MaxConnOutput closes it instead.
-func (s *Server) stats(ss *session) {
+// past MaxConnOutput closes it instead. consistent: the backend's read
+// barrier first (consistent.go).
+func (s *Server) stats(ss *session, consistent bool) {
+	if consistent {
+		// Before a slot is taken: the barrier may wait on the leader.
+		if line := s.readBarrier(); line != nil {
+			s.deliverStats(ss, line)
+			return
+		}
+	}
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()
 	ss.mu.Lock()
@@ -209,6 +217,12 @@ func (s *Server) stats(ss *session) {
 	} else {
 		line = codec.AppendBody(make([]byte, 0, len(body)+8), codec.StatusOK, body)
 	}
+	s.deliverStats(ss, line)
+}
+
+// deliverStats hands a stats answer to its connection, or closes the
+// connection when the answer would take it past MaxConnOutput.
+func (s *Server) deliverStats(ss *session, line []byte) {
 	ss.mu.Lock()
 	if ss.gone {
 		ss.mu.Unlock()

@@ -121,7 +121,7 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 		// on it are not stalled. The connection parks meanwhile, so
 		// answers keep request order.
 		ss.parked, ss.statsWait = true, true
-		go s.stats(ss)
+		go s.stats(ss, string(req.Key) == consistentKey)
 		return out, false
 	}
 	return s.submit(ss, t, req, out)

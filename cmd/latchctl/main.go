@@ -45,7 +45,7 @@ Usage:
   latchctl [flags] lock KEY [--timeout D] [--ttl D] [--kill-after D] -- CMD [ARGS...]
   latchctl [flags] sem KEY --limit N [--timeout D] [--ttl D] [--kill-after D] -- CMD [ARGS...]
   latchctl [flags] elect NAME [--ttl D] [--kill-after D] -- CMD [ARGS...]
-  latchctl [flags] stats [--json] [--all]
+  latchctl [flags] stats [--json] [--all] [--consistent]
   latchctl [flags] top [--interval D] [--metrics-url URL] [--limit N] [--once]
   latchctl [flags] health [--http URL]
   latchctl [flags] member list [--json] | add ID RAFT_ADDR [--learner] | promote ID | remove ID
@@ -172,6 +172,7 @@ func (c *common) options() ([]client.Option, error) {
 // with --servers, a Cluster.
 type querier interface {
 	Stats(ctx context.Context) (*client.Stats, error)
+	ConsistentStats(ctx context.Context) (*client.Stats, error)
 	Close() error
 }
 

@@ -75,6 +75,7 @@ func writeTable(w io.Writer, rs []row, all bool) error {
 func runStats(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the server's report as JSON")
 	all := fs.Bool("all", false, "list idle keys too")
+	consistent := fs.Bool("consistent", false, "read a state confirmed current: on a cluster node, every change acknowledged before the call (fails when the node cannot confirm it)")
 	if err := parseNoArgs("stats", fs, args); err != nil {
 		return err
 	}
@@ -85,7 +86,11 @@ func runStats(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) erro
 		return err
 	}
 	defer func() { _ = q.Close() }() // nothing held: nothing to lose
-	st, err := q.Stats(ctx)
+	read := q.Stats
+	if *consistent {
+		read = q.ConsistentStats
+	}
+	st, err := read(ctx)
 	if err != nil {
 		return err
 	}
