@@ -45,9 +45,7 @@ func (e *Engine) CaptureState() *StateCapture {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		if s.capt != nil {
-			s.capt.encodeLocked(s)
-		}
+		s.settleLocked()
 		s.capt = c
 		s.mu.Unlock()
 	}
@@ -94,23 +92,19 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 		}
 		s.mu.Unlock()
 	}
-	workers = min(workers, len(e.shards))
-	if workers <= 1 {
-		for i := range e.shards {
+	// The caller is one of the workers: Finish encodes on its goroutine.
+	var next atomic.Int64
+	run := func() {
+		for i := int(next.Add(1) - 1); i < len(e.shards); i = int(next.Add(1) - 1) {
 			encode(i)
 		}
-	} else {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < len(e.shards); i = int(next.Add(1) - 1) {
-					encode(i)
-				}
-			})
-		}
-		wg.Wait()
 	}
+	var wg sync.WaitGroup
+	for range min(workers, len(e.shards)) - 1 {
+		wg.Go(run)
+	}
+	run()
+	wg.Wait()
 	n, lists := 0, 0
 	for i, p := range c.parts {
 		n += len(p)
