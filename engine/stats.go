@@ -117,12 +117,30 @@ func (e *Engine) Snapshot(now int64) Stats {
 	return e.SnapshotMax(now, 0)
 }
 
-// Rough JSON sizes of one list entry without its key, for SnapshotMax.
+// listOf sorts a key into the Stats list it belongs in.
+func listOf(r *resource) int {
+	switch {
+	case r.empty() && r.limit == 1:
+		return idleLockList
+	case r.empty():
+		return idleSemList
+	case r.limit == 1:
+		return lockList
+	}
+	return semList
+}
+
+// The Stats lists, and the rough JSON size of one entry of each without
+// its key, for SnapshotMax (a lock writes owner_conn_id twice: as a
+// number and as a string).
 const (
-	lockEntryBytes = 125 // owner_conn_id twice: as a number and as a string
-	semEntryBytes  = 60
-	idleEntryBytes = 30
+	lockList = iota
+	semList
+	idleLockList
+	idleSemList
 )
+
+var listEntryBytes = [...]int{lockList: 125, semList: 60, idleLockList: 30, idleSemList: 30}
 
 // SnapshotMax is Snapshot with its cost bounded: once the entries taken
 // would encode to about maxBytes of JSON (keys unescaped), it stops
@@ -130,7 +148,7 @@ const (
 // Totals. The entries kept are the ones met first in shard order, sorted
 // by key. maxBytes <= 0 means no bound.
 func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
-	var tot StatsTotals
+	var left [4]int // entries counted, not copied, per list
 	size, full := 0, false
 	st := Stats{
 		Locks:          []LockStat{},
@@ -142,20 +160,21 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 		s := &e.shards[i]
 		s.mu.Lock()
 		for _, r := range s.res {
+			list := listOf(r)
 			if maxBytes > 0 && !full {
-				size += len(r.key) + entryBytes(r)
+				size += len(r.key) + listEntryBytes[list]
 				full = size > maxBytes
 			}
 			if full {
-				countTotal(&tot, r)
+				left[list]++
 				continue
 			}
-			switch {
-			case r.empty() && r.limit == 1:
+			switch list {
+			case idleLockList:
 				st.IdleLocks = append(st.IdleLocks, IdleStat{Key: r.key, IdleS: seconds(now - r.idleAt)})
-			case r.empty():
+			case idleSemList:
 				st.IdleSemaphores = append(st.IdleSemaphores, IdleStat{Key: r.key, IdleS: seconds(now - r.idleAt)})
-			case r.limit == 1:
+			case lockList:
 				h := r.holders.head
 				st.Locks = append(st.Locks, LockStat{Key: r.key, OwnerConnID: uint64(h.owner),
 					OwnerConnIDStr:  strconv.FormatUint(uint64(h.owner), 10),
@@ -168,41 +187,18 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 		s.mu.Unlock()
 	}
 	if full {
-		tot.Locks += len(st.Locks)
-		tot.Semaphores += len(st.Semaphores)
-		tot.IdleLocks += len(st.IdleLocks)
-		tot.IdleSemaphores += len(st.IdleSemaphores)
-		st.Truncated, st.Totals = true, &tot
+		st.Truncated, st.Totals = true, &StatsTotals{
+			Locks:          left[lockList] + len(st.Locks),
+			Semaphores:     left[semList] + len(st.Semaphores),
+			IdleLocks:      left[idleLockList] + len(st.IdleLocks),
+			IdleSemaphores: left[idleSemList] + len(st.IdleSemaphores),
+		}
 	}
 	slices.SortFunc(st.Locks, func(a, b LockStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.Semaphores, func(a, b SemaphoreStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleLocks, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleSemaphores, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	return st
-}
-
-func entryBytes(r *resource) int {
-	switch {
-	case r.empty():
-		return idleEntryBytes
-	case r.limit == 1:
-		return lockEntryBytes
-	}
-	return semEntryBytes
-}
-
-// countTotal adds r to the list of t it belongs in.
-func countTotal(t *StatsTotals, r *resource) {
-	switch {
-	case r.empty() && r.limit == 1:
-		t.IdleLocks++
-	case r.empty():
-		t.IdleSemaphores++
-	case r.limit == 1:
-		t.Locks++
-	default:
-		t.Semaphores++
-	}
 }
 
 // seconds converts nanoseconds to seconds rounded to milliseconds.
