@@ -73,6 +73,16 @@ func (ss *sessions) count() int {
 	return len(ss.m)
 }
 
+// get returns a copy of owner's session, and false if it has none.
+func (ss *sessions) get(owner OwnerID) (session, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.m[owner]; s != nil {
+		return *s, true
+	}
+	return session{}, false
+}
+
 // sessionBefore orders idle sessions: by deadline, then owner.
 func sessionBefore(a, b *session) bool {
 	return a.deadline < b.deadline || (a.deadline == b.deadline && a.owner < b.owner)
@@ -285,13 +295,8 @@ func (e *Engine) EndSession(now int64, owner OwnerID) {
 
 // SessionTTL returns owner's idle TTL, and false if it has no session.
 func (e *Engine) SessionTTL(owner OwnerID) (time.Duration, bool) {
-	ss := &e.sess
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if s := ss.m[owner]; s != nil {
-		return s.ttl, true
-	}
-	return 0, false
+	s, ok := e.sess.get(owner)
+	return s.ttl, ok
 }
 
 // IdleSessions ends every request in flight of every session, as if each
@@ -353,13 +358,8 @@ func (e *Engine) IdleSessions(now int64) int {
 // SessionKey returns the key owner's session was opened with (0 for
 // none), and false if it has no session.
 func (e *Engine) SessionKey(owner OwnerID) (uint64, bool) {
-	ss := &e.sess
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if s := ss.m[owner]; s != nil {
-		return s.key, true
-	}
-	return 0, false
+	s, ok := e.sess.get(owner)
+	return s.key, ok
 }
 
 // Sessions returns the number of open sessions.
