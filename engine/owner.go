@@ -1,6 +1,9 @@
 package engine
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // ownerStripes is the number of independently locked parts of the owner
 // count table; a power of two.
@@ -38,19 +41,24 @@ func (oc *ownerCounts) stripe(owner OwnerID) *ownerStripe {
 
 // tryAdd counts a new entry of owner and reports true, or reports false
 // when owner already has max entries.
-func (oc *ownerCounts) tryAdd(owner OwnerID) bool {
+func (oc *ownerCounts) tryAdd(owner OwnerID) bool { return oc.addBelow(owner, oc.max) }
+
+// add counts an entry of owner without checking the cap (a lease that
+// moves to owner on renewal).
+func (oc *ownerCounts) add(owner OwnerID) { oc.addBelow(owner, math.MaxInt) }
+
+// addBelow counts an entry of owner unless it has limit already.
+func (oc *ownerCounts) addBelow(owner OwnerID, limit int) bool {
 	if oc.max == 0 {
 		return true
 	}
 	st := oc.stripe(owner)
 	st.mu.Lock()
 	n := st.m[owner]
-	ok := int(n) < oc.max
+	ok := int(n) < limit
 	if ok {
 		st.m[owner] = n + 1
-		if len(st.m) > st.peak {
-			st.peak = len(st.m)
-		}
+		st.peak = max(st.peak, len(st.m))
 	}
 	st.mu.Unlock()
 	return ok
@@ -60,21 +68,6 @@ func (oc *ownerCounts) tryAdd(owner OwnerID) bool {
 // counted).
 func (oc *ownerCounts) full(owner OwnerID) bool {
 	return oc.max > 0 && oc.count(owner) >= oc.max
-}
-
-// add counts an entry of owner without checking the cap (a lease that
-// moves to owner on renewal).
-func (oc *ownerCounts) add(owner OwnerID) {
-	if oc.max == 0 {
-		return
-	}
-	st := oc.stripe(owner)
-	st.mu.Lock()
-	st.m[owner]++
-	if len(st.m) > st.peak {
-		st.peak = len(st.m)
-	}
-	st.mu.Unlock()
 }
 
 // done uncounts an entry of owner that left the engine (or moved away).
