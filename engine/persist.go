@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -112,11 +113,7 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 	for _, en := range s.heap {
 		b = binary.AppendUvarint(b, uint64(en.sidx))
 	}
-	owners := make([]OwnerID, 0, len(s.owners))
-	for id := range s.owners {
-		owners = append(owners, id)
-	}
-	slices.Sort(owners)
+	owners := slices.Sorted(maps.Keys(s.owners))
 	b = binary.AppendUvarint(b, uint64(len(owners)))
 	var list []int32 // one walk of each owner's list (its entries are scattered: a miss each)
 	for _, id := range owners {
@@ -145,11 +142,7 @@ func (s *shard) lapsedLocked() []lapsedList {
 	if len(s.lapsed) == 0 {
 		return nil
 	}
-	ids := make([]OwnerID, 0, len(s.lapsed))
-	for id := range s.lapsed {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(s.lapsed))
 	ls := make([]lapsedList, 0, len(ids))
 	for _, id := range ids {
 		keys := slices.Clone(s.lapsed[id])
@@ -203,11 +196,7 @@ func (ss *sessions) appendState(b []byte) []byte {
 	// the sessions alone, so equal states still write equal bytes.
 	b = binary.AppendVarint(b, 0)
 	b = binary.AppendVarint(b, ss.next.Load())
-	ids := make([]OwnerID, 0, len(ss.m))
-	for id := range ss.m {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(ss.m))
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		s := ss.m[id]
