@@ -12,8 +12,8 @@ const ownerStripes = 64
 // ownerCounts tracks how many entries (holdings and waits, on any shard)
 // each owner has, for Config.MaxKeysPerOwner. It is derived from the
 // shards' entries alone, so two engines fed the same calls count alike and
-// a restored engine recounts it from the owner lists. Its stripe locks
-// are taken under a shard lock and take nothing themselves.
+// a restored engine counts it as it reads the owner lists. Its stripe
+// locks are taken under a shard lock and take nothing themselves.
 type ownerCounts struct {
 	max     int // 0: no cap, and nothing is counted
 	stripes [ownerStripes]ownerStripe
@@ -97,26 +97,4 @@ func (oc *ownerCounts) count(owner OwnerID) int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return int(st.m[owner])
-}
-
-// recount rebuilds the table from the shards' owner lists (after
-// ReadState, which links entries directly).
-func (oc *ownerCounts) recount(shards []shard) {
-	if oc.max == 0 {
-		return
-	}
-	for i := range oc.stripes {
-		oc.stripes[i].m = make(map[OwnerID]int32)
-		oc.stripes[i].peak = 0
-	}
-	for i := range shards {
-		s := &shards[i]
-		s.mu.Lock()
-		for id, en := range s.owners {
-			for ; en != nil; en = en.onext {
-				oc.add(id)
-			}
-		}
-		s.mu.Unlock()
-	}
 }

@@ -58,7 +58,6 @@ func (e *Engine) ReadState(r io.Reader) error {
 		}
 	}
 	e.keys.Store(keys)
-	e.own.recount(e.shards)
 	e.sess.readState(d)
 	if d.version >= 3 {
 		e.readLapsed(d)
@@ -230,8 +229,8 @@ func (s *shard) readHeapLocked(d *stateReader, rs *restoring) bool {
 	return d.err == nil
 }
 
-// readOwnersLocked reads the owner lists in their order; every entry must
-// be on its owner's.
+// readOwnersLocked reads the owner lists in their order, counting each
+// owner's entries for MaxKeysPerOwner; every entry must be on its owner's.
 func (s *shard) readOwnersLocked(d *stateReader, ents []*entry) bool {
 	linked := 0
 	for range d.count() {
@@ -258,6 +257,7 @@ func (s *shard) readOwnersLocked(d *stateReader, ents []*entry) bool {
 			}
 			tail = en
 			linked++
+			s.e.own.add(id)
 		}
 	}
 	if d.err == nil && linked != len(ents) {
