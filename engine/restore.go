@@ -50,7 +50,6 @@ func (e *Engine) ReadState(r io.Reader) error {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.readStateLocked(d)
-		s.recountLocked() // the lists were rebuilt directly
 		keys += int64(len(s.res))
 		s.mu.Unlock()
 		if d.err != nil {
@@ -155,6 +154,8 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 		return false
 	}
 	s.res[r.key] = r
+	s.held += r.holders.n
+	s.waiting += r.waiters.n
 	rs.res = append(rs.res, r)
 	return true
 }
