@@ -46,10 +46,10 @@ func (e *Engine) Inspect(now int64, key string) (KeyInfo, bool) {
 	return e.InspectMax(now, key, -1)
 }
 
-// InspectMax is Inspect listing at most `most` holders and as many waiters (the
-// first ones, in queue order; most < 0: all of them). The totals count
-// them all. A key with 100,000 waiters thus costs a reader, and the shard
-// lock it holds while copying, no more than `most` entries each.
+// InspectMax is Inspect listing at most `most` holders and as many waiters
+// (the first ones, in queue order; most < 0: all of them), so a key with
+// 100,000 waiters costs a reader, and the shard lock, no more than that.
+// The totals count them all.
 func (e *Engine) InspectMax(now int64, key string, most int) (KeyInfo, bool) {
 	s := e.shardFor([]byte(key))
 	s.mu.Lock()
@@ -95,11 +95,9 @@ type KeySummary struct {
 
 // TopKeys returns the busiest keys in use (held or waited for) whose
 // name contains query (every one when query is ""), at most limit of
-// them, busiest first: most waiters, then most holders, then by key. It
-// also returns how many keys matched. Idle keys are left out.
-// It visits every key once, one shard locked at a time, and keeps only
-// the limit best in a heap, so a dashboard can poll it with 100,000 keys
-// without copying them all.
+// them, in busyOrder, and how many keys matched. Idle keys are left out.
+// It keeps only the limit best in a heap, so a dashboard can poll it with
+// 100,000 keys without copying them all.
 func (e *Engine) TopKeys(now int64, query string, limit int) ([]KeySummary, int) {
 	if limit <= 0 {
 		return []KeySummary{}, 0

@@ -40,8 +40,8 @@ type Gauges struct {
 	Sessions int // open REST sessions
 }
 
-// Metrics returns the counters and gauges. It locks each shard briefly, one
-// at a time: O(shards), whatever the number of keys.
+// Metrics returns the counters and gauges, locking each shard briefly in
+// turn: O(shards), whatever the number of keys.
 func (e *Engine) Metrics() (Counters, Gauges) {
 	var c Counters
 	var g Gauges
@@ -73,11 +73,9 @@ const (
 )
 
 // HeapEstimate returns roughly how many heap bytes the engine's keys,
-// holdings, waits and sessions take now, from the gauges (O(shards)). It
-// is an estimate for memory management, not an account: a fall of many
-// megabytes means that much became garbage (a flood of waiters whose
-// connections closed), which the runtime would otherwise keep until its
-// next collection, however far off (internal/memtrim).
+// holdings, waits and sessions take now, from the gauges (O(shards)): a
+// fall of many megabytes means that much became garbage, which
+// internal/memtrim hands back to the runtime.
 func (e *Engine) HeapEstimate() int64 {
 	_, g := e.Metrics()
 	return int64(g.Held+g.Waiting)*entryHeapBytes + int64(g.Keys)*resourceBytes + int64(g.Sessions)*sessionBytes
@@ -85,8 +83,7 @@ func (e *Engine) HeapEstimate() int64 {
 
 // Refusals returns how many requests this engine refused at
 // Config.MaxKeys (no idle key to evict) and at Config.MaxWaiters since it
-// started. They are not engine state: a snapshot does not carry them, and
-// each replica counts what it applied.
+// started. They are not engine state: each replica counts what it applied.
 func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
 	return e.refusedKeys.Load(), e.refusedWaiters.Load()
 }
@@ -95,8 +92,7 @@ func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
 // Config.MaxKeysPerOwner since it started (not engine state either).
 func (e *Engine) OwnerRefusals() uint64 { return e.refusedOwner.Load() }
 
-// The stats command's report, defined once in package stats, which the
-// client decodes with too.
+// The stats command's report, defined in package stats for the client too.
 type (
 	// LockStat describes a held lock (a key with limit 1).
 	LockStat = stats.Lock
