@@ -76,7 +76,7 @@ func (e *Engine) ReadState(r io.Reader) error {
 // isEmpty reports whether e holds no key, session or issued fence (an
 // entry or an owner list lives on a key, and e.keys counts them all).
 func (e *Engine) isEmpty() bool {
-	return e.keys.Load() == 0 && e.fence.Load() == e.cfg.FenceSeed && e.sess.count() == 0
+	return e.keys.Load() == 0 && e.fence.Load() == e.cfg.FenceSeed && e.Sessions() == 0
 }
 
 // readStateLocked restores one shard as appendStateLocked wrote it: its

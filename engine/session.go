@@ -57,12 +57,6 @@ func (ss *sessions) init() {
 	ss.next.Store(math.MaxInt64)
 }
 
-func (ss *sessions) count() int {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return len(ss.m)
-}
-
 // get returns a copy of owner's session, and false if it has none.
 func (ss *sessions) get(owner OwnerID) (session, bool) {
 	ss.mu.Lock()
@@ -349,7 +343,11 @@ func (e *Engine) SessionKey(owner OwnerID) (uint64, bool) {
 }
 
 // Sessions returns the number of open sessions.
-func (e *Engine) Sessions() int { return e.sess.count() }
+func (e *Engine) Sessions() int {
+	e.sess.mu.Lock()
+	defer e.sess.mu.Unlock()
+	return len(e.sess.m)
+}
 
 // CloseSession ends owner's session and drops everything it held, as a
 // disconnect does. It reports false if there was no such session.

@@ -60,7 +60,7 @@ func (e *Engine) Metrics() (Counters, Gauges) {
 		g.Waiting += s.waiting
 		s.mu.Unlock()
 	}
-	g.Sessions = e.sess.count()
+	g.Sessions = e.Sessions()
 	return c, g
 }
 
