@@ -54,9 +54,8 @@ func (e *Engine) AppendState(b []byte) []byte {
 
 func (s *shard) appendStateLocked(b []byte) []byte {
 	b = binary.AppendVarint(b, s.next.Load())
-	for _, c := range [...]uint64{s.ctr.grants, s.ctr.releases, s.ctr.renewals, s.ctr.timeouts,
-		s.ctr.expiries, s.ctr.dropped, s.ctr.pruned} {
-		b = binary.AppendUvarint(b, c)
+	for _, c := range s.ctr.all() {
+		b = binary.AppendUvarint(b, *c)
 	}
 	// The resources sorted with their keys: no map lookup per key.
 	keys := make([]keyedRes, 0, len(s.res))

@@ -85,8 +85,7 @@ func (e *Engine) isEmpty() bool {
 // and entries by the order they were read in.
 func (s *shard) readStateLocked(d *stateReader) {
 	s.next.Store(d.varint())
-	for _, c := range [...]*uint64{&s.ctr.grants, &s.ctr.releases, &s.ctr.renewals, &s.ctr.timeouts,
-		&s.ctr.expiries, &s.ctr.dropped, &s.ctr.pruned} {
+	for _, c := range s.ctr.all() {
 		*c = d.uvarint()
 	}
 	nres := d.count()

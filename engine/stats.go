@@ -21,6 +21,11 @@ type counters struct {
 	pruned   uint64 // idle keys garbage-collected or evicted
 }
 
+// all lists the counters in the state format's order.
+func (c *counters) all() [7]*uint64 {
+	return [...]*uint64{&c.grants, &c.releases, &c.renewals, &c.timeouts, &c.expiries, &c.dropped, &c.pruned}
+}
+
 // Counters are the engine's running totals since it started.
 type Counters struct {
 	Grants   uint64 // slots granted, at once or to a waiter
