@@ -292,32 +292,30 @@ func (e *Engine) SessionTTL(owner OwnerID) (time.Duration, bool) {
 // deadlines of the owner's waits.
 func (e *Engine) IdleSessions(now int64) int {
 	ss := &e.sess
+	from := make(map[OwnerID]int64) // busy owner -> when its idle TTL restarts
 	ss.mu.Lock()
-	var busy []OwnerID
 	for owner, s := range ss.m {
 		if s.busy > 0 {
-			busy = append(busy, owner)
+			from[owner] = now
 		}
 	}
 	ss.mu.Unlock()
-	if len(busy) == 0 {
+	if len(from) == 0 {
 		return 0
 	}
 	// The shards' locks are never taken under ss.mu.
-	from := make(map[OwnerID]int64, len(busy))
-	for _, owner := range busy {
-		t := now
-		for i := range e.shards {
-			sh := &e.shards[i]
-			sh.mu.Lock()
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		for owner, t := range from {
 			for en := sh.owners[owner]; en != nil; en = en.onext {
-				if !en.holding && en.hidx >= 0 && en.deadline > t {
-					t = en.deadline
+				if !en.holding && en.hidx >= 0 {
+					t = max(t, en.deadline)
 				}
 			}
-			sh.mu.Unlock()
+			from[owner] = t
 		}
-		from[owner] = t
+		sh.mu.Unlock()
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
