@@ -290,11 +290,9 @@ func (ss *sessions) readState(d *stateReader) {
 			d.fail("session %d with ttl %v", id, s.ttl)
 			return
 		}
-		if s.busy < 0 {
-			// Only an older engine wrote this (an EndSession after a
-			// reopen), and that session could never expire: it can now.
-			s.busy = 0
-		}
+		// Only an older engine wrote a negative count (an EndSession after
+		// a reopen), and that session could never expire: it can now.
+		s.busy = max(s.busy, 0)
 		ss.m[id] = s
 	}
 	ss.rebuildLocked()
