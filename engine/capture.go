@@ -9,11 +9,9 @@ import (
 )
 
 // A StateCapture is the engine's state at one moment, encoded shard by
-// shard afterwards: CaptureState takes what is not per shard at once, and
-// a shard is encoded at the first change made to it after that (lockW),
-// or by Finish, whichever comes first. So the engine can go on changing
-// while a snapshot of a large state is encoded, each change waiting only
-// for the shards it changes that are not encoded yet.
+// shard afterwards: a shard is encoded at the first change made to it
+// after CaptureState (lockW), or by Finish, whichever comes first. So the
+// engine goes on changing while a large state is encoded.
 type StateCapture struct {
 	e       *Engine
 	counter uint64         // the fence counter
@@ -29,10 +27,9 @@ type lapsedList struct {
 }
 
 // CaptureState begins a capture of the state as it is now. Like
-// WriteState it needs no mutating call to run meanwhile, but only for the
-// call itself (which is short: it encodes the sessions, and marks the
-// shards); Finish then encodes what the changes since have not. One
-// capture at a time: a shard another capture still waits for is encoded
+// WriteState it needs no mutating call to run meanwhile, but only for
+// this short call (it encodes the sessions and marks the shards). One
+// capture at a time: a shard an older capture still waits for is encoded
 // for it first.
 func (e *Engine) CaptureState() *StateCapture {
 	c := &StateCapture{
@@ -45,9 +42,7 @@ func (e *Engine) CaptureState() *StateCapture {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		if s.capt != nil {
-			s.capt.encodeLocked(s)
-		}
+		s.settleLocked()
 		s.capt = c
 		s.mu.Unlock()
 	}
@@ -55,9 +50,9 @@ func (e *Engine) CaptureState() *StateCapture {
 }
 
 // lockW locks s for a change: a capture still waiting for s encodes it
-// first. Every call that changes a shard locks it with lockW, or with
-// mu and settleLocked before its first change (a call that visits every
-// shard and changes few, so that the rest stay for the writer).
+// first. Every change locks with lockW, or with mu and settleLocked
+// before its first change (a call that visits every shard but changes
+// few leaves the rest to the writer).
 func (s *shard) lockW() {
 	s.mu.Lock()
 	s.settleLocked()
@@ -78,9 +73,8 @@ func (c *StateCapture) encodeLocked(s *shard) {
 }
 
 // Finish encodes the shards no change has encoded yet, one at a time,
-// and appends the whole state, as WriteState writes it, to b, growing it
-// once. It may run beside changes to the engine, and leaves them the
-// other processors; call it once.
+// and appends the whole state, as WriteState writes it, to b. It may run
+// beside changes to the engine; call it once.
 func (c *StateCapture) Finish(b []byte) []byte { return c.finish(b, 1) }
 
 // finish is Finish on up to workers goroutines.
@@ -94,23 +88,19 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 		}
 		s.mu.Unlock()
 	}
-	workers = min(workers, len(e.shards))
-	if workers <= 1 {
-		for i := range e.shards {
+	// The caller is one of the workers: Finish encodes on its goroutine.
+	var next atomic.Int64
+	run := func() {
+		for i := int(next.Add(1) - 1); i < len(e.shards); i = int(next.Add(1) - 1) {
 			encode(i)
 		}
-	} else {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < len(e.shards); i = int(next.Add(1) - 1) {
-					encode(i)
-				}
-			})
-		}
-		wg.Wait()
 	}
+	var wg sync.WaitGroup
+	for range min(workers, len(e.shards)) - 1 {
+		wg.Go(run)
+	}
+	run()
+	wg.Wait()
 	n, lists := 0, 0
 	for i, p := range c.parts {
 		n += len(p)

@@ -46,10 +46,10 @@ func (e *Engine) Inspect(now int64, key string) (KeyInfo, bool) {
 	return e.InspectMax(now, key, -1)
 }
 
-// InspectMax is Inspect listing at most `most` holders and as many waiters (the
-// first ones, in queue order; most < 0: all of them). The totals count
-// them all. A key with 100,000 waiters thus costs a reader, and the shard
-// lock it holds while copying, no more than `most` entries each.
+// InspectMax is Inspect listing at most `most` holders and as many waiters
+// (the first ones, in queue order; most < 0: all of them), so a key with
+// 100,000 waiters costs a reader, and the shard lock, no more than that.
+// The totals count them all.
 func (e *Engine) InspectMax(now int64, key string, most int) (KeyInfo, bool) {
 	s := e.shardFor([]byte(key))
 	s.mu.Lock()
@@ -95,11 +95,9 @@ type KeySummary struct {
 
 // TopKeys returns the busiest keys in use (held or waited for) whose
 // name contains query (every one when query is ""), at most limit of
-// them, busiest first: most waiters, then most holders, then by key. It
-// also returns how many keys matched. Idle keys are left out.
-// It visits every key once, one shard locked at a time, and keeps only
-// the limit best in a heap, so a dashboard can poll it with 100,000 keys
-// without copying them all.
+// them, in busyOrder, and how many keys matched. Idle keys are left out.
+// It keeps only the limit best in a heap, so a dashboard can poll it with
+// 100,000 keys without copying them all.
 func (e *Engine) TopKeys(now int64, query string, limit int) ([]KeySummary, int) {
 	if limit <= 0 {
 		return []KeySummary{}, 0
@@ -114,10 +112,10 @@ func (e *Engine) TopKeys(now int64, query string, limit int) ([]KeySummary, int)
 				continue
 			}
 			matched++
-			if h.Len() == limit && !busier(r.waiters.n, r.holders.n, r.key, (*h)[0]) {
+			ks := KeySummary{Key: r.key, Limit: r.limit, Holders: r.holders.n, Waiters: r.waiters.n}
+			if h.Len() == limit && busyOrder(ks, (*h)[0]) >= 0 {
 				continue
 			}
-			ks := KeySummary{Key: r.key, Limit: r.limit, Holders: r.holders.n, Waiters: r.waiters.n}
 			if en := r.holders.head; en != nil {
 				ks.Owner, ks.Fence, ks.LeaseExpiresInS = en.owner, en.token.Fence, seconds(en.deadline-now)
 			}
@@ -130,41 +128,24 @@ func (e *Engine) TopKeys(now int64, query string, limit int) ([]KeySummary, int)
 		}
 		s.mu.Unlock()
 	}
-	out := []KeySummary(*h)
-	slices.SortFunc(out, func(a, b KeySummary) int {
-		if busier(a.Waiters, a.Holders, a.Key, b) {
-			return -1
-		}
-		if busier(b.Waiters, b.Holders, b.Key, a) {
-			return 1
-		}
-		return 0
-	})
-	return out, matched
+	slices.SortFunc(*h, busyOrder)
+	return *h, matched
 }
 
-// busier reports whether a key with waiters, holders and name key ranks
-// before b in TopKeys' order.
-func busier(waiters, holders int, key string, b KeySummary) bool {
-	if c := cmp.Compare(waiters, b.Waiters); c != 0 {
-		return c > 0
-	}
-	if c := cmp.Compare(holders, b.Holders); c != 0 {
-		return c > 0
-	}
-	return key < b.Key
+// busyOrder is TopKeys' order, busiest first: most waiters, then most
+// holders, then by key.
+func busyOrder(a, b KeySummary) int {
+	return cmp.Or(cmp.Compare(b.Waiters, a.Waiters), cmp.Compare(b.Holders, a.Holders), strings.Compare(a.Key, b.Key))
 }
 
 // topHeap is a min-heap by TopKeys' order: its root is the least busy
 // key kept, the one a busier key replaces.
 type topHeap []KeySummary
 
-func (h topHeap) Len() int { return len(h) }
-func (h topHeap) Less(i, j int) bool {
-	return busier(h[j].Waiters, h[j].Holders, h[j].Key, h[i])
-}
-func (h topHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *topHeap) Push(x any)   { *h = append(*h, x.(KeySummary)) }
+func (h topHeap) Len() int           { return len(h) }
+func (h topHeap) Less(i, j int) bool { return busyOrder(h[i], h[j]) > 0 }
+func (h topHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *topHeap) Push(x any)        { *h = append(*h, x.(KeySummary)) }
 func (h *topHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]

@@ -1,6 +1,9 @@
 package engine
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // ownerStripes is the number of independently locked parts of the owner
 // count table; a power of two.
@@ -9,8 +12,8 @@ const ownerStripes = 64
 // ownerCounts tracks how many entries (holdings and waits, on any shard)
 // each owner has, for Config.MaxKeysPerOwner. It is derived from the
 // shards' entries alone, so two engines fed the same calls count alike and
-// a restored engine recounts it from the owner lists. Its stripe locks
-// are taken under a shard lock and take nothing themselves.
+// a restored engine counts it as it reads the owner lists. Its stripe
+// locks are taken under a shard lock and take nothing themselves.
 type ownerCounts struct {
 	max     int // 0: no cap, and nothing is counted
 	stripes [ownerStripes]ownerStripe
@@ -38,19 +41,24 @@ func (oc *ownerCounts) stripe(owner OwnerID) *ownerStripe {
 
 // tryAdd counts a new entry of owner and reports true, or reports false
 // when owner already has max entries.
-func (oc *ownerCounts) tryAdd(owner OwnerID) bool {
+func (oc *ownerCounts) tryAdd(owner OwnerID) bool { return oc.addBelow(owner, oc.max) }
+
+// add counts an entry of owner without checking the cap (a lease that
+// moves to owner on renewal).
+func (oc *ownerCounts) add(owner OwnerID) { oc.addBelow(owner, math.MaxInt) }
+
+// addBelow counts an entry of owner unless it has limit already.
+func (oc *ownerCounts) addBelow(owner OwnerID, limit int) bool {
 	if oc.max == 0 {
 		return true
 	}
 	st := oc.stripe(owner)
 	st.mu.Lock()
 	n := st.m[owner]
-	ok := int(n) < oc.max
+	ok := int(n) < limit
 	if ok {
 		st.m[owner] = n + 1
-		if len(st.m) > st.peak {
-			st.peak = len(st.m)
-		}
+		st.peak = max(st.peak, len(st.m))
 	}
 	st.mu.Unlock()
 	return ok
@@ -60,21 +68,6 @@ func (oc *ownerCounts) tryAdd(owner OwnerID) bool {
 // counted).
 func (oc *ownerCounts) full(owner OwnerID) bool {
 	return oc.max > 0 && oc.count(owner) >= oc.max
-}
-
-// add counts an entry of owner without checking the cap (a lease that
-// moves to owner on renewal).
-func (oc *ownerCounts) add(owner OwnerID) {
-	if oc.max == 0 {
-		return
-	}
-	st := oc.stripe(owner)
-	st.mu.Lock()
-	st.m[owner]++
-	if len(st.m) > st.peak {
-		st.peak = len(st.m)
-	}
-	st.mu.Unlock()
 }
 
 // done uncounts an entry of owner that left the engine (or moved away).
@@ -104,26 +97,4 @@ func (oc *ownerCounts) count(owner OwnerID) int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return int(st.m[owner])
-}
-
-// recount rebuilds the table from the shards' owner lists (after
-// ReadState, which links entries directly).
-func (oc *ownerCounts) recount(shards []shard) {
-	if oc.max == 0 {
-		return
-	}
-	for i := range oc.stripes {
-		oc.stripes[i].m = make(map[OwnerID]int32)
-		oc.stripes[i].peak = 0
-	}
-	for i := range shards {
-		s := &shards[i]
-		s.mu.Lock()
-		for id, en := range s.owners {
-			for ; en != nil; en = en.onext {
-				oc.add(id)
-			}
-		}
-		s.mu.Unlock()
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -30,44 +31,33 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 var ErrBadState = errors.New("engine: bad state")
 
 // WriteState writes the engine's complete deterministic state to w: the
-// fence counter, every shard's resources (key, limit, idle mark and time),
-// their holders and waiters in list order (owner, token, salt, TTL,
-// deadline, flags), the idle list, deadline heap and owner lists in their
-// exact order, the shard's counters and next deadline, and the sessions.
+// fence counter; per shard its counters, next deadline, resources with
+// their holders and waiters, and its idle list, deadline heap and owner
+// lists in their exact order; the sessions; the lapsed two-phase grants.
 // The bytes are canonical: two engines in the same state write the same
-// bytes (resources and owners are written sorted, never in map order).
+// bytes (maps are written sorted). Sinks are not written (see ReadState).
 //
-// Sinks are not written: they belong to the process that parked the
-// request. See ReadState for what a restored parked request does.
-//
-// The format is compact binary: magic, a version byte, varint fields, and
-// a CRC-32C of everything before it. WriteState locks one shard at a time,
-// so the state is consistent only when no mutating call runs meanwhile
-// (a Raft FSM's Snapshot is such a moment).
-//
-// The shards are encoded in parallel, up to GOMAXPROCS at a time. A
-// caller that must not keep changes waiting that long (a cluster's
-// snapshot: about a microsecond per holding or wait) uses CaptureState.
+// The format is magic, a version byte, varint fields and a CRC-32C of
+// everything before it. The shards are encoded in parallel, each under
+// its own lock, so the state is consistent only when no mutating call
+// runs meanwhile; a caller that must keep applying changes uses
+// CaptureState.
 func (e *Engine) WriteState(w io.Writer) error {
 	_, err := w.Write(e.AppendState(nil))
 	return err
 }
 
-// AppendState appends what WriteState writes to b, growing it once. The
-// shards are encoded on up to GOMAXPROCS goroutines.
+// AppendState appends what WriteState writes to b, growing it once.
 func (e *Engine) AppendState(b []byte) []byte {
 	return e.CaptureState().finish(b, runtime.GOMAXPROCS(0))
 }
 
 func (s *shard) appendStateLocked(b []byte) []byte {
 	b = binary.AppendVarint(b, s.next.Load())
-	for _, c := range [...]uint64{s.ctr.grants, s.ctr.releases, s.ctr.renewals, s.ctr.timeouts,
-		s.ctr.expiries, s.ctr.dropped, s.ctr.pruned} {
-		b = binary.AppendUvarint(b, c)
+	for _, c := range s.ctr.all() {
+		b = binary.AppendUvarint(b, *c)
 	}
-	// The resources sorted by key, each with its key: one pass over the
-	// map, no lookup per key afterwards (with a large state, every
-	// lookup was a cache miss).
+	// The resources sorted with their keys: no map lookup per key.
 	keys := make([]keyedRes, 0, len(s.res))
 	for k, r := range s.res {
 		keys = append(keys, keyedRes{k, r})
@@ -112,13 +102,9 @@ func (s *shard) appendStateLocked(b []byte) []byte {
 	for _, en := range s.heap {
 		b = binary.AppendUvarint(b, uint64(en.sidx))
 	}
-	owners := make([]OwnerID, 0, len(s.owners))
-	for id := range s.owners {
-		owners = append(owners, id)
-	}
-	slices.Sort(owners)
+	owners := slices.Sorted(maps.Keys(s.owners))
 	b = binary.AppendUvarint(b, uint64(len(owners)))
-	var list []int32 // one walk of each owner's list (its entries are scattered: a miss each)
+	var list []int32 // each owner's list walked once: its entries are scattered
 	for _, id := range owners {
 		b = binary.AppendUvarint(b, uint64(id))
 		list = list[:0]
@@ -145,11 +131,7 @@ func (s *shard) lapsedLocked() []lapsedList {
 	if len(s.lapsed) == 0 {
 		return nil
 	}
-	ids := make([]OwnerID, 0, len(s.lapsed))
-	for id := range s.lapsed {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(s.lapsed))
 	ls := make([]lapsedList, 0, len(ids))
 	for _, id := range ids {
 		keys := slices.Clone(s.lapsed[id])
@@ -159,9 +141,8 @@ func (s *shard) lapsedLocked() []lapsedList {
 	return ls
 }
 
-// appendLapsed writes the shards' lapsed two-phase grants (version 3, the
-// last section): how many (shard, owner) lists, then each list in shard
-// and owner order with its keys sorted.
+// appendLapsed writes the shards' lapsed two-phase grants (version 3):
+// how many (shard, owner) lists, then each in shard and owner order.
 func appendLapsed(b []byte, shards [][]lapsedList, lists int) []byte {
 	b = binary.AppendUvarint(b, uint64(lists))
 	for i, ls := range shards {
@@ -198,16 +179,11 @@ func appendEntry(b []byte, en *entry) []byte {
 func (ss *sessions) appendState(b []byte) []byte {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	// A reserved field (the last session scan, before sessions had a
-	// deadline heap), then the earliest session deadline. Both depend on
-	// the sessions alone, so equal states still write equal bytes.
+	// A reserved field (once the last session scan), then the earliest
+	// session deadline: both depend on the sessions alone.
 	b = binary.AppendVarint(b, 0)
 	b = binary.AppendVarint(b, ss.next.Load())
-	ids := make([]OwnerID, 0, len(ss.m))
-	for id := range ss.m {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(ss.m))
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		s := ss.m[id]

@@ -50,7 +50,6 @@ func (e *Engine) ReadState(r io.Reader) error {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.readStateLocked(d)
-		s.recountLocked() // the lists were rebuilt directly
 		keys += int64(len(s.res))
 		s.mu.Unlock()
 		if d.err != nil {
@@ -58,7 +57,6 @@ func (e *Engine) ReadState(r io.Reader) error {
 		}
 	}
 	e.keys.Store(keys)
-	e.own.recount(e.shards)
 	e.sess.readState(d)
 	if d.version >= 3 {
 		e.readLapsed(d)
@@ -75,21 +73,10 @@ func (e *Engine) ReadState(r io.Reader) error {
 	return nil
 }
 
-// isEmpty reports whether e holds no key, session or issued fence.
+// isEmpty reports whether e holds no key, session or issued fence (an
+// entry or an owner list lives on a key, and e.keys counts them all).
 func (e *Engine) isEmpty() bool {
-	if e.keys.Load() != 0 || e.fence.Load() != e.cfg.FenceSeed || e.sess.count() != 0 {
-		return false
-	}
-	for i := range e.shards {
-		s := &e.shards[i]
-		s.mu.Lock()
-		n := len(s.res) + len(s.owners)
-		s.mu.Unlock()
-		if n != 0 {
-			return false
-		}
-	}
-	return true
+	return e.keys.Load() == 0 && e.fence.Load() == e.cfg.FenceSeed && e.Sessions() == 0
 }
 
 // readStateLocked restores one shard as appendStateLocked wrote it: its
@@ -98,8 +85,7 @@ func (e *Engine) isEmpty() bool {
 // and entries by the order they were read in.
 func (s *shard) readStateLocked(d *stateReader) {
 	s.next.Store(d.varint())
-	for _, c := range [...]*uint64{&s.ctr.grants, &s.ctr.releases, &s.ctr.renewals, &s.ctr.timeouts,
-		&s.ctr.expiries, &s.ctr.dropped, &s.ctr.pruned} {
+	for _, c := range s.ctr.all() {
 		*c = d.uvarint()
 	}
 	nres := d.count()
@@ -167,6 +153,8 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 		return false
 	}
 	s.res[r.key] = r
+	s.held += r.holders.n
+	s.waiting += r.waiters.n
 	rs.res = append(rs.res, r)
 	return true
 }
@@ -241,8 +229,8 @@ func (s *shard) readHeapLocked(d *stateReader, rs *restoring) bool {
 	return d.err == nil
 }
 
-// readOwnersLocked reads the owner lists in their order; every entry must
-// be on its owner's.
+// readOwnersLocked reads the owner lists in their order, counting each
+// owner's entries for MaxKeysPerOwner; every entry must be on its owner's.
 func (s *shard) readOwnersLocked(d *stateReader, ents []*entry) bool {
 	linked := 0
 	for range d.count() {
@@ -269,6 +257,7 @@ func (s *shard) readOwnersLocked(d *stateReader, ents []*entry) bool {
 			}
 			tail = en
 			linked++
+			s.e.own.add(id)
 		}
 	}
 	if d.err == nil && linked != len(ents) {
@@ -301,11 +290,9 @@ func (ss *sessions) readState(d *stateReader) {
 			d.fail("session %d with ttl %v", id, s.ttl)
 			return
 		}
-		if s.busy < 0 {
-			// Only an older engine wrote this (an EndSession after a
-			// reopen), and that session could never expire: it can now.
-			s.busy = 0
-		}
+		// Only an older engine wrote a negative count (an EndSession after
+		// a reopen), and that session could never expire: it can now.
+		s.busy = max(s.busy, 0)
 		ss.m[id] = s
 	}
 	ss.rebuildLocked()

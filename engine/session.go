@@ -8,9 +8,8 @@ import (
 	"time"
 )
 
-// sessionExpireBudget bounds the sessions one Expire call ends. Each costs
-// a DropOwner (one lock of every shard), so a mass expiry is spread over
-// a few ticks; next stays <= now, so the clock comes straight back.
+// sessionExpireBudget bounds the sessions one Expire call ends (each is a
+// DropOwner, one lock of every shard); the rest wait for the next tick.
 const sessionExpireBudget = 1024
 
 // listWalkMax bounds how far back from the tail an idle session may be
@@ -34,24 +33,15 @@ type session struct {
 // sessions are owners with an idle TTL, for callers that cannot hold a
 // connection open. They share one mutex, taken twice per HTTP request.
 //
-// Only idle sessions (no request in flight) have a deadline, and they are
-// kept ordered by (deadline, owner) so that Expire pops only what is due:
-// O(expired · log n) work at worst, none at all while NextDeadline is in
-// the future.
-// Nearly every session has the same TTL (the REST server gives them all
-// its own) and the clock only moves forward, so a session that goes idle
-// at now has the latest deadline there is: an intrusive list in deadline
-// order takes it at the tail, and a touch (BeginSession unlinks,
-// EndSession appends) is O(1). The list holds the sessions of one TTL,
-// listTTL; a session with another TTL, or one that would have to go more
-// than listWalkMax places back from the tail (callers' clocks read a
-// little out of order), goes to a min-heap instead, O(log n). Expire takes
-// the smaller head of the two.
-//
-// The owner breaks ties, so the order in which sessions expire, and so
-// the order of the grants their drops make, is a function of the sessions
-// alone, not of which structure holds them: a restored engine, which
-// rebuilds both, expires sessions exactly as the original would.
+// Only idle sessions (no request in flight) have a deadline, ordered by
+// (deadline, owner) so that Expire pops only what is due. Nearly every
+// session has the REST server's TTL and the clock moves forward, so one
+// going idle now is usually the latest: an intrusive list of the sessions
+// of listTTL takes it at the tail in O(1). Another TTL, or a place more
+// than listWalkMax back from the tail, goes to a min-heap; Expire takes
+// the smaller head of the two. Ties go by owner, so the expiry order (and
+// the grants the drops make) depends on the sessions alone: a restored
+// engine, which rebuilds both, expires them exactly as the original.
 type sessions struct {
 	mu      sync.Mutex
 	m       map[OwnerID]*session
@@ -67,10 +57,14 @@ func (ss *sessions) init() {
 	ss.next.Store(math.MaxInt64)
 }
 
-func (ss *sessions) count() int {
+// get returns a copy of owner's session, and false if it has none.
+func (ss *sessions) get(owner OwnerID) (session, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return len(ss.m)
+	if s := ss.m[owner]; s != nil {
+		return *s, true
+	}
+	return session{}, false
 }
 
 // sessionBefore orders idle sessions: by deadline, then owner.
@@ -96,8 +90,8 @@ func (ss *sessions) updateNextLocked() {
 	ss.next.Store(next)
 }
 
-// idleLocked starts s's idle TTL at s.lastSeen. s must be busy or new:
-// on neither the list nor the heap.
+// idleLocked starts s's idle TTL at s.lastSeen; s is on neither the list
+// nor the heap.
 func (ss *sessions) idleLocked(s *session) {
 	s.deadline = addSat(s.lastSeen, int64(s.ttl))
 	if ss.head == nil {
@@ -162,9 +156,9 @@ func (ss *sessions) listRemove(s *session) {
 	s.prev, s.next, s.listed = nil, nil, false
 }
 
-// rebuildLocked files every idle session anew, for code that changed
-// deadlines or sessions directly (restoring a state, shifting deadlines).
-// The list gets the most common TTL (the shortest of equals).
+// rebuildLocked files every idle session anew after deadlines or
+// sessions changed directly; the list gets the most common TTL (the
+// shortest of equals).
 func (ss *sessions) rebuildLocked() {
 	idle := make([]*session, 0, len(ss.m))
 	ttls := make(map[time.Duration]int)
@@ -285,54 +279,43 @@ func (e *Engine) EndSession(now int64, owner OwnerID) {
 
 // SessionTTL returns owner's idle TTL, and false if it has no session.
 func (e *Engine) SessionTTL(owner OwnerID) (time.Duration, bool) {
-	ss := &e.sess
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if s := ss.m[owner]; s != nil {
-		return s.ttl, true
-	}
-	return 0, false
+	s, ok := e.sess.get(owner)
+	return s.ttl, ok
 }
 
 // IdleSessions ends every request in flight of every session, as if each
 // had called EndSession, and returns how many sessions that made idle. A
-// new Raft leader applies it (after ShiftDeadlines): a request that had
-// begun on the old leader never proposes its EndSession if that leader
-// died, so without it the session would stay busy, and never expire.
-//
-// A request may still be alive, though: one parked on a deposed leader
-// that goes on applying the log is answered there when its wait ends. So
-// a session's idle TTL restarts at the latest of now and the deadlines of
-// its owner's waits: never shorter than the client was told, and never
-// before what it waits for is decided.
+// new Raft leader applies it (after ShiftDeadlines): a request begun on a
+// leader that died never proposes its EndSession, and its session would
+// never expire. A request parked on a deposed leader may still be
+// answered there, so the idle TTL restarts at the latest of now and the
+// deadlines of the owner's waits.
 func (e *Engine) IdleSessions(now int64) int {
 	ss := &e.sess
+	from := make(map[OwnerID]int64) // busy owner -> when its idle TTL restarts
 	ss.mu.Lock()
-	var busy []OwnerID
 	for owner, s := range ss.m {
 		if s.busy > 0 {
-			busy = append(busy, owner)
+			from[owner] = now
 		}
 	}
 	ss.mu.Unlock()
-	if len(busy) == 0 {
+	if len(from) == 0 {
 		return 0
 	}
 	// The shards' locks are never taken under ss.mu.
-	from := make(map[OwnerID]int64, len(busy))
-	for _, owner := range busy {
-		t := now
-		for i := range e.shards {
-			sh := &e.shards[i]
-			sh.mu.Lock()
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		for owner, t := range from {
 			for en := sh.owners[owner]; en != nil; en = en.onext {
-				if !en.holding && en.hidx >= 0 && en.deadline > t {
-					t = en.deadline
+				if !en.holding && en.hidx >= 0 {
+					t = max(t, en.deadline)
 				}
 			}
-			sh.mu.Unlock()
+			from[owner] = t
 		}
-		from[owner] = t
+		sh.mu.Unlock()
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -353,17 +336,16 @@ func (e *Engine) IdleSessions(now int64) int {
 // SessionKey returns the key owner's session was opened with (0 for
 // none), and false if it has no session.
 func (e *Engine) SessionKey(owner OwnerID) (uint64, bool) {
-	ss := &e.sess
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if s := ss.m[owner]; s != nil {
-		return s.key, true
-	}
-	return 0, false
+	s, ok := e.sess.get(owner)
+	return s.key, ok
 }
 
 // Sessions returns the number of open sessions.
-func (e *Engine) Sessions() int { return e.sess.count() }
+func (e *Engine) Sessions() int {
+	e.sess.mu.Lock()
+	defer e.sess.mu.Unlock()
+	return len(e.sess.m)
+}
 
 // CloseSession ends owner's session and drops everything it held, as a
 // disconnect does. It reports false if there was no such session.
@@ -384,9 +366,8 @@ func (e *Engine) CloseSession(now int64, owner OwnerID) bool {
 }
 
 // expireSessions drops idle sessions whose deadline is <= now, earliest
-// first (ties by owner), at most sessionExpireBudget per call. The
-// sessions leave the map under the mutex; their owners are dropped after
-// it is released (a DropOwner takes shard locks).
+// first, at most sessionExpireBudget per call; their owners are dropped
+// after the mutex is released (a DropOwner takes shard locks).
 func (e *Engine) expireSessions(now int64) {
 	ss := &e.sess
 	if ss.next.Load() > now {

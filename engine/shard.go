@@ -628,13 +628,3 @@ func (s *shard) expire(now int64) {
 	s.mu.Unlock()
 	deliver(d, nil)
 }
-
-// recountLocked recomputes held and waiting from the resources, for code
-// that rebuilds a shard's lists directly (restoring a snapshot).
-func (s *shard) recountLocked() {
-	s.held, s.waiting = 0, 0
-	for _, r := range s.res {
-		s.held += r.holders.n
-		s.waiting += r.waiters.n
-	}
-}

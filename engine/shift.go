@@ -2,16 +2,13 @@ package engine
 
 import "math"
 
-// ShiftDeadlines moves every time the engine keeps by delta nanoseconds:
-// lease and wait deadlines, idle-key times, session last-seen times and
-// the next-deadline marks. Relative order is unchanged, so the heaps and
-// lists stay valid. Times saturate instead of wrapping; "never" stays
-// never.
-//
-// A new Raft leader uses it so that each lease keeps, measured from the
-// new leader's clock, the time it had left at the last applied command:
-// delta = newLeaderNow - lastAppliedNow (see replica's Restamp). Like every
-// mutating call it must be applied alike on every replica.
+// ShiftDeadlines moves every time the engine keeps by delta nanoseconds
+// (deadlines, idle-key times, session last-seen times), saturating
+// instead of wrapping ("never" stays never); relative order is unchanged,
+// so the heaps and lists stay valid. A new Raft leader uses it so that
+// each lease keeps, on its clock, the time it had left at the last
+// applied command (replica's Restamp). Like every mutating call it must
+// be applied alike on every replica.
 func (e *Engine) ShiftDeadlines(delta int64) {
 	if delta == 0 {
 		return
@@ -35,8 +32,7 @@ func (e *Engine) ShiftDeadlines(delta int64) {
 	for _, s := range ss.m {
 		s.lastSeen = addSat(s.lastSeen, delta)
 	}
-	// Saturation can turn two deadlines into one, and ties go by owner:
-	// file the sessions anew (a rare call, like the loops above).
+	// Saturation can merge two deadlines, and ties go by owner: refile.
 	ss.rebuildLocked()
 	ss.mu.Unlock()
 }

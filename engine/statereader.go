@@ -21,54 +21,47 @@ func (d *stateReader) fail(format string, args ...any) {
 }
 
 func (d *stateReader) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated")
+	if d.take(n) == nil {
 		return 0
 	}
-	d.b = d.b[n:]
 	return v
 }
 
 func (d *stateReader) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated")
+	if d.take(n) == nil {
 		return 0
 	}
-	d.b = d.b[n:]
 	return v
 }
 
 func (d *stateReader) uint64() uint64 {
-	if d.err != nil {
-		return 0
+	if p := d.take(8); p != nil {
+		return binary.BigEndian.Uint64(p)
 	}
-	if len(d.b) < 8 {
-		d.fail("truncated")
-		return 0
-	}
-	v := binary.BigEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
+	return 0
 }
 
 func (d *stateReader) byte() byte {
+	if p := d.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+// take consumes and returns the next n bytes, or fails (n <= 0 is a
+// varint that did not decode) and returns nil.
+func (d *stateReader) take(n int) []byte {
 	if d.err != nil {
-		return 0
+		return nil
 	}
-	if len(d.b) < 1 {
+	if n <= 0 || n > len(d.b) {
 		d.fail("truncated")
-		return 0
+		return nil
 	}
-	v := d.b[0]
-	d.b = d.b[1:]
+	v := d.b[:n]
+	d.b = d.b[n:]
 	return v
 }
 
@@ -103,12 +96,11 @@ func (d *stateReader) index(n int) int {
 	return int(i)
 }
 
+// bytes reads a length-prefixed byte string.
 func (d *stateReader) bytes() []byte {
 	n := d.count()
-	if d.err != nil {
+	if n == 0 {
 		return nil
 	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
+	return d.take(n)
 }

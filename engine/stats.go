@@ -21,6 +21,11 @@ type counters struct {
 	pruned   uint64 // idle keys garbage-collected or evicted
 }
 
+// all lists the counters in the state format's order.
+func (c *counters) all() [7]*uint64 {
+	return [...]*uint64{&c.grants, &c.releases, &c.renewals, &c.timeouts, &c.expiries, &c.dropped, &c.pruned}
+}
+
 // Counters are the engine's running totals since it started.
 type Counters struct {
 	Grants   uint64 // slots granted, at once or to a waiter
@@ -40,8 +45,8 @@ type Gauges struct {
 	Sessions int // open REST sessions
 }
 
-// Metrics returns the counters and gauges. It locks each shard briefly, one
-// at a time: O(shards), whatever the number of keys.
+// Metrics returns the counters and gauges, locking each shard briefly in
+// turn: O(shards), whatever the number of keys.
 func (e *Engine) Metrics() (Counters, Gauges) {
 	var c Counters
 	var g Gauges
@@ -60,7 +65,7 @@ func (e *Engine) Metrics() (Counters, Gauges) {
 		g.Waiting += s.waiting
 		s.mu.Unlock()
 	}
-	g.Sessions = e.sess.count()
+	g.Sessions = e.Sessions()
 	return c, g
 }
 
@@ -73,11 +78,9 @@ const (
 )
 
 // HeapEstimate returns roughly how many heap bytes the engine's keys,
-// holdings, waits and sessions take now, from the gauges (O(shards)). It
-// is an estimate for memory management, not an account: a fall of many
-// megabytes means that much became garbage (a flood of waiters whose
-// connections closed), which the runtime would otherwise keep until its
-// next collection, however far off (internal/memtrim).
+// holdings, waits and sessions take now, from the gauges (O(shards)): a
+// fall of many megabytes means that much became garbage, which
+// internal/memtrim hands back to the runtime.
 func (e *Engine) HeapEstimate() int64 {
 	_, g := e.Metrics()
 	return int64(g.Held+g.Waiting)*entryHeapBytes + int64(g.Keys)*resourceBytes + int64(g.Sessions)*sessionBytes
@@ -85,8 +88,7 @@ func (e *Engine) HeapEstimate() int64 {
 
 // Refusals returns how many requests this engine refused at
 // Config.MaxKeys (no idle key to evict) and at Config.MaxWaiters since it
-// started. They are not engine state: a snapshot does not carry them, and
-// each replica counts what it applied.
+// started. They are not engine state: each replica counts what it applied.
 func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
 	return e.refusedKeys.Load(), e.refusedWaiters.Load()
 }
@@ -95,8 +97,7 @@ func (e *Engine) Refusals() (maxKeys, maxWaiters uint64) {
 // Config.MaxKeysPerOwner since it started (not engine state either).
 func (e *Engine) OwnerRefusals() uint64 { return e.refusedOwner.Load() }
 
-// The stats command's report, defined once in package stats, which the
-// client decodes with too.
+// The stats command's report, defined in package stats for the client too.
 type (
 	// LockStat describes a held lock (a key with limit 1).
 	LockStat = stats.Lock
@@ -117,12 +118,30 @@ func (e *Engine) Snapshot(now int64) Stats {
 	return e.SnapshotMax(now, 0)
 }
 
-// Rough JSON sizes of one list entry without its key, for SnapshotMax.
+// listOf sorts a key into the Stats list it belongs in.
+func listOf(r *resource) int {
+	switch {
+	case r.empty() && r.limit == 1:
+		return idleLockList
+	case r.empty():
+		return idleSemList
+	case r.limit == 1:
+		return lockList
+	}
+	return semList
+}
+
+// The Stats lists, and the rough JSON size of one entry of each without
+// its key, for SnapshotMax (a lock writes owner_conn_id twice: as a
+// number and as a string).
 const (
-	lockEntryBytes = 125 // owner_conn_id twice: as a number and as a string
-	semEntryBytes  = 60
-	idleEntryBytes = 30
+	lockList = iota
+	semList
+	idleLockList
+	idleSemList
 )
+
+var listEntryBytes = [...]int{lockList: 125, semList: 60, idleLockList: 30, idleSemList: 30}
 
 // SnapshotMax is Snapshot with its cost bounded: once the entries taken
 // would encode to about maxBytes of JSON (keys unescaped), it stops
@@ -130,7 +149,7 @@ const (
 // Totals. The entries kept are the ones met first in shard order, sorted
 // by key. maxBytes <= 0 means no bound.
 func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
-	var tot StatsTotals
+	var left [4]int // entries counted, not copied, per list
 	size, full := 0, false
 	st := Stats{
 		Locks:          []LockStat{},
@@ -142,20 +161,21 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 		s := &e.shards[i]
 		s.mu.Lock()
 		for _, r := range s.res {
+			list := listOf(r)
 			if maxBytes > 0 && !full {
-				size += len(r.key) + entryBytes(r)
+				size += len(r.key) + listEntryBytes[list]
 				full = size > maxBytes
 			}
 			if full {
-				countTotal(&tot, r)
+				left[list]++
 				continue
 			}
-			switch {
-			case r.empty() && r.limit == 1:
+			switch list {
+			case idleLockList:
 				st.IdleLocks = append(st.IdleLocks, IdleStat{Key: r.key, IdleS: seconds(now - r.idleAt)})
-			case r.empty():
+			case idleSemList:
 				st.IdleSemaphores = append(st.IdleSemaphores, IdleStat{Key: r.key, IdleS: seconds(now - r.idleAt)})
-			case r.limit == 1:
+			case lockList:
 				h := r.holders.head
 				st.Locks = append(st.Locks, LockStat{Key: r.key, OwnerConnID: uint64(h.owner),
 					OwnerConnIDStr:  strconv.FormatUint(uint64(h.owner), 10),
@@ -168,41 +188,18 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 		s.mu.Unlock()
 	}
 	if full {
-		tot.Locks += len(st.Locks)
-		tot.Semaphores += len(st.Semaphores)
-		tot.IdleLocks += len(st.IdleLocks)
-		tot.IdleSemaphores += len(st.IdleSemaphores)
-		st.Truncated, st.Totals = true, &tot
+		st.Truncated, st.Totals = true, &StatsTotals{
+			Locks:          left[lockList] + len(st.Locks),
+			Semaphores:     left[semList] + len(st.Semaphores),
+			IdleLocks:      left[idleLockList] + len(st.IdleLocks),
+			IdleSemaphores: left[idleSemList] + len(st.IdleSemaphores),
+		}
 	}
 	slices.SortFunc(st.Locks, func(a, b LockStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.Semaphores, func(a, b SemaphoreStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleLocks, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleSemaphores, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	return st
-}
-
-func entryBytes(r *resource) int {
-	switch {
-	case r.empty():
-		return idleEntryBytes
-	case r.limit == 1:
-		return lockEntryBytes
-	}
-	return semEntryBytes
-}
-
-// countTotal adds r to the list of t it belongs in.
-func countTotal(t *StatsTotals, r *resource) {
-	switch {
-	case r.empty() && r.limit == 1:
-		t.IdleLocks++
-	case r.empty():
-		t.IdleSemaphores++
-	case r.limit == 1:
-		t.Locks++
-	default:
-		t.Semaphores++
-	}
 }
 
 // seconds converts nanoseconds to seconds rounded to milliseconds.
