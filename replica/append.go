@@ -111,10 +111,39 @@ func (n *Node) saveHardState(hs *raftpb.HardState, sync bool) error {
 
 // appendFailed stops the append thread after a failed write: the log's
 // tail is unknown, so this node stops taking part rather than acknowledge
-// what may not be on disk.
+// what may not be on disk. It takes no more commands, and a leader hands
+// over (handOver); a restart, once the disk is fixed, brings it back.
 func (n *Node) appendFailed(err error) {
-	n.log.Error("raft log write failed; this node stops acknowledging", zap.Error(err))
-	n.appFailed.Store(true)
+	if n.appFailed.Swap(true) {
+		return
+	}
+	n.log.Error("raft log write failed; this node stops acknowledging and leading until restarted", zap.Error(err))
+	n.setReady(false)
+	n.do(n.handOver)
+}
+
+// handOver runs on the raft loop once a write of the log failed. The
+// node no longer ticks (raftLoop): as leader it sends no heartbeats, so
+// the followers elect another within an election timeout, and as
+// follower it never campaigns (it could not write its vote). A leader
+// also hands its leadership to the follower with the longest log at once
+// (raft's TransferLeader: a MsgTimeoutNow once that follower holds all of
+// the log); until a new leader's messages reach it, raft drops its
+// proposals.
+func (n *Node) handOver() {
+	if n.rn.BasicStatus().RaftState != raft.StateLeader {
+		return
+	}
+	var to, best uint64
+	for id, pr := range n.rn.Status().Progress {
+		if id != n.id && !pr.IsLearner && (to == raft.None || pr.Match > best) {
+			to, best = id, pr.Match
+		}
+	}
+	if to != raft.None {
+		n.log.Warn("handing leadership over after a failed log write", zap.String("to", n.memberName(to)))
+		n.rn.TransferLeader(to)
+	}
 }
 
 // A write of the log that takes more than slowSync (a sync takes 0.1-10

@@ -23,7 +23,7 @@ func (n *Node) run() {
 		case <-tick.C:
 		}
 		lt := n.leadTerm.Load()
-		if lt == 0 {
+		if lt == 0 || n.appFailed.Load() {
 			stampTerm = 0
 			n.setReady(false)
 			continue

@@ -349,8 +349,9 @@ func (n *Node) FSM() *FSM { return n.fsm }
 // ID returns the node's ID.
 func (n *Node) ID() string { return n.cfg.NodeID }
 
-// IsLeader reports whether this node is the leader and ready for commands.
-func (n *Node) IsLeader() bool { return n.isReady.Load() && n.isLeaderState() }
+// IsLeader reports whether this node is the leader and ready for
+// commands (never after a failed write of its log: appendFailed).
+func (n *Node) IsLeader() bool { return n.isReady.Load() && n.isLeaderState() && !n.appFailed.Load() }
 
 func (n *Node) isLeaderState() bool {
 	return raft.StateType(n.role.Load()) == raft.StateLeader

@@ -125,7 +125,7 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 		return nil, ErrBadCommand
 	}
 	if !n.isReady.Load() {
-		if !n.isLeaderState() || ctx == nil {
+		if !n.isLeaderState() || ctx == nil || n.appFailed.Load() {
 			return nil, n.notLeader()
 		}
 		select {

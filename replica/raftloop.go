@@ -27,7 +27,7 @@ func (n *Node) raftLoop() {
 		case f = <-n.fnc:
 		}
 		n.mu.Lock()
-		if ticked {
+		if ticked && !n.appFailed.Load() { // see handOver
 			n.rn.Tick()
 		}
 		if f != nil {

@@ -38,7 +38,8 @@ type WAL struct {
 	closed        bool        // under mu
 	err           error       // under wmu; sticky: a failed write leaves the tail unknown
 	buf           []byte
-	testSyncDelay atomic.Int64 // tests: nanoseconds each write of the log waits first
+	testSyncDelay atomic.Int64          // tests: nanoseconds each write of the log waits first
+	testSyncErr   atomic.Pointer[error] // tests: each write of the log lands but its fdatasync fails with it
 }
 
 type walSegment struct {
@@ -194,7 +195,11 @@ func (w *WAL) Append(recs []walRecord) error {
 		time.Sleep(time.Duration(d))
 	}
 	if _, err = s.f.WriteAt(w.buf, s.size); err == nil {
-		err = fdatasync(s.f)
+		if e := w.testSyncErr.Load(); e != nil { // tests: a full or failing disk
+			err = *e
+		} else {
+			err = fdatasync(s.f)
+		}
 	}
 	if err != nil {
 		return w.fail(err)
