@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -89,6 +90,13 @@ func testLeaderHandsOver(t *testing.T, fault func(*Node)) {
 	var nle *NotLeaderError
 	if _, err := acq(t, l, "refused", 3); !errors.As(err, &nle) {
 		t.Fatalf("acquire on the failed node: %v, want not_leader", err)
+	}
+	// Its state never catches up again: a consistent read there is
+	// refused at once, not left to run out its deadline.
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer rcancel()
+	if err := l.ReadBarrier(rctx); !errors.As(err, &nle) {
+		t.Fatalf("read barrier on the failed node: %v, want not_leader", err)
 	}
 	if err := <-done; err == nil {
 		// Granted: the entry was written and committed before the

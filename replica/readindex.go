@@ -64,7 +64,9 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 		if n.stopping() {
 			return ErrClosed
 		}
-		if n.lead.Load() == raft.None {
+		// A node whose log write failed applies nothing more: its state
+		// would never catch up to the read index.
+		if n.lead.Load() == raft.None || n.appFailed.Load() {
 			return n.notLeader()
 		}
 		if err := ctx.Err(); err != nil {
