@@ -49,8 +49,8 @@ type Gauges struct {
 // It waits while Held is falling, for up to settleChecks checks in a row:
 // a flood torn down over several intervals (on a busy machine, say) is
 // trimmed once, at its end. A trim midway would collect only what was
-// garbage by then, and the rest, less than worth but far more than the
-// idle heap, would wait for the runtime.
+// garbage by then; the rest, up to worth, would wait for the runtime's
+// next collection, minutes away in a quiet program.
 //
 // worth is minIdle, or a liveShare'th of the live heap when that is more:
 // a trim marks the whole live heap, twice. A busy program collects on its
