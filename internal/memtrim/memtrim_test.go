@@ -102,29 +102,29 @@ func TestRunTrimsAfterGaugeDrop(t *testing.T) {
 // rest to the runtime.
 func TestRunTrimsOnceAFallIsOver(t *testing.T) {
 	debug.FreeOSMemory() // no garbage nor free heap before the flood
-	defer func() { chain = nil }()
 	// Held runs on run's goroutine, once a check, before run reads the
 	// runtime: it makes the flood and lets it go, one step a check.
 	var calls atomic.Int64
+	var flood *node // used by run's goroutine only
 	held := func() int64 {
 		switch calls.Add(1) {
 		case 1: // the baseline
 			return 0
 		case 2: // the flood: ~33 MiB, live at a collection
 			for range 300_000 {
-				chain = &node{next: chain}
+				flood = &node{next: flood}
 			}
 			runtime.GC()
 			return 20 << 20
 		case 3: // most of it goes
-			n := chain
+			n := flood
 			for range 50_000 {
 				n = n.next
 			}
 			n.next = nil
 			return 4 << 20
 		default: // the rest goes
-			chain = nil
+			flood = nil
 			return 0
 		}
 	}
