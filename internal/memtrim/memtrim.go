@@ -46,6 +46,12 @@ type Gauges struct {
 //     collect until the heap doubles. It fires once per such growth: the
 //     trim's own collection sets the new low.
 //
+// It waits while Held is falling, for up to settleChecks checks in a row:
+// a flood torn down over several intervals (on a busy machine, say) is
+// trimmed once, at its end. A trim midway would collect only what was
+// garbage by then; the rest, up to worth, would wait for the runtime's
+// next collection, minutes away in a quiet program.
+//
 // worth is minIdle, or a liveShare'th of the live heap when that is more:
 // a trim marks the whole live heap, twice. A busy program collects on its
 // own, so the two quiet rules do not fire there, however large its live
@@ -77,7 +83,8 @@ func when(b bool, r rule) rule {
 func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, checked func(rule)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var peak int64
+	var peak, prev int64 // Held's highest since the last trim, and at the last check
+	var falls int        // checks in a row that saw Held fall
 	var made uint64
 	if g.Made != nil {
 		made = g.Made()
@@ -105,6 +112,13 @@ func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, ch
 		// A trim marks the whole live heap, twice: it must free at least
 		// minIdle and a liveShare'th of the live heap to be worth that.
 		worth := max(minIdle, m.live/liveShare)
+		falling := h < prev
+		prev = h
+		if falling {
+			falls++
+		} else {
+			falls = 0
+		}
 		dropped := uint64(peak-h) > worth
 		churned := mk-made > worth
 		// Quiet: no collection during the interval, and little
@@ -117,12 +131,15 @@ func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, ch
 		low = min(low, m.live)
 		grown := quiet && m.live > low+worth
 		fired := when(dropped, ruleDropped) | when(garbage, ruleGarbage) | when(idle, ruleIdle) | when(grown, ruleGrown)
+		if falling && falls < settleChecks {
+			fired = 0 // the program is still letting go: trim once it is done
+		}
 		if fired != 0 {
 			// Two collections: what sync.Pools held (gnet's buffers, say)
 			// survives the first one in their victim caches.
 			runtime.GC()
 			debug.FreeOSMemory()
-			peak, made = h, mk
+			peak, made, falls = h, mk, 0
 			m = read()
 			low = m.live
 		}
@@ -132,6 +149,10 @@ func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, ch
 		}
 	}
 }
+
+// settleChecks: when Held has fallen at this many checks in a row, Run
+// trims (if a rule says so) without waiting for the fall to end.
+const settleChecks = 5
 
 // quietShare: an interval that allocated at most minIdle/quietShare bytes
 // is quiet.

@@ -2,6 +2,7 @@ package memtrim
 
 import (
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,17 +81,85 @@ func TestRunReturnsFreedHeap(t *testing.T) {
 	}
 }
 
-// TestRunTrimsAfterGaugeDrop: the first check that sees the gauge fallen
-// by 64 MiB trims, though no collection has run since.
+// TestRunTrimsAfterGaugeDrop: once the gauge has fallen by 64 MiB (and
+// stopped falling), a check trims, though no collection has run since.
 func TestRunTrimsAfterGaugeDrop(t *testing.T) {
 	var held atomic.Int64
 	held.Store(64 << 20)
 	checks := startRun(t, 10*time.Millisecond, 8<<20, Gauges{Held: held.Load})
 	waitCheck(t, checks, "seeing the peak", func(c check) bool { return c.held == 64<<20 })
 	held.Store(0)
-	c := waitCheck(t, checks, "seeing the drop", func(c check) bool { return c.held == 0 })
-	if c.fired&ruleDropped == 0 {
-		t.Fatalf("the check that saw the gauge fall by 64 MiB fired %04b, not the drop rule", c.fired)
+	if c := waitCheck(t, checks, "trimming for the drop", trimmedBy(ruleDropped)); c.held != 0 {
+		t.Fatalf("trimmed for the drop with the gauge at %d MiB, before it fell", c.held>>20)
+	}
+}
+
+// TestRunTrimsOnceAFallIsOver: a flood of small objects, live at the last
+// collection, goes over two checks while the gauge falls with it, the
+// second part less than worth (waiters whose connections the server
+// closes over more than an interval). No rule trims until the fall is
+// over: a trim midway would collect only the first part and leave the
+// rest to the runtime.
+func TestRunTrimsOnceAFallIsOver(t *testing.T) {
+	debug.FreeOSMemory() // no garbage nor free heap before the flood
+	// Held runs on run's goroutine, once a check, before run reads the
+	// runtime: it makes the flood and lets it go, one step a check.
+	var calls atomic.Int64
+	var flood *node // used by run's goroutine only
+	held := func() int64 {
+		switch calls.Add(1) {
+		case 1: // the baseline
+			return 0
+		case 2: // the flood: ~33 MiB, live at a collection
+			for range 300_000 {
+				flood = &node{next: flood}
+			}
+			runtime.GC()
+			return 20 << 20
+		case 3: // most of it goes
+			n := flood
+			for range 50_000 {
+				n = n.next
+			}
+			n.next = nil
+			return 4 << 20
+		default: // the rest goes
+			flood = nil
+			return 0
+		}
+	}
+	checks := startRun(t, 20*time.Millisecond, 8<<20, Gauges{Held: held})
+	for c := range checks {
+		if c.fired != 0 && calls.Load() > 2 {
+			if c.held != 0 {
+				t.Fatalf("trimmed (%04b) midway through the fall, with the gauge at %d MiB", c.fired, c.held>>20)
+			}
+			if live := read().live; live > 4<<20 {
+				t.Fatalf("%d MiB live after the trim", live>>20)
+			}
+			return
+		}
+		if calls.Load() > 100 {
+			t.Fatalf("no trim in %d checks after the flood went", calls.Load())
+		}
+	}
+}
+
+// TestRunTrimsAFallThatGoesOn: a gauge that keeps falling is trimmed for
+// its drop all the same, without waiting for the fall to end.
+func TestRunTrimsAFallThatGoesOn(t *testing.T) {
+	var calls atomic.Int64
+	held := func() int64 { return 1<<40 - (calls.Add(1)-1)<<20 } // 1 MiB less every check
+	checks := startRun(t, 10*time.Millisecond, 8<<20, Gauges{Held: held})
+	n := 0
+	for c := range checks {
+		n++
+		if c.fired&ruleDropped != 0 {
+			return
+		}
+		if n > 100 {
+			t.Fatalf("no trim in %d checks of a gauge falling 1 MiB a check", n)
+		}
 	}
 }
 
@@ -218,8 +287,7 @@ func TestRunWeighsATrimAgainstTheLiveHeap(t *testing.T) {
 	held.Store(64 << 20)
 	waitCheck(t, checks, "seeing the 64 MiB peak", func(c check) bool { return c.held == 64<<20 })
 	held.Store(0)
-	c := waitCheck(t, checks, "seeing the 64 MiB drop", func(c check) bool { return c.held == 0 })
-	if c.fired&ruleDropped == 0 {
-		t.Fatalf("the check that saw the gauge fall by 64 MiB with 44 MiB live fired %04b, not the drop rule", c.fired)
+	if c := waitCheck(t, checks, "trimming for the 64 MiB drop", trimmedBy(ruleDropped)); c.held != 0 {
+		t.Fatalf("trimmed for the drop with the gauge at %d MiB, before it fell", c.held>>20)
 	}
 }
