@@ -154,11 +154,11 @@ func (s *Server) enforce() {
 		n  int64
 	}
 	var cands []held
-	s.reg.each(func(ss *session) {
+	for ss := range s.sessions {
 		if n := ss.unsent.Load(); n > 0 && !ss.evict.Load() {
 			cands = append(cands, held{ss, n})
 		}
-	})
+	}
 	slices.SortFunc(cands, func(a, b held) int { return int(b.n - a.n) })
 	for _, c := range cands {
 		if need <= 0 {
@@ -167,14 +167,6 @@ func (s *Server) enforce() {
 		c.ss.evict.Store(true)
 		_ = c.ss.conn.Wake(nil) // fails only when the conn is gone
 		need -= c.n
-	}
-}
-
-// wakeStalled wakes, from the sweeper, each connection whose output has waited
-// past WriteTimeout, so that its loop checks and closes it.
-func (s *Server) wakeStalled(ss *session, cutoff int64) {
-	if since := ss.stallSince.Load(); since != 0 && since <= cutoff {
-		_ = ss.conn.Wake(nil)
 	}
 }
 
