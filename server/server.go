@@ -39,7 +39,7 @@ type Server struct {
 	answerQ atomic.Pointer[answerQueue]
 	cli     *gnet.Client // the event loops plain TCP connections are enrolled in
 	addr    string
-	booted  chan struct{}
+	booted  atomic.Bool
 	lnSet   *listen.Set   // nil: accept errors are only retried
 	ln      net.Listener  // accepts through guard (and TLS, when on)
 	guard   *listen.Guard // retries EMFILE and the like; nil until Start
@@ -83,8 +83,7 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 		return nil, errors.New("server: no backend")
 	}
 	s := &Server{cfg: cfg, be: be, log: log,
-		booted: make(chan struct{}), stop: make(chan struct{}),
-		kick: make(chan struct{}, 1), statsSem: make(chan struct{}, cfg.StatsConcurrency)}
+		stop: make(chan struct{}), kick: make(chan struct{}, 1), statsSem: make(chan struct{}, cfg.StatsConcurrency)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -124,7 +123,7 @@ func (s *Server) Start() error {
 		_ = s.ln.Close()
 		return fmt.Errorf("server: start event loops: %w", err)
 	}
-	close(s.booted)
+	s.booted.Store(true)
 	s.running.Go(s.accept)
 	go s.sweep()
 	return nil
@@ -223,9 +222,7 @@ func (s *Server) Settle(ctx context.Context) error {
 // Stop closes the listener and every connection (releasing what each
 // held) and waits for the event loops to end, or for ctx.
 func (s *Server) Stop(ctx context.Context) error {
-	select {
-	case <-s.booted:
-	default:
+	if !s.booted.Load() {
 		return errors.New("server: not started")
 	}
 	var err error
@@ -329,10 +326,7 @@ func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 	n := s.conns.Add(1)
 	if max := s.cfg.MaxConnections; max > 0 && n > int64(max) {
-		s.conns.Add(-1)
-		s.refuse(metrics.RefusedMaxConnections)
-		s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", "max connections"))
-		return nil, false
+		return s.refuse(remote, metrics.RefusedMaxConnections, "max connections")
 	}
 	ip := ""
 	if s.cfg.MaxConnectionsPerIP > 0 {
@@ -341,10 +335,7 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 			ip = authlimit.Key(a).String() // an IPv6 client is its /64
 		}
 		if !s.perIP.acquire(ip, s.cfg.MaxConnectionsPerIP) {
-			s.conns.Add(-1)
-			s.refuse(metrics.RefusedMaxConnectionsPerIP)
-			s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", "max connections per IP"))
-			return nil, false
+			return s.refuse(remote, metrics.RefusedMaxConnectionsPerIP, "max connections per IP")
 		}
 	}
 	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip,
