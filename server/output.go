@@ -11,23 +11,13 @@ import (
 )
 
 // Output bounds. A client that sends requests and never reads the answers
-// makes the server keep them; a stats answer can be a megabyte. Three
-// limits keep that memory bounded:
-//
-//   - per connection, MaxConnOutput: the answers not yet sent (gnet's
-//     outbound buffer, or a stats answer before it is buffered) may not
-//     pass it; the connection is closed when they would;
-//   - for the whole server, the output budget (MaxOutput, shared with the
-//     REST server): past it the connections holding the most unsent
-//     output are closed, largest first, until the count is back under
-//     three quarters of it, and stats answers carry totals only;
-//   - in time, WriteTimeout: a connection that has had answers unsent
-//     and sent nothing of them for that long is closed.
-//
-// The accounting is free on the lock path: a connection whose answers all
-// went straight to the socket (gnet's outbound buffer empty) touches no
-// shared counter. Only a connection that has unsent output updates the
-// budget, once per turn.
+// makes the server keep them, and a stats answer can be a megabyte:
+// MaxConnOutput caps one connection's unsent answers, the output budget
+// (MaxOutput, shared with the REST server) all connections' together, and
+// WriteTimeout how long a connection may take none of them (Config). The
+// accounting is free on the lock path: only a connection that has unsent
+// output (gnet's outbound buffer not empty) updates the shared budget,
+// once per turn.
 
 // WithOutputBudget makes the server count its unsent output in b, which
 // the REST server may share; without it the server makes its own budget
@@ -186,11 +176,8 @@ func (s *Server) stats(ss *session, consistent bool) {
 	}
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()
-	ss.mu.Lock()
-	gone := ss.gone
-	ss.mu.Unlock()
-	if gone {
-		return
+	if ss.closed.Load() {
+		return // checked again, under ss.mu, before the answer is kept
 	}
 	limit := s.cfg.MaxStatsBytes
 	if !s.budget.Fits(int64(limit)) {

@@ -102,13 +102,10 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 
 // Start listens and serves in the background. It returns once the server
 // accepts connections, or with the reason it could not.
-//
-// latchd runs its own accept loop rather than gnet's: gnet v2.10.0 shuts
-// its engine down for good on the first accept error it does not expect
-// (EMFILE among them), dropping every client. The loop accepts through a
-// listen.Guard, which backs off and retries such errors, and enrolls each
-// connection in the event loops of a gnet.Client with the same handler
-// and options, so serving a connection is unchanged.
+// It accepts through its own loop and a listen.Guard, which backs off and
+// retries accept errors, and enrolls plain connections in a gnet.Client's
+// event loops: gnet v2.10.0's own accept loop ends its engine, dropping
+// every client, on the first accept error it does not expect (EMFILE).
 func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
