@@ -49,13 +49,7 @@ func write(c gnet.Conn, out []byte) {
 		_, _ = c.Write(out)
 		return
 	}
-	chunks := make([][]byte, 0, (len(out)+outChunk-1)/outChunk) // large answers only (stats)
-	for len(out) > 0 {
-		n := min(len(out), outChunk)
-		chunks = append(chunks, out[:n])
-		out = out[n:]
-	}
-	_, _ = c.Writev(chunks)
+	_, _ = c.Writev(slices.Collect(slices.Chunk(out, outChunk))) // large answers only (stats)
 }
 
 // keep returns buf emptied for reuse, or nil when it grew large.
