@@ -54,7 +54,7 @@ type Server struct {
 	reg        sync.Map // *session -> struct{}: every open session, for the sweeper
 	perIP      ipCounts
 	authLim    *authlimit.Limiter // failed auth per IP; nil when off or no auth
-	loops      loops
+	loops      sync.Map           // gnet.EventLoop -> *loop
 
 	// Output bounds (output.go).
 	budget   *budget.Budget
@@ -286,7 +286,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if !ok {
 		return []byte("error\n"), gnet.Close
 	}
-	ss.loop = s.loops.of(c)
+	ss.loop = s.loopOf(c)
 	if s.batcher != nil && s.answerQ.Load() == nil && s.cfg.Loops() == 1 {
 		s.answersOnLoop(c.EventLoop())
 	}
