@@ -5,12 +5,9 @@
 // satisfies Backend in replica/backend.go). The front ends hold a Backend
 // and never learn which one it is.
 //
-// A call either answers at once or, on a replicated backend, says that
-// the answer comes later: Submit returns pending and later hears the
-// reply exactly once, on another goroutine. A parked acquire or wait
-// then hears its grant or timeout through its engine.Sink, as on a single
-// node. Do is the blocking form, bounded by the backend, for front ends
-// that have a goroutine to block (the REST API's fasthttp workers).
+// A call answers at once or, on a replicated backend, later (Submit's
+// pending); Do is the blocking form, for front ends that have a goroutine
+// to block (the REST API's fasthttp workers).
 //
 // The package imports only engine, fence and internal/clock: it knows
 // nothing of the network, of raft or of the front ends.

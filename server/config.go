@@ -30,9 +30,8 @@ type Config struct {
 	// MaxParked caps the bytes a client may pipeline behind a request that
 	// is waiting; past it the connection is closed.
 	MaxParked int
-	// TLS, when set, serves TLS instead of plain TCP. gnet has no TLS, so
-	// TLS connections are served by crypto/tls with a reader goroutine per
-	// connection, through the same codec, session and engine code.
+	// TLS, when set, serves TLS instead of plain TCP: crypto/tls with a
+	// goroutine per connection (gnet has no TLS), through the same code.
 	TLS *tls.Config
 	// MaxConnectionsPerIP caps open connections from one client address;
 	// 0 means no cap.
@@ -43,9 +42,9 @@ type Config struct {
 	// without the secret being compared. 0 turns the limit off.
 	AuthFailuresPerMinute int
 
-	// Output bounds (output.go). MaxConnOutput caps the answers buffered
-	// for one connection that its client has not read (a stats answer
-	// counts before it is buffered); past it the connection is closed.
+	// MaxConnOutput caps the answers buffered for one connection that its
+	// client has not read (a stats answer counts before it is buffered);
+	// past it the connection is closed.
 	MaxConnOutput int
 	// MaxOutput is the budget of answers buffered for all connections
 	// together, shared with the REST server when both get the same
@@ -62,11 +61,9 @@ type Config struct {
 	// of MaxConnOutput.
 	MaxStatsBytes int
 	// SendBuffer sets each connection's kernel send buffer (SO_SNDBUF) in
-	// bytes; 0 keeps the kernel's autotuning, which lets Linux hold up
-	// to net.ipv4.tcp_wmem's maximum (4 MiB by default) per connection
-	// outside these bounds: a few hundred clients that do not read then
-	// push the kernel into TCP memory pressure, which stalls every
-	// connection.
+	// bytes; 0 keeps the kernel's autotuning, under which a few hundred
+	// clients that do not read (up to 4 MiB each, outside these bounds)
+	// push Linux into TCP memory pressure, stalling every connection.
 	SendBuffer int
 	// StatsConcurrency bounds the stats answers being built at once,
 	// server-wide; the others wait their turn.
@@ -100,11 +97,8 @@ func DefaultConfig() Config {
 
 // Loops is the number of event loops the server runs: EventLoops, or when
 // that is 0, one per core (GOMAXPROCS) but one, and at least one. The core
-// left over serves what else runs in the process and on the host: the
-// clock goroutine, REST, the kernel's network stack. On a 2-core machine
-// one loop hands a hot key on faster than two (every grant stays on the
-// loop, no wake-up of another one) at the same CPU per op on unique keys
-// (docs/architecture.md, "How many event loops").
+// left over serves the clock goroutine, REST and the kernel's network
+// stack (docs/architecture.md, "How many event loops").
 func (c Config) Loops() int {
 	if c.EventLoops > 0 {
 		return c.EventLoops

@@ -17,11 +17,6 @@
 // session's inbox and calls conn.Wake, and the connection's own loop
 // writes it and resumes decoding.
 //
-// Connections are accepted by the server's own goroutine through an
-// internal/listen guard, which backs off accept errors (EMFILE) that
-// would end gnet v2.10.0's engine, and enrolled in the event loops of a
-// gnet.Client with this handler.
-//
 // Lock order: session.mu takes no other lock, and nothing is called while
 // it is held (docs/locks.md).
 package server

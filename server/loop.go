@@ -1,8 +1,6 @@
 package server
 
 import (
-	"sync"
-
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/latchd/latchd/engine"
@@ -55,26 +53,12 @@ func (s *Server) drain(l *loop) {
 	l.draining = false
 }
 
-// loops maps gnet's event loops to their contexts.
-type loops struct {
-	mu sync.Mutex
-	m  map[gnet.EventLoop]*loop
-}
-
-func (ls *loops) of(c gnet.Conn) *loop {
+// loopOf returns the context of c's event loop, or nil when c has none.
+func (s *Server) loopOf(c gnet.Conn) *loop {
 	el := c.EventLoop()
 	if el == nil {
 		return nil
 	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.m == nil {
-		ls.m = make(map[gnet.EventLoop]*loop)
-	}
-	l := ls.m[el]
-	if l == nil {
-		l = &loop{}
-		ls.m[el] = l
-	}
-	return l
+	l, _ := s.loops.LoadOrStore(el, new(loop))
+	return l.(*loop)
 }

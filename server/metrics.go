@@ -2,6 +2,9 @@ package server
 
 import (
 	"errors"
+	"net"
+
+	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/codec"
 	"github.com/latchd/latchd/internal/listen"
@@ -57,12 +60,15 @@ func (s *Server) violation(r metrics.Reason) {
 	}
 }
 
-// refuse counts a connection refused by a connection cap.
-func (s *Server) refuse(r metrics.Refusal) {
+// refuse refuses a connection open counted, by the connection cap r.
+func (s *Server) refuse(remote net.Addr, r metrics.Refusal, why string) (*session, bool) {
+	s.conns.Add(-1)
 	s.refused.Add(1)
 	if s.met != nil {
 		s.met.Refused(r)
 	}
+	s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", why))
+	return nil, false
 }
 
 // reasonFor maps the error behind a protocol violation to its metric

@@ -11,23 +11,13 @@ import (
 )
 
 // Output bounds. A client that sends requests and never reads the answers
-// makes the server keep them; a stats answer can be a megabyte. Three
-// limits keep that memory bounded:
-//
-//   - per connection, MaxConnOutput: the answers not yet sent (gnet's
-//     outbound buffer, or a stats answer before it is buffered) may not
-//     pass it; the connection is closed when they would;
-//   - for the whole server, the output budget (MaxOutput, shared with the
-//     REST server): past it the connections holding the most unsent
-//     output are closed, largest first, until the count is back under
-//     three quarters of it, and stats answers carry totals only;
-//   - in time, WriteTimeout: a connection that has had answers unsent
-//     and sent nothing of them for that long is closed.
-//
-// The accounting is free on the lock path: a connection whose answers all
-// went straight to the socket (gnet's outbound buffer empty) touches no
-// shared counter. Only a connection that has unsent output updates the
-// budget, once per turn.
+// makes the server keep them, and a stats answer can be a megabyte:
+// MaxConnOutput caps one connection's unsent answers, the output budget
+// (MaxOutput, shared with the REST server) all connections' together, and
+// WriteTimeout how long a connection may take none of them (Config). The
+// accounting is free on the lock path: only a connection that has unsent
+// output (gnet's outbound buffer not empty) updates the shared budget,
+// once per turn.
 
 // WithOutputBudget makes the server count its unsent output in b, which
 // the REST server may share; without it the server makes its own budget
@@ -59,13 +49,7 @@ func write(c gnet.Conn, out []byte) {
 		_, _ = c.Write(out)
 		return
 	}
-	chunks := make([][]byte, 0, (len(out)+outChunk-1)/outChunk) // large answers only (stats)
-	for len(out) > 0 {
-		n := min(len(out), outChunk)
-		chunks = append(chunks, out[:n])
-		out = out[n:]
-	}
-	_, _ = c.Writev(chunks)
+	_, _ = c.Writev(slices.Collect(slices.Chunk(out, outChunk))) // large answers only (stats)
 }
 
 // keep returns buf emptied for reuse, or nil when it grew large.
@@ -154,11 +138,11 @@ func (s *Server) enforce() {
 		n  int64
 	}
 	var cands []held
-	s.reg.each(func(ss *session) {
+	for ss := range s.sessions {
 		if n := ss.unsent.Load(); n > 0 && !ss.evict.Load() {
 			cands = append(cands, held{ss, n})
 		}
-	})
+	}
 	slices.SortFunc(cands, func(a, b held) int { return int(b.n - a.n) })
 	for _, c := range cands {
 		if need <= 0 {
@@ -167,14 +151,6 @@ func (s *Server) enforce() {
 		c.ss.evict.Store(true)
 		_ = c.ss.conn.Wake(nil) // fails only when the conn is gone
 		need -= c.n
-	}
-}
-
-// wakeStalled wakes, from the sweeper, each connection whose output has waited
-// past WriteTimeout, so that its loop checks and closes it.
-func (s *Server) wakeStalled(ss *session, cutoff int64) {
-	if since := ss.stallSince.Load(); since != 0 && since <= cutoff {
-		_ = ss.conn.Wake(nil)
 	}
 }
 
@@ -194,11 +170,8 @@ func (s *Server) stats(ss *session, consistent bool) {
 	}
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()
-	ss.mu.Lock()
-	gone := ss.gone
-	ss.mu.Unlock()
-	if gone {
-		return
+	if ss.closed.Load() {
+		return // checked again, under ss.mu, before the answer is kept
 	}
 	limit := s.cfg.MaxStatsBytes
 	if !s.budget.Fits(int64(limit)) {

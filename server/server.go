@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -38,22 +39,22 @@ type Server struct {
 	answerQ atomic.Pointer[answerQueue]
 	cli     *gnet.Client // the event loops plain TCP connections are enrolled in
 	addr    string
-	booted  chan struct{}
-	lnSet   *listen.Set // nil: accept errors are only retried
+	booted  atomic.Bool
+	lnSet   *listen.Set   // nil: accept errors are only retried
+	ln      net.Listener  // accepts through guard (and TLS, when on)
+	guard   *listen.Guard // retries EMFILE and the like; nil until Start
+	// running counts the accept loop and, on TLS, each connection's
+	// goroutine.
+	running sync.WaitGroup
 
 	conns      atomic.Int64
 	refused    atomic.Uint64
 	violations atomic.Uint64
 	nextID     atomic.Uint64
-	reg        registry
+	reg        sync.Map // *session -> struct{}: every open session, for the sweeper
 	perIP      ipCounts
 	authLim    *authlimit.Limiter // failed auth per IP; nil when off or no auth
-	loops      loops
-
-	ln      net.Listener   // guarded: Accept retries EMFILE and the like
-	lnGuard *listen.Guard  // the guard under ln
-	acceptW sync.WaitGroup // the accept loop
-	tlsW    sync.WaitGroup // TLS transport only: its connections
+	loops      sync.Map           // gnet.EventLoop -> *loop
 
 	// Output bounds (output.go).
 	budget   *budget.Budget
@@ -82,8 +83,7 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 		return nil, errors.New("server: no backend")
 	}
 	s := &Server{cfg: cfg, be: be, log: log,
-		booted: make(chan struct{}), stop: make(chan struct{}),
-		kick: make(chan struct{}, 1), statsSem: make(chan struct{}, cfg.StatsConcurrency)}
+		stop: make(chan struct{}), kick: make(chan struct{}, 1), statsSem: make(chan struct{}, cfg.StatsConcurrency)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -94,7 +94,6 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 		s.nextID.Store(ownerBase())
 	}
 	s.batcher, _ = be.(backend.AnswerBatcher)
-	s.reg.init()
 	if cfg.AuthToken != "" && cfg.AuthFailuresPerMinute > 0 {
 		s.authLim = authlimit.New(cfg.AuthFailuresPerMinute, authlimit.DefaultMaxIPs)
 	}
@@ -103,24 +102,32 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 
 // Start listens and serves in the background. It returns once the server
 // accepts connections, or with the reason it could not.
-//
-// latchd runs its own accept loop rather than gnet's: gnet v2.10.0 shuts
-// its engine down for good on the first accept error it does not expect
-// (EMFILE among them), dropping every client. The loop accepts through a
-// listen.Guard, which backs off and retries such errors, and enrolls each
-// connection in the event loops of a gnet.Client with the same handler
-// and options, so serving a connection is unchanged.
+// It accepts through its own loop and a listen.Guard, which backs off and
+// retries accept errors, and enrolls plain connections in a gnet.Client's
+// event loops: gnet v2.10.0's own accept loop ends its engine, dropping
+// every client, on the first accept error it does not expect (EMFILE).
 func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("server: listen %s: %w", s.cfg.Addr, err)
 	}
 	s.addr = ln.Addr().String()
-	s.ln = s.lnSet.Wrap("tcp", ln)
-	s.lnGuard, _ = s.ln.(*listen.Guard)
+	s.guard = s.lnSet.Wrap("tcp", ln).(*listen.Guard)
+	s.ln = s.guard
 	if s.cfg.TLS != nil {
-		return s.startTLS()
+		s.ln = tls.NewListener(s.guard, s.cfg.TLS)
+	} else if err := s.startLoops(); err != nil {
+		_ = s.ln.Close()
+		return fmt.Errorf("server: start event loops: %w", err)
 	}
+	s.booted.Store(true)
+	s.running.Go(s.accept)
+	go s.sweep()
+	return nil
+}
+
+// startLoops starts the gnet event loops connections are enrolled in.
+func (s *Server) startLoops() error {
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithNumEventLoop(s.cfg.Loops()),
@@ -135,43 +142,37 @@ func (s *Server) Start() error {
 	if err == nil {
 		err = cli.Start()
 	}
-	if err != nil {
-		_ = s.ln.Close()
-		return fmt.Errorf("server: start event loops: %w", err)
-	}
 	s.cli = cli
-	close(s.booted)
-	s.acceptW.Add(1)
-	go s.accept()
-	go s.sweep()
-	return nil
+	return err
 }
 
-// accept takes connections until the listener closes and hands each to
-// an enroller. Enrolling waits for an event loop to run OnOpen, so one
-// enroller per loop keeps every loop taking connections while this
-// goroutine accepts the next.
+// accept takes connections until the listener closes (the guard retries
+// every other error). A TLS connection gets its own goroutine (tls.go);
+// a plain one goes to an enroller. Enrolling waits for an event loop to
+// run OnOpen, so one enroller per loop keeps every loop taking
+// connections while this goroutine accepts the next.
 func (s *Server) accept() {
-	defer s.acceptW.Done()
-	conns := make(chan net.Conn, 64)
-	var enrollers sync.WaitGroup
-	for range max(s.cfg.EventLoops, runtime.NumCPU()) {
-		enrollers.Add(1)
-		go func() {
-			defer enrollers.Done()
-			for c := range conns {
-				s.enroll(c)
-			}
-		}()
+	serve := func(c net.Conn) { s.running.Go(func() { s.serveTLS(c) }) }
+	if s.cfg.TLS == nil {
+		conns := make(chan net.Conn, 64)
+		var enrollers sync.WaitGroup
+		for range max(s.cfg.EventLoops, runtime.NumCPU()) {
+			enrollers.Go(func() {
+				for c := range conns {
+					s.enroll(c)
+				}
+			})
+		}
+		defer enrollers.Wait()
+		defer close(conns)
+		serve = func(c net.Conn) { conns <- c }
 	}
-	defer enrollers.Wait()
-	defer close(conns)
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			return // closed: the guard retries everything else
+			return
 		}
-		conns <- c
+		serve(c)
 	}
 }
 
@@ -182,20 +183,9 @@ func (s *Server) enroll(c net.Conn) {
 		// like an accept: the client is dropped, and the guard counts it
 		// and backs the listener off.
 		_ = c.Close() // EnrollContext closes c too; twice is harmless
-		if g, ok := s.guard(); ok {
-			g.Report(err)
-		}
+		s.guard.Report(err)
 	}
 }
-
-// guard returns the listener's guard: the listener itself, or under the
-// TLS listener.
-func (s *Server) guard() (*listen.Guard, bool) {
-	return s.lnGuard, s.lnGuard != nil
-}
-
-// OnBoot is called by gnet when the event loops start.
-func (s *Server) OnBoot(gnet.Engine) gnet.Action { return gnet.None }
 
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.addr }
@@ -216,77 +206,71 @@ func (s *Server) StopAccepting() {
 // connections without running their pending wake-ups, so a graceful stop
 // settles first.
 func (s *Server) Settle(ctx context.Context) error {
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for {
-		pending := false
-		s.reg.each(func(ss *session) {
+	return poll(ctx, func() bool {
+		for ss := range s.sessions {
 			if ss.woken.Load() {
-				pending = true
+				return false
 			}
-		})
-		if !pending {
-			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+		return true
+	})
 }
 
 // Stop closes the listener and every connection (releasing what each
 // held) and waits for the event loops to end, or for ctx.
 func (s *Server) Stop(ctx context.Context) error {
-	select {
-	case <-s.booted:
-	default:
+	if !s.booted.Load() {
 		return errors.New("server: not started")
 	}
 	var err error
 	s.stopOnce.Do(func() {
 		close(s.stop)
-		if s.cfg.TLS != nil {
-			if err = s.stopTLS(ctx); err == nil {
-				err = s.waitPending(ctx)
-			}
-			return
-		}
 		_ = s.ln.Close()
-		s.acceptW.Wait() // no enroll races the client's stop
-		done := make(chan error, 1)
-		// Client.Stop closes every connection (OnClose runs for each) and
-		// returns when the loops have ended, without gnet Engine.Stop's
-		// 500 ms polling.
-		go func() { done <- s.cli.Stop() }()
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		if q := s.answerQ.Load(); q != nil {
-			// After the loops: answers they never ran. A runner set by a
-			// racing OnOpen after this is refused by the closed queue.
-			s.batcher.SetAnswerBatches(nil)
-			q.close()
+		if s.cfg.TLS != nil {
+			for ss := range s.sessions {
+				_ = ss.conn.Close()
+			}
+			err = await(ctx, func() error { s.running.Wait(); return nil })
+		} else {
+			s.running.Wait() // no enroll races the client's stop
+			// Client.Stop closes every connection (OnClose runs for each)
+			// and returns when the loops have ended, without gnet
+			// Engine.Stop's 500 ms polling.
+			err = await(ctx, s.cli.Stop)
+			if q := s.answerQ.Load(); q != nil {
+				// After the loops: answers they never ran. A runner set by
+				// a racing OnOpen after this is refused by the closed queue.
+				s.batcher.SetAnswerBatches(nil)
+				q.close()
+			}
 		}
 		if err == nil {
-			err = s.waitPending(ctx)
+			// The requests the backend has yet to answer.
+			err = poll(ctx, func() bool { return s.inflight.Load() <= 0 })
 		}
 	})
 	return err
 }
 
-// waitPending waits, within ctx, for the requests the backend has yet to
-// answer.
-func (s *Server) waitPending(ctx context.Context) error {
-	if s.inflight.Load() <= 0 {
-		return nil
+// await runs fn on its own goroutine and returns its error, or ctx's if
+// ctx ends first.
+func await(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+}
+
+// poll waits, within ctx, until done reports true, checking every
+// millisecond.
+func poll(ctx context.Context, done func() bool) error {
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for s.inflight.Load() > 0 {
+	for !done() {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -302,7 +286,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if !ok {
 		return []byte("error\n"), gnet.Close
 	}
-	ss.loop = s.loops.of(c)
+	ss.loop = s.loopOf(c)
 	if s.batcher != nil && s.answerQ.Load() == nil && s.cfg.Loops() == 1 {
 		s.answersOnLoop(c.EventLoop())
 	}
@@ -339,22 +323,16 @@ func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 	n := s.conns.Add(1)
 	if max := s.cfg.MaxConnections; max > 0 && n > int64(max) {
-		s.conns.Add(-1)
-		s.refuse(metrics.RefusedMaxConnections)
-		s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", "max connections"))
-		return nil, false
+		return s.refuse(remote, metrics.RefusedMaxConnections, "max connections")
 	}
 	ip := ""
 	if s.cfg.MaxConnectionsPerIP > 0 {
-		ip = hostOf(remote)
+		ip = remote.String()
 		if a := addrOf(remote); a.IsValid() {
 			ip = authlimit.Key(a).String() // an IPv6 client is its /64
 		}
 		if !s.perIP.acquire(ip, s.cfg.MaxConnectionsPerIP) {
-			s.conns.Add(-1)
-			s.refuse(metrics.RefusedMaxConnectionsPerIP)
-			s.debug("connection refused", zap.String("remote", remote.String()), zap.String("reason", "max connections per IP"))
-			return nil, false
+			return s.refuse(remote, metrics.RefusedMaxConnectionsPerIP, "max connections per IP")
 		}
 	}
 	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip,
@@ -362,7 +340,7 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 	if s.authLim != nil {
 		ss.authIP = addrOf(remote)
 	}
-	s.reg.add(ss)
+	s.reg.Store(ss, struct{}{})
 	if s.met != nil {
 		s.met.Opened()
 	}
@@ -380,9 +358,9 @@ func (s *Server) close(ss *session, err error) {
 	if ss.ip != "" {
 		s.perIP.release(ss.ip)
 	}
-	s.reg.remove(ss)
-	if g, ok := s.guard(); ok {
-		g.Freed() // a listener out of descriptors may accept again
+	s.reg.Delete(ss)
+	if s.guard != nil {
+		s.guard.Freed() // a listener out of descriptors may accept again
 	}
 	s.forget(ss)
 	ss.closed.Store(true)
@@ -414,19 +392,8 @@ func addrOf(a net.Addr) netip.Addr {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		return ta.AddrPort().Addr().Unmap()
 	}
-	ip, _ := netip.ParseAddr(hostOf(a))
-	return ip.Unmap()
-}
-
-func hostOf(a net.Addr) string {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
-	}
-	h, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return a.String()
-	}
-	return h
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap.Addr().Unmap()
 }
 
 // ipCounts counts open connections per client IP.
@@ -480,9 +447,9 @@ func (s *Server) sweep() {
 		s.enforce()
 		cutoff := now() - int64(s.cfg.ReadTimeout)
 		wcutoff := now() - int64(s.cfg.WriteTimeout)
-		s.reg.each(func(ss *session) {
-			if s.cfg.WriteTimeout > 0 {
-				s.wakeStalled(ss, wcutoff)
+		for ss := range s.sessions {
+			if since := ss.stallSince.Load(); s.cfg.WriteTimeout > 0 && since != 0 && since <= wcutoff {
+				_ = ss.conn.Wake(nil)
 			}
 			if since := ss.partialSince.Load(); since != 0 && since <= cutoff {
 				ss.partialSince.Store(0)
@@ -490,53 +457,11 @@ func (s *Server) sweep() {
 				s.debug("protocol error", zap.Uint64("conn_id", uint64(ss.id)), zap.String("reason", "read timeout"))
 				_ = ss.conn.Close() // concurrency-safe in gnet v2
 			}
-		})
-	}
-}
-
-// registry holds every open session for the sweeper, in shards so that
-// opening and closing connections on several loops rarely contend.
-type registry struct {
-	shards [32]struct {
-		mu sync.Mutex
-		m  map[*session]struct{}
-	}
-}
-
-func (r *registry) init() {
-	for i := range r.shards {
-		r.shards[i].m = make(map[*session]struct{})
-	}
-}
-
-func (r *registry) shard(ss *session) int { return int(uint64(ss.id) % uint64(len(r.shards))) }
-
-func (r *registry) add(ss *session) {
-	sh := &r.shards[r.shard(ss)]
-	sh.mu.Lock()
-	sh.m[ss] = struct{}{}
-	sh.mu.Unlock()
-}
-
-func (r *registry) remove(ss *session) {
-	sh := &r.shards[r.shard(ss)]
-	sh.mu.Lock()
-	delete(sh.m, ss)
-	sh.mu.Unlock()
-}
-
-func (r *registry) each(fn func(*session)) {
-	var batch []*session
-	for i := range r.shards {
-		sh := &r.shards[i]
-		sh.mu.Lock()
-		for ss := range sh.m {
-			batch = append(batch, ss)
 		}
-		sh.mu.Unlock()
-		for _, ss := range batch {
-			fn(ss)
-		}
-		batch = batch[:0]
 	}
+}
+
+// sessions yields every open session.
+func (s *Server) sessions(yield func(*session) bool) {
+	s.reg.Range(func(k, _ any) bool { return yield(k.(*session)) })
 }

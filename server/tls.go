@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -30,34 +29,10 @@ func (p *tlsPeer) Wake(gnet.AsyncCallback) error {
 
 func (p *tlsPeer) Close() error { return p.c.Close() }
 
-func (s *Server) startTLS() error {
-	s.ln = tls.NewListener(s.ln, s.cfg.TLS)
-	close(s.booted)
-	s.tlsW.Add(1)
-	go s.acceptTLS()
-	go s.sweep()
-	return nil
-}
-
-// acceptTLS takes TLS connections until the listener closes; the guard
-// under it retries and backs off accept errors.
-func (s *Server) acceptTLS() {
-	defer s.tlsW.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		s.tlsW.Add(1)
-		go s.serveTLS(c)
-	}
-}
-
 // serveTLS runs one TLS connection: a reader goroutine feeds bytes, and
 // this goroutine plays the part of the connection's event loop, running
 // the same process step as gnet's OnTraffic.
 func (s *Server) serveTLS(c net.Conn) {
-	defer s.tlsW.Done()
 	p := &tlsPeer{c: c, wake: make(chan struct{}, 1)}
 	ss, ok := s.open(c.RemoteAddr(), p)
 	if !ok {
@@ -151,17 +126,4 @@ func (s *Server) writeTLS(ss *session, c net.Conn, out []byte) error {
 		s.protocolError(ss, errWriteTimeout)
 	}
 	return err
-}
-
-func (s *Server) stopTLS(ctx context.Context) error {
-	_ = s.ln.Close()
-	s.reg.each(func(ss *session) { _ = ss.conn.Close() })
-	done := make(chan struct{})
-	go func() { s.tlsW.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -133,20 +133,19 @@ func (s *Server) auth(ss *session, req *codec.Request, out []byte) ([]byte, bool
 	if s.cfg.AuthToken == "" {
 		return codec.AppendStatus(out, codec.StatusError), false
 	}
+	t := time.Now()
 	if s.authLim != nil {
 		// An IP that failed too often is refused without a comparison,
 		// so guessing costs it time.
-		t := time.Now()
 		if blocked, _ := s.authLim.Blocked(ss.authIP, t); blocked {
 			s.protocolError(ss, errAuthLimited)
 			return codec.AppendStatus(out, codec.StatusErrorAuth), true
 		}
-		if subtle.ConstantTimeCompare(req.Token, []byte(s.cfg.AuthToken)) != 1 {
+	}
+	if subtle.ConstantTimeCompare(req.Token, []byte(s.cfg.AuthToken)) != 1 {
+		if s.authLim != nil {
 			s.authLim.Failed(ss.authIP, t)
-			s.protocolError(ss, errBadAuth)
-			return codec.AppendStatus(out, codec.StatusErrorAuth), true
 		}
-	} else if subtle.ConstantTimeCompare(req.Token, []byte(s.cfg.AuthToken)) != 1 {
 		s.protocolError(ss, errBadAuth)
 		return codec.AppendStatus(out, codec.StatusErrorAuth), true
 	}
