@@ -79,8 +79,17 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	default:
 		return codec.AppendStatus(out, codec.StatusError), true
 	}
-	ss.cmd = req.Cmd // read by Answer: the connection parks until then
-	rep, pending, err := s.be.Submit(r, sink, ss.via(), ss)
+	// The reply comes to ss.Answer, which reads ss.cmd: the connection
+	// parks until then. A request that can park on the key (sink set)
+	// hears its reply through parkable instead: its grant may come
+	// through the Sink first and let the connection go on to its next
+	// request, which sets ss.cmd, before a queued reply arrives.
+	ss.cmd = req.Cmd
+	var later backend.Later = ss
+	if sink != nil {
+		later = (*parkable)(ss)
+	}
+	rep, pending, err := s.be.Submit(r, sink, ss.via(), later)
 	r.Key = nil // a view of the read buffer
 	if pending {
 		// Answer may have run already, on another goroutine: the
@@ -171,11 +180,24 @@ func engineError(err error) bool {
 // connection is parked idle (the direct hand-off), else queued for its
 // loop. It runs on the backend's goroutine that has the reply, or in the
 // loop's answer task (answers.go), and never blocks.
-func (ss *session) Answer(rep backend.Reply, err error) {
+func (ss *session) Answer(rep backend.Reply, err error) { ss.answer(ss.cmd, rep, err) }
+
+// parkable is a session as the Later of a request that can park on its
+// key (l, w and their semaphore forms, answered alike): its Answer does
+// not read the session's cmd, which a later request may have set by then.
+type parkable session
+
+// Answer implements backend.Later.
+func (p *parkable) Answer(rep backend.Reply, err error) {
+	(*session)(p).answer(codec.CmdLock, rep, err)
+}
+
+// answer hands the reply to a request of cmd back to the connection.
+func (ss *session) answer(cmd codec.Cmd, rep backend.Reply, err error) {
 	s := ss.srv
 	defer s.inflight.Add(-1)
 	defer s.answered1(ss) // before the count: it may submit a Disconnect
-	line, park, closeNow := appendReply(nil, ss.cmd, rep, err, true)
+	line, park, closeNow := appendReply(nil, cmd, rep, err, true)
 	switch {
 	case park:
 		return // ss hears the grant or the timeout as a Sink
