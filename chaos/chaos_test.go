@@ -162,7 +162,7 @@ func TestChaos(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(id), 11))
 		wg.Go(func() {
 			lincheck.Worker(id, lincheck.NewClient(addrs, id), rec,
-				func() string { return "k" + strconv.Itoa(rng.IntN(keys)) }, duration+time.Hour, stop)
+				func() string { return "k" + strconv.Itoa(rng.IntN(keys)) }, duration+time.Hour, stop, lincheck.Hooks{})
 		})
 	}
 

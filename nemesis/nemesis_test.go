@@ -79,7 +79,8 @@ func TestNemesis(t *testing.T) {
 		lc := lincheck.NewClient(c.addrs(), id)
 		lc.Dial = c.dial.Dial
 		wg.Go(func() {
-			worker(id, lc, rec, res, tl, func() string { return "k" + strconv.Itoa(rng.IntN(keys)) }, d+time.Hour, stop)
+			lincheck.Worker(id, lc, rec, func() string { return "k" + strconv.Itoa(rng.IntN(keys)) }, d+time.Hour, stop,
+				hooks(id, rec, res, tl))
 		})
 	}
 	wins := c.nemesisLoop(t, rec, tl, d)

@@ -5,7 +5,6 @@ package nemesis
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -100,48 +99,16 @@ func (tl *timeline) perSecond(from, to int64) []int {
 	return n
 }
 
-// worker runs try-lock, write, renew, release rounds until stop closes,
-// recording every operation, like lincheck.Worker, and writes to the
-// resource between its grant and its release.
-func worker(id int, lc *lincheck.Client, rec *lincheck.Recorder, res *resource, tl *timeline,
-	keys func() string, ttl time.Duration, stop <-chan struct{}) {
-	secs := int64(ttl / time.Second)
-	defer lc.Close()
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		key := keys()
-		call := rec.Now()
-		line, sent := lc.Do(fmt.Sprintf("l\n%s\n0 %d\n", key, secs), time.Now().Add(5*time.Second))
-		if !sent {
-			continue
-		}
-		rec.Record(id, lincheck.Input{Op: 'l', Key: key, Token: fmt.Sprint(id, "-", call)}, call, line)
-		tok := "0000000000000001aaaaaaaaaaaaaaaa" // a stale token, when not granted
-		f := strings.Fields(line)
-		granted := len(f) == 3 && f[0] == "ok"
-		tl.add(call, granted)
-		if granted {
-			tok = f[1]
+// hooks has worker id's lincheck.Worker rounds write to the resource
+// between a grant and its release, and mark the timeline.
+func hooks(id int, rec *lincheck.Recorder, res *resource, tl *timeline) lincheck.Hooks {
+	return lincheck.Hooks{
+		Done: tl.add,
+		Granted: func(key, tok string) {
 			if ft, err := fence.ParseString(tok); err == nil {
 				res.write(rec.Now(), key, id, ft)
 			}
-		}
-		for _, op := range []byte{'n', 'r'} {
-			req := fmt.Sprintf("r\n%s\n%s\n", key, tok)
-			if op == 'n' {
-				req = fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs)
-			} else if granted {
-				res.leave(key, id)
-			}
-			call := rec.Now()
-			if line, sent := lc.Do(req, time.Now().Add(5*time.Second)); sent {
-				rec.Record(id, lincheck.Input{Op: op, Key: key, Token: tok}, call, line)
-				tl.add(call, false)
-			}
-		}
+		},
+		Releasing: func(key string) { res.leave(key, id) },
 	}
 }

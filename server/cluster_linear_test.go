@@ -50,7 +50,7 @@ func clusterLinearizableAcrossFailover(t *testing.T, loops int) {
 		rng := rand.New(rand.NewPCG(uint64(id), 7))
 		wg.Go(func() {
 			lincheck.Worker(id, lincheck.NewClient(addrs, id), rec,
-				func() string { return "k" + strconv.Itoa(rng.IntN(8)) }, 10*time.Minute, stop)
+				func() string { return "k" + strconv.Itoa(rng.IntN(8)) }, 10*time.Minute, stop, lincheck.Hooks{})
 		})
 	}
 	waitOps := func(more int) {

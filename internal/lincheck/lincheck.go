@@ -319,8 +319,8 @@ func (lc *Client) Do(req string, deadline time.Time) (line string, sent bool) {
 // closed, recording each operation. keys picks the key of a round.
 // ttl is the lease the grants ask for: it must outlast the run (a grant of
 // unknown outcome holds its key until the lease ends, and the model has
-// no expiry).
-func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Duration, stop <-chan struct{}) {
+// no expiry). h, if its fields are set, sees each round as it goes.
+func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Duration, stop <-chan struct{}, h Hooks) {
 	secs := int64(ttl / time.Second)
 	defer lc.Close()
 	for {
@@ -338,14 +338,50 @@ func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Dura
 		}
 		rec.Record(id, in, call, line)
 		tok := "0000000000000001aaaaaaaaaaaaaaaa" // a stale token, when not granted
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "ok" {
+		f := strings.Fields(line)
+		granted := len(f) == 3 && f[0] == "ok"
+		h.done(call, granted)
+		if granted {
 			tok = f[1]
+			h.granted(key, tok)
 		}
 		for _, req := range []string{fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs), fmt.Sprintf("r\n%s\n%s\n", key, tok)} {
+			if req[0] == 'r' && granted {
+				h.releasing(key)
+			}
 			call := rec.Now()
 			if line, sent := lc.Do(req, time.Now().Add(5*time.Second)); sent {
 				rec.Record(id, Input{Op: req[0], Key: key, Token: tok}, call, line)
+				h.done(call, false)
 			}
 		}
+	}
+}
+
+// Hooks see a Worker's rounds; each may be nil. Done follows each
+// recorded operation (granted: a lock that was granted), Granted a grant,
+// with its token, and Releasing comes before a granted round's release is
+// sent.
+type Hooks struct {
+	Done      func(call int64, granted bool)
+	Granted   func(key, tok string)
+	Releasing func(key string)
+}
+
+func (h Hooks) done(call int64, granted bool) {
+	if h.Done != nil {
+		h.Done(call, granted)
+	}
+}
+
+func (h Hooks) granted(key, tok string) {
+	if h.Granted != nil {
+		h.Granted(key, tok)
+	}
+}
+
+func (h Hooks) releasing(key string) {
+	if h.Releasing != nil {
+		h.Releasing(key)
 	}
 }
