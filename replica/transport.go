@@ -67,11 +67,12 @@ type transport struct {
 	// a network partition, for tests.
 	cut atomic.Pointer[func(peer uint64) bool]
 
-	mu     sync.Mutex
-	peers  map[uint64]*peerStream
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu          sync.Mutex
+	refusedOnce map[string]bool // peers refused for a newer version, logged (transportver.go)
+	peers       map[uint64]*peerStream
+	conns       map[net.Conn]struct{}
+	closed      bool
+	wg          sync.WaitGroup
 }
 
 func newTransport(st *Storage, log *zap.Logger) *transport {
@@ -121,14 +122,14 @@ func (t *transport) readLoop(c net.Conn) {
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
 	// The hello: the dialer's raft ID and address, so that a node that
-	// does not know its peers yet (one just added, empty) can answer.
+	// does not know its peers yet (one just added, empty) can answer, and
+	// its version (transportver.go).
 	hello, err := readFrame(r, maxHello)
 	if err != nil {
 		return
 	}
-	d := decoder{b: hello}
-	from, addr := d.uvarint(), string(d.bytes())
-	if d.bad || len(d.b) != 0 {
+	from, addr, major, minor, ok := parseHello(hello)
+	if !ok || !t.answerHello(c, from, addr, major, minor) {
 		return
 	}
 	t.mu.Lock()
@@ -359,11 +360,13 @@ func (t *transport) dial(p *peerStream) error {
 	}
 	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
 	p.live.Store(&c)
-	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
+	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr) // version 1.0: transportver.go
 	if err := t.writeFrame(p, hello); err != nil {
 		t.dropConn(p)
 		return err
 	}
+	t.wg.Add(1)
+	go t.watchReply(p, c)
 	return nil
 }
 
