@@ -22,10 +22,11 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
-// startDir starts a one-node cluster on dir, as the fixture's node.
-func startDir(t *testing.T, dir string) (*Node, error) {
+// startDir starts a one-node cluster on dir, as the fixture's node (v1,
+// or id).
+func startDir(t *testing.T, dir string, id ...string) (*Node, error) {
 	t.Helper()
-	cfg := testConfig("v1")
+	cfg := testConfig(append(id, "v1")[0])
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.RaftDir = dir
 	st, err := DiskStorage(cfg, zap.NewNop())
@@ -95,6 +96,33 @@ func TestPreviousFormatDirUpgraded(t *testing.T) {
 	}
 	if _, ok := lockHolder(n, "new2", time.Now().UnixNano()); !ok {
 		t.Fatal("a lock granted before the restart is not held")
+	}
+}
+
+// TestDataDirOfThisFormat: a directory this release wrote
+// (testdata/datadir-etcd2: format 2, a snapshot at 6, entries up to 8, k0
+// to k4 granted to owners 1 to 5) starts with every lock held again and the
+// fence counter where it was. The next release reads it as its previous
+// format.
+func TestDataDirOfThisFormat(t *testing.T) {
+	dir := copyFixture(t, "datadir-etcd2")
+	n, err := startDir(t, dir, "v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Shutdown()
+	(&cluster{t: t}).leaderAmong(t, []*Node{n})
+	if got := n.FSM().AppliedIndex(); got < 8 {
+		t.Fatalf("applied %d, want the log's 8 entries and more", got)
+	}
+	for i, k := range []string{"k0", "k1", "k2", "k3", "k4"} {
+		l, ok := lockHolder(n, k, time.Now().UnixNano())
+		if !ok || l.OwnerConnID != uint64(i+1) {
+			t.Fatalf("lock %s: held %v by %d, want by %d", k, ok, l.OwnerConnID, i+1)
+		}
+	}
+	if n.FSM().Engine().LastFence() < 1795802176970678665 {
+		t.Fatalf("fence counter %d fell below the recording node's", n.FSM().Engine().LastFence())
 	}
 }
 
