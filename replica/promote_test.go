@@ -33,8 +33,10 @@ func loadOn(c *cluster, mu *sync.Mutex, workers int, stop chan struct{}, grants 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key := []byte(fmt.Sprint("load-", w))
-			for {
+			for i := 0; ; i++ {
+				// A key per round: a grant whose answer a leader's death
+				// cut off holds its key until its lease runs out.
+				key := []byte(fmt.Sprint("load-", w, "-", i))
 				select {
 				case <-stop:
 					return
