@@ -43,31 +43,54 @@ func runSnapshot(fs *flag.FlagSet, c *common, args []string, getenv func(string)
 }
 
 // snapshotSave asks the nodes in turn for a backup and writes the first
-// one that answers with a sound file to path, atomically.
+// one that answers with a sound file to path, atomically. While no node
+// can answer (an election: 503 not_leader), it asks again after a pause,
+// for up to noLeaderRetry.
 func snapshotSave(ctx context.Context, ac *adminClient, path string, stdout io.Writer) error {
+	deadline := time.Now().Add(noLeaderRetry)
+	for {
+		data, from, again, err := ac.snapshotOnce(ctx)
+		if err == nil {
+			m, _, _ := backupfile.Decode(path, data) // checked by snapshotOnce
+			if err := backupfile.WriteFile(path, data); err != nil {
+				return fmt.Errorf("snapshot save: %w", err)
+			}
+			fmt.Fprintf(stdout, "saved %s: %d bytes, raft index %d, highest fence %d, from %s\n", path, len(data), m.Index, m.Fence, from)
+			return nil
+		}
+		if !again || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(noLeaderPause):
+		}
+	}
+}
+
+// snapshotOnce asks each node in turn for a backup and returns the first
+// sound one and its node; again reports that some node could not answer
+// for want of a leader.
+func (ac *adminClient) snapshotOnce(ctx context.Context) (data []byte, from string, again bool, err error) {
 	var errs []error
 	for _, base := range ac.seeds {
 		data, err := ac.fetchSnapshot(ctx, base)
-		if err != nil {
-			errs = append(errs, err)
-			var ae *apiError
-			if errors.As(err, &ae) && ae.code/100 == 4 { // refused (a wrong token): another node says the same
-				break
+		if err == nil {
+			if _, _, err = backupfile.Decode("the answer of "+base, data); err == nil {
+				return data, base, false, nil
 			}
-			continue
 		}
-		m, _, err := backupfile.Decode("the answer of "+base, data)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		errs = append(errs, err)
+		var ae *apiError
+		if errors.As(err, &ae) {
+			if ae.code/100 == 4 { // refused (a wrong token): another node says the same
+				return nil, "", false, err
+			}
+			again = again || ae.notLeader()
 		}
-		if err := backupfile.WriteFile(path, data); err != nil {
-			return fmt.Errorf("snapshot save: %w", err)
-		}
-		fmt.Fprintf(stdout, "saved %s: %d bytes, raft index %d, highest fence %d, from %s\n", path, len(data), m.Index, m.Fence, base)
-		return nil
 	}
-	return errors.Join(errs...)
+	return nil, "", again, errors.Join(errs...)
 }
 
 // fetchSnapshot is GET /v1/admin/snapshot on the node at base.
