@@ -71,7 +71,7 @@ func SeedRaftDir(cfg Config, s Seed, force bool) (bool, error) {
 	if len(held) > 0 {
 		if !force {
 			return false, fmt.Errorf("replica: raft dir %s is not empty (it holds %s): a restore seeds a new node only; "+
-				"move the directory aside, or force the restore to delete what it holds", dir, strings.Join(held, ", "))
+				"move the directory aside, or delete what it holds with latchd --restore-force", dir, strings.Join(held, ", "))
 		}
 		for _, name := range []string{"wal", "snap", "hardstate", restoredFile} {
 			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
