@@ -79,3 +79,21 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Fatal("WriteFile into a missing directory: no error")
 	}
 }
+
+// FuzzDecode: no input panics Decode, and one it accepts is what Encode
+// writes of its header and body.
+func FuzzDecode(f *testing.F) {
+	good, _ := sample()
+	f.Add(good)
+	f.Add(good[:HeaderSize])
+	f.Add([]byte(Magic))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, body, err := Decode("f", data)
+		if err != nil {
+			return
+		}
+		if again := Encode(m, body); !bytes.Equal(again, data) {
+			t.Fatalf("accepted %d bytes that Encode writes as %d", len(data), len(again))
+		}
+	})
+}
