@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -127,7 +126,3 @@ func stateShards(all []byte) (int, error) {
 	}
 	return int(shards), nil
 }
-
-// errNeedBootstrap refuses to seed a node without the new cluster's
-// configuration.
-var errNeedBootstrap = errors.New("replica: a restore seeds a new cluster: it needs Bootstrap and the new cluster's Peers")

@@ -22,6 +22,10 @@ import (
 // short, and a holder still at work finds out at its next renewal, while
 // a resource that checks fences refuses its writes (docs/cluster.md).
 
+// errNeedBootstrap refuses to seed a node without the new cluster's
+// configuration.
+var errNeedBootstrap = errors.New("replica: a restore seeds a new cluster: it needs Bootstrap and the new cluster's Peers")
+
 // restoredFile marks a raft dir seeded from a backup: the backup's
 // checksum, so that a restart with the same --restore starts from the
 // directory instead of refusing it.
@@ -35,7 +39,7 @@ type Seed struct {
 }
 
 // SeedRaftDir makes cfg.RaftDir the first state of a new cluster seeded
-// from a backup: a snapshot at the backup's index + 1 (term 1) with
+// from a backup: a snapshot after the backup's index (term 1) with
 // cfg.Peers as the voters (cfg.Bootstrap is required) and an empty state
 // whose fence counter is s.Floor. Every node of the new cluster may be
 // seeded from the same file with the same Peers (they write the same
@@ -128,7 +132,9 @@ func seedSnapshot(cfg Config, s Seed) (*raftpb.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	idx := s.Index + 1
+	// Never index 1: a bootstrapping node's empty first snapshot is at
+	// index 1, term 1, and raft would take the two for the same.
+	idx := max(s.Index, 1) + 1
 	f.Engine().RaiseFence(s.Floor)
 	f.index.Store(idx)
 	peers := slices.Clone(cfg.Peers)
