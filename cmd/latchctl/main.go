@@ -2,7 +2,8 @@
 // client: it runs a command while holding a lock, a semaphore slot or an
 // election's leadership, shows the server's state (stats, top) and
 // health, and changes a cluster's membership and leadership over its
-// admin API (member, leader). docs/cli.md documents it.
+// admin API (member, leader), and backs up the state (snapshot).
+// docs/cli.md documents it.
 package main
 
 import (
@@ -63,6 +64,7 @@ member and leader change a cluster over its admin API: their flags
 --http, --admin-token-file (or env LATCHD_ADMIN_TOKEN) and --learner,
 --json go after the subcommand (latchctl member -h). Exit status: 0 done,
 1 refused or failed (the server's error on stderr), 2 bad command line.
+
 snapshot save writes a backup of the state to FILE over the same admin
 API (and flags); snapshot status checks a backup file and prints its header.
 
