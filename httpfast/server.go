@@ -42,6 +42,7 @@ type Server struct {
 
 	admin     backend.Admin // WithAdmin, else nil: the admin routes are 404
 	adminAuth []byte        // "Bearer <admin token>"
+	snapshot  SnapshotFunc  // WithSnapshot, else nil
 
 	ready func() error // WithReadiness, else nil
 
@@ -107,7 +108,10 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 		s.admin = o.admin.admin
 		s.adminAuth = []byte("Bearer " + o.admin.token)
 	}
-	if cfg.AuthFailuresPerMinute > 0 && (cfg.AuthToken != "" || o.admin != nil) {
+	if !s.applySnapshotOption(&o) {
+		return nil, errors.New("httpfast: the snapshot route needs a non-empty admin token")
+	}
+	if cfg.AuthFailuresPerMinute > 0 && (cfg.AuthToken != "" || s.adminAuth != nil) {
 		s.authLim = authlimit.New(cfg.AuthFailuresPerMinute, authlimit.DefaultMaxIPs)
 	}
 	if cfg.RateLimitPerIP > 0 {
@@ -234,8 +238,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	o, param, allow := match(ctx.Method(), ctx.URI().PathOriginal())
 	admin := false
-	if o == opNotFound && s.admin != nil {
-		o, param, allow = matchAdmin(ctx.Method(), ctx.URI().PathOriginal())
+	if o == opNotFound && s.adminAuth != nil {
+		o, param, allow = s.matchAdminRoute(ctx.Method(), ctx.URI().PathOriginal())
 		admin = o != opNotFound // an admin route, or one with another method
 	}
 	if s.admit(ctx, o, admin, start) {
@@ -335,6 +339,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.keepalive(ctx, param)
 	case opAdminCluster, opAdminAddVoter, opAdminRemoveVoter, opAdminTransfer:
 		s.adminOp(ctx, o, param)
+	case opAdminSnapshot:
+		s.serveSnapshot(ctx)
 	default:
 		s.lockOp(ctx, o, param)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/listen"
 	"github.com/latchd/latchd/internal/metrics"
+	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
 
@@ -52,6 +53,11 @@ type options struct {
 	raftBatchWait                            time.Duration
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
+
+	// --restore (restore.go).
+	restore      string
+	restoreForce bool
+	backup       *replica.BackupInfo // read from restore
 
 	// dflockd compatibility (compat.go).
 	leaseSweepInterval, gcInterval int
@@ -103,6 +109,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return nil, err
 	}
 	if err := o.clusterOptions(); err != nil {
+		return nil, err
+	}
+	if err := o.restoreOptions(); err != nil {
 		return nil, err
 	}
 	if err := o.loadTLS(); err != nil {

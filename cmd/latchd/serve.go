@@ -151,6 +151,7 @@ func (d *daemon) startEngine() error {
 	if err != nil {
 		return err
 	}
+	d.restoreEngine(eng)
 	if journal != nil {
 		d.spawn(func(stop <-chan struct{}) {
 			journal.Keep(stop, eng.LastFence, eng.RaiseFenceLimit, func(err error) {
@@ -232,6 +233,7 @@ func (d *daemon) startHTTP() error {
 	hopts := []httpfast.Option{httpfast.WithConnections(d.srv.Connections), httpfast.WithMetrics(d.reg),
 		httpfast.WithReadiness(d.rd.check), httpfast.WithListeners(d.lns),
 		httpfast.WithOutputBudget(d.out)}
+	hopts = append(hopts, d.snapshotOption()...)
 	if d.node != nil && d.o.adminToken != "" {
 		hopts = append(hopts, httpfast.WithAdmin(d.node, d.o.adminToken))
 	}
