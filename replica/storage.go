@@ -48,13 +48,13 @@ type Storage struct {
 	hs   *os.File
 	lock *os.File
 	ln   net.Listener
-	dial func(addr string, timeout time.Duration) (net.Conn, error)
+	key  []byte // the raft auth token (auth.go), or nil
 	// Close, if set, runs after the node has stopped (closes files, sockets).
 	Close func() error
 }
 
 // DiskStorage opens (or creates) cfg.RaftDir and listens on cfg.BindAddr,
-// with the HMAC handshake of authStreamLayer when cfg.AuthToken is set.
+// with the HMAC handshake of auth.go when cfg.AuthToken is set.
 func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if cfg.RaftDir == "" || cfg.BindAddr == "" {
 		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
@@ -93,28 +93,15 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.RaftDir, "snap"), 0o700); err != nil {
 		return fail(fmt.Errorf("replica: %w", err))
 	}
+	if st.ln, err = net.Listen("tcp", cfg.BindAddr); err != nil {
+		return fail(fmt.Errorf("replica: transport: %w", err))
+	}
 	if cfg.AuthToken != "" {
-		var adv net.Addr
-		if cfg.AdvertiseAddr != "" {
-			if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
-				return fail(fmt.Errorf("replica: advertise address: %w", err))
-			}
-		}
-		a, err := listenAuth(cfg.BindAddr, adv, cfg.AuthToken, authTimeout, log.With(zap.String("node_id", cfg.NodeID)))
-		if err != nil {
+		if err := advertisable(st.ln, cfg.AdvertiseAddr); err != nil {
+			_ = st.ln.Close() // the address error is the one to report
 			return fail(err)
 		}
-		st.ln = a
-		st.dial = a.Dial
-	} else {
-		ln, err := net.Listen("tcp", cfg.BindAddr)
-		if err != nil {
-			return fail(fmt.Errorf("replica: transport: %w", err))
-		}
-		st.ln = ln
-		st.dial = func(addr string, timeout time.Duration) (net.Conn, error) {
-			return net.DialTimeout("tcp", addr, timeout)
-		}
+		st.key = []byte(cfg.AuthToken)
 	}
 	st.Close = func() error {
 		err := st.ln.Close()
