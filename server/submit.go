@@ -40,13 +40,6 @@ import (
 // stays clear: it marks REST sessions.
 func ownerBase() uint64 { return (clock.Salt() & 0x7fff_ffff) << 32 }
 
-// clusterStats is the stats answer of a replicated node: the engine's
-// fields and the node's raft state under "cluster".
-type clusterStats struct {
-	engine.Stats
-	Cluster any `json:"cluster"`
-}
-
 // submit runs a mutating request. It returns the output and whether the
 // connection must close after it is written. Event loop only.
 func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([]byte, bool) {
