@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/latchd/latchd/internal/listen"
 )
 
 // The on-disk layout of --raft-dir:
@@ -47,8 +49,8 @@ type Storage struct {
 	wal  *WAL
 	hs   *os.File
 	lock *os.File
-	ln   net.Listener
-	key  []byte // the raft auth token (auth.go), or nil
+	ln   net.Listener // a listen.Guard: Accept fails only once closed
+	key  []byte       // the raft auth token (auth.go), or nil
 	// Close, if set, runs after the node has stopped (closes files, sockets).
 	Close func() error
 }
@@ -93,21 +95,21 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.RaftDir, "snap"), 0o700); err != nil {
 		return fail(fmt.Errorf("replica: %w", err))
 	}
-	if st.ln, err = net.Listen("tcp", cfg.BindAddr); err != nil {
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
 		return fail(fmt.Errorf("replica: transport: %w", err))
 	}
 	if cfg.AuthToken != "" {
-		if err := advertisable(st.ln, cfg.AdvertiseAddr); err != nil {
-			_ = st.ln.Close() // the address error is the one to report
+		if err := advertisable(ln, cfg.AdvertiseAddr); err != nil {
+			_ = ln.Close() // the address error is the one to report
 			return fail(err)
 		}
 		st.key = []byte(cfg.AuthToken)
 	}
+	// Guarded: an accept error (EMFILE) is logged, backed off and retried.
+	st.ln = listen.NewSet(log, nil).Wrap("raft", ln)
 	st.Close = func() error {
-		err := st.ln.Close()
-		if errors.Is(err, net.ErrClosed) {
-			err = nil // the node's transport closed it first
-		}
+		err := st.ln.Close() // nil when the node's transport closed it first
 		st.closeFiles()
 		return err
 	}

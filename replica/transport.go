@@ -3,7 +3,6 @@ package replica
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -28,8 +27,6 @@ const (
 	maxHello     = 1024
 	redialPause  = 50 * time.Millisecond
 	writeTimeout = 5 * time.Second
-	// acceptBackoff is the most the accept loop waits after an error.
-	acceptBackoff = time.Second
 )
 
 type peerStream struct {
@@ -96,24 +93,11 @@ func (t *transport) start() {
 
 func (t *transport) acceptLoop() {
 	defer t.wg.Done()
-	var delay time.Duration
 	for {
 		c, err := t.st.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: back off.
-			delay = min(max(2*delay, 5*time.Millisecond), acceptBackoff)
-			t.log.Warn("raft transport: accept failed", zap.Error(err), zap.Duration("retry_in", delay))
-			select {
-			case <-t.quit:
-				return
-			case <-time.After(delay):
-			}
-			continue
+			return // closed: the listener's Guard retries every other error
 		}
-		delay = 0
 		if t.st.key != nil {
 			select {
 			case t.handshakes <- struct{}{}: // freed by authenticate
