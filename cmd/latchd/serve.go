@@ -180,7 +180,7 @@ func (d *daemon) instrument(ctx context.Context) {
 	}
 
 	d.out = budget.New(d.scfg.MaxOutput)
-	d.reg.MustRegister(metrics.NewOutputCollector(d.out.Used, d.out.Max()))
+	d.reg.MustRegister(metrics.OutputCollectors(d.out.Used, d.out.Max())...)
 	// Held counts the engine's entries too: when a flood of waiters goes,
 	// it becomes garbage that was live at the last collection, which
 	// neither the quiet rule nor the runtime notices before its forced
