@@ -251,9 +251,9 @@ func (d *daemon) startHTTP() error {
 // --metrics-addr, --debug-addr, and the --join requests.
 func (d *daemon) startSidecars(ctx context.Context) error {
 	if d.o.metricsAddr != "" { // the REST port serves /metrics too, when it is on
-		mopts := append(d.o.metricsOptions(), metrics.WithReadiness(d.rd.check),
-			metrics.WithListenerWrap(func(ln net.Listener) net.Listener { return d.lns.Wrap("metrics", ln) }))
-		stopMetrics, _, err := metrics.Serve(d.o.metricsAddr, d.reg, d.log.Named("metrics"), mopts...)
+		stopMetrics, _, err := metrics.Serve(d.o.metricsAddr, d.reg, d.log.Named("metrics"), metrics.ServeConfig{
+			Ready: d.rd.check, BearerToken: d.o.metricsToken(),
+			Wrap: func(ln net.Listener) net.Listener { return d.lns.Wrap("metrics", ln) }})
 		if err != nil {
 			return err
 		}
