@@ -19,6 +19,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/latchd/latchd/internal/lincheck"
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/internal/testutil"
 )
 
@@ -78,13 +79,14 @@ func readyz(httpAddr string) bool {
 // TestRollingUpgrade runs a three-node cluster of the previous release
 // under load, replaces its nodes one at a time with this release's
 // binary on the same data directories (two with the graceful stop an
-// operator uses, SIGTERM, one with SIGKILL, a crash midway), and checks the
-// whole history for linearizability (fences included) with porcupine.
-// Each replaced node must be ready (GET /readyz) before the next is
-// stopped, and then leads (a leadership transfer), so the cluster runs
-// mixed, a new leader with old followers: one new node and two old, then
-// two and one. At the end every data directory is of this release's format,
-// and the previous release refuses to start on one.
+// operator uses, SIGTERM, one with SIGKILL, a crash midway; the raft
+// handshake authenticated), and checks the whole history for
+// linearizability (fences included) with porcupine. Each replaced node
+// must be ready (GET /readyz) before the next is stopped, and then leads
+// (a leadership transfer), so the cluster runs mixed, a new leader with
+// old followers: one new node and two old, then two and one. At the end
+// every data directory is of this release's format, and the previous
+// release refuses to start on one.
 //
 // make test runs it with a short dwell per step; make upgrade with
 // UPGRADE_DWELL=10s.
@@ -177,17 +179,21 @@ func startNodes(t *testing.T, dir, bin string) ([]*node, []string) {
 	https := make([]string, 3)
 	var peers []string
 	for i := range nodes {
-		n := &node{id: fmt.Sprint("n", i+1), addr: testutil.FreePort(t), raft: testutil.FreePort(t),
+		n := &node{id: fmt.Sprint("n", i+1), addr: testport.Free(t), raft: testport.Free(t),
 			dir: filepath.Join(dir, fmt.Sprint("n", i+1))}
-		nodes[i], https[i] = n, testutil.FreePort(t)
+		nodes[i], https[i] = n, testport.Free(t)
 		peers = append(peers, n.id+"="+n.raft+"="+n.addr)
+	}
+	token := filepath.Join(dir, "raft.token") // the raft handshake of both releases, authenticated
+	if err := os.WriteFile(token, []byte("upgrade-test-raft-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for i, n := range nodes {
 		host, port, _ := net.SplitHostPort(n.addr)
 		_, hport, _ := net.SplitHostPort(https[i])
 		n.args = []string{"--host", host, "--port", port, "--http-port", hport, "--raft-dir", n.dir, "--node-id", n.id,
 			"--raft-addr", n.raft, "--bootstrap", "--cluster-peers", strings.Join(peers, ","),
-			"--auto-release-on-disconnect=false", "--shutdown-timeout", "1", "--admin-token", upgradeAdminToken, "--log-level", "warn", "--raft-log-level", "warn"}
+			"--auto-release-on-disconnect=false", "--shutdown-timeout", "1", "--admin-token", upgradeAdminToken, "--raft-auth-token-file", token, "--log-level", "warn", "--raft-log-level", "warn"}
 		f, err := os.Create(filepath.Join(dir, n.id+".log"))
 		if err != nil {
 			t.Fatal(err)

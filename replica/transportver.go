@@ -56,7 +56,7 @@ func (t *transport) answerHello(c net.Conn, from uint64, addr string, major, min
 	if major <= transportMajor {
 		return true
 	}
-	t.refused(from, addr, major, minor)
+	t.refuseVersion(from, addr, major, minor)
 	return false
 }
 
@@ -79,20 +79,20 @@ func (t *transport) watchReply(p *peerStream, c net.Conn) {
 	if d.bad || major <= transportMajor {
 		return
 	}
-	t.refused(p.id, p.addr, major, minor)
+	t.refuseVersion(p.id, p.addr, major, minor)
 	_ = c.Close() // the writer finds it closed and dials again, after a pause
 }
 
-// refused logs a stream refused for its peer's newer major version, once
+// refuseVersion logs a stream refused for its peer's newer major version, once
 // per peer and version.
-func (t *transport) refused(id uint64, addr string, major, minor uint64) {
+func (t *transport) refuseVersion(id uint64, addr string, major, minor uint64) {
 	key := fmt.Sprint(id, "/", major)
 	t.mu.Lock()
-	seen := t.refusedOnce[key]
-	if t.refusedOnce == nil {
-		t.refusedOnce = make(map[string]bool)
+	seen := t.versionWarned[key]
+	if t.versionWarned == nil {
+		t.versionWarned = make(map[string]bool)
 	}
-	t.refusedOnce[key] = true
+	t.versionWarned[key] = true
 	t.mu.Unlock()
 	if seen {
 		return
