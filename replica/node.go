@@ -183,6 +183,8 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		n.maybeSnapshot(false)
 	})
 	go n.run()
+	n.wg.Add(1)
+	go n.promoteLoop()
 	return n, nil
 }
 

@@ -70,13 +70,14 @@ type transport struct {
 	handshakes    chan struct{} // one slot per auth handshake in progress
 	refused       atomic.Uint64 // connections refused by the handshake, for tests
 
-	mu     sync.Mutex
-	peers  map[uint64]*peerStream
-	conns  map[net.Conn]struct{}
-	warned map[string]struct{} // hosts whose refusal has been logged
-	closed bool
-	quit   chan struct{} // closed by close
-	wg     sync.WaitGroup
+	mu            sync.Mutex
+	peers         map[uint64]*peerStream
+	conns         map[net.Conn]struct{}
+	warned        map[string]struct{} // hosts whose refusal has been logged
+	versionWarned map[string]bool     // peers refused for a newer version, logged (transportver.go)
+	closed        bool
+	quit          chan struct{} // closed by close
+	wg            sync.WaitGroup
 }
 
 func newTransport(st *Storage, log *zap.Logger) *transport {
@@ -132,14 +133,14 @@ func (t *transport) readLoop(c net.Conn) {
 	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	// The hello: the dialer's raft ID and address, so that a node that
-	// does not know its peers yet (one just added, empty) can answer.
+	// does not know its peers yet (one just added, empty) can answer, and
+	// its version (transportver.go).
 	hello, err := readFrame(r, maxHello)
 	if err != nil {
 		return
 	}
-	d := decoder{b: hello}
-	from, addr := d.uvarint(), string(d.bytes())
-	if d.bad || len(d.b) != 0 {
+	from, addr, major, minor, ok := parseHello(hello)
+	if !ok || !t.answerHello(c, from, addr, major, minor) {
 		return
 	}
 	t.mu.Lock()
@@ -370,11 +371,13 @@ func (t *transport) dial(p *peerStream) error {
 	}
 	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
 	p.live.Store(&c)
-	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
+	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr) // version 1.0: transportver.go
 	if err := t.writeFrame(p, hello); err != nil {
 		t.dropConn(p)
 		return err
 	}
+	t.wg.Add(1)
+	go t.watchReply(p, c)
 	return nil
 }
 

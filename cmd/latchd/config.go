@@ -50,6 +50,7 @@ type options struct {
 	raftAuthTokenFile, adminToken            string
 	adminTokenFile, raftLogLevel             string
 	raftBatchWait                            time.Duration
+	learnerPromoteLag                        int
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
 
