@@ -129,6 +129,9 @@ type Request struct {
 	Timeout int64  // l, w, sl, sw
 	Limit   int64  // sl, se
 	TTL     int64  // l, n, e, sl, sn, se; 0 = default
+	// ReqID is the request id the key line may carry after the key
+	// (requestid.go); nil when it carries none.
+	ReqID []byte
 }
 
 // Decode decodes the first request in buf into req.
@@ -202,7 +205,7 @@ func parse(req *Request, name []byte) error {
 		req.Token = req.Arg // the secret, spaces and all
 		return nil
 	}
-	if !ValidKey(req.Key) {
+	if !ValidKey(req.Key) && !splitRequestID(req) {
 		return ErrBadKey
 	}
 	var f [4][]byte
