@@ -28,6 +28,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{name: "expire, all zero", c: Command{Op: OpExpire}},
 		{name: "restamp with a fence floor", c: Command{Op: OpRestamp, Now: 1, Key: []byte("n0"), Token: fence.Token{Fence: 1 << 61}}},
 		{name: "cancel wait", c: Command{Op: OpCancelWait, Now: 1, Owner: 3, Key: []byte("k")}},
+		{name: "acquire with a request id", c: Command{Op: OpAcquire, Now: 1, Owner: 3, Key: []byte("k"), Limit: 1,
+			ReqKey: []byte("c0ffee.1")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +63,7 @@ func commandsEqual(a, b Command) bool {
 	return a.Op == b.Op && a.Now == b.Now && a.Origin == b.Origin && a.ReqID == b.ReqID &&
 		a.Owner == b.Owner && bytes.Equal(a.Key, b.Key) && a.Limit == b.Limit && a.TTL == b.TTL &&
 		a.Timeout == b.Timeout && a.Salt == b.Salt && a.Token == b.Token && a.Release == b.Release && a.Addr == b.Addr &&
-		a.HTTPAddr == b.HTTPAddr
+		a.HTTPAddr == b.HTTPAddr && bytes.Equal(a.ReqKey, b.ReqKey)
 }
 
 // TestCommandWithoutHTTPAddr: an entry written before Command.HTTPAddr

@@ -54,7 +54,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	// would escape. Set field by field (a composite literal would be
 	// built aside and copied); the session fields stay zero.
 	r := &ss.req
-	r.Key, r.Owner, r.Client, r.Now = req.Key, ss.id, ss.id, t
+	r.Key, r.Owner, r.Client, r.Now, r.ReqID = req.Key, ss.id, ss.id, t, req.ReqID
 	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
@@ -90,7 +90,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 		later = (*parkable)(ss)
 	}
 	rep, pending, err := s.be.Submit(r, sink, ss.via(), later)
-	r.Key = nil // a view of the read buffer
+	r.Key, r.ReqID = nil, nil // views of the read buffer
 	if pending {
 		// Answer may have run already, on another goroutine: the
 		// counters may pass through -1, which no reader acts on before
