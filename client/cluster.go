@@ -67,11 +67,13 @@ type Cluster struct {
 
 	idPrefix string        // random, per Cluster: its request ids' first part
 	seq      atomic.Uint64 // the last request id's number
+	noSess   atomic.Bool   // the servers offer no sessions (session.go)
 
-	mu     sync.Mutex
-	conn   *Conn // the current connection; nil between connections
-	next   int   // the seed dialled when no leader is named
-	closed bool
+	mu      sync.Mutex
+	conn    *Conn  // the current connection; nil between connections
+	next    int    // the seed dialled when no leader is named
+	session string // the session the connections act for; "" for none
+	closed  bool
 }
 
 // DialCluster connects to the first of seeds that answers (trying them in
@@ -116,11 +118,14 @@ func (c *Cluster) Addr() string {
 // an error wrapping ErrClosed. Close is idempotent.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
-	conn := c.conn
+	conn, sess := c.conn, c.session
 	c.conn, c.closed = nil, true
 	c.mu.Unlock()
 	if conn == nil {
 		return nil
+	}
+	if sess != "" {
+		c.closeSession(conn, sess)
 	}
 	return conn.Close()
 }
@@ -356,6 +361,7 @@ func (c *Cluster) connect(ctx context.Context, hint string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.attach(ctx, conn)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -77,6 +77,13 @@ func (n *fakeNode) serve(c net.Conn) {
 			}
 			req[i] = strings.TrimRight(line, "\r\n")
 		}
+		if req[0] == "session" {
+			// A server without sessions (a single node's answer).
+			if _, err := io.WriteString(c, "error\n"); err != nil {
+				return
+			}
+			continue
+		}
 		n.mu.Lock()
 		n.seen[req[0]]++
 		if key, id, ok := strings.Cut(req[1], " @"); ok {

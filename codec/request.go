@@ -51,6 +51,7 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
+	CmdSession // session (session.go)
 	numCmds
 )
 
@@ -68,6 +69,7 @@ var cmdNames = [numCmds]string{
 	CmdSemEnqueue: "se",
 	CmdSemWait:    "sw",
 	CmdStats:      "stats",
+	CmdSession:    "session",
 }
 
 // String returns the command's wire name.
@@ -112,6 +114,8 @@ func lookupCmd(b []byte) Cmd {
 		return CmdStats
 	case "auth":
 		return CmdAuth
+	case "session":
+		return CmdSession
 	}
 	return CmdInvalid
 }
@@ -190,6 +194,8 @@ func parse(req *Request, name []byte) error {
 		return ErrBadArg
 	}
 	switch req.Cmd {
+	case CmdSession:
+		return parseSession(req)
 	case CmdStats, CmdAuth:
 		// The key is ignored, but like every line it must survive a
 		// round trip, which a "\r" inside it would not.

@@ -52,3 +52,32 @@ func TestDecodeRequestID(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeSession checks the session request's forms.
+func TestDecodeSession(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		wantKey string
+		wantArg string
+		wantErr error
+	}{
+		{name: "new", in: "session\n_\n\n", wantKey: "_"},
+		{name: "attach", in: "session\n0123456789abcdef0123456789abcdef\n\n", wantKey: "0123456789abcdef0123456789abcdef"},
+		{name: "close", in: "session\nabc\nclose\n", wantKey: "abc", wantArg: "close"},
+		{name: "other arg", in: "session\nabc\nopen\n", wantErr: ErrBadArg},
+		{name: "no key", in: "session\n\n\n", wantErr: ErrBadKey},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var req Request
+			n, err := Decode([]byte(tt.in), &req)
+			if n != len(tt.in) || !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Decode(%q) = %d, %v; want %d, %v", tt.in, n, err, len(tt.in), tt.wantErr)
+			}
+			if err == nil && (req.Cmd != CmdSession || string(req.Key) != tt.wantKey || string(req.Arg) != tt.wantArg) {
+				t.Errorf("Decode(%q) = %v %q %q", tt.in, req.Cmd, req.Key, req.Arg)
+			}
+		})
+	}
+}

@@ -55,6 +55,9 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	// built aside and copied); the session fields stay zero.
 	r := &ss.req
 	r.Key, r.Owner, r.Client, r.Now, r.ReqID = req.Key, ss.id, ss.id, t, req.ReqID
+	if o := ss.sess.Load(); o != 0 {
+		r.Owner = engine.OwnerID(o)
+	}
 	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
@@ -229,6 +232,12 @@ func (s *Server) answered1(ss *session) {
 // connection's loop when called on it, else nil.
 func (s *Server) disconnect(ss *session, via engine.Via) {
 	if !ss.disconnected.CompareAndSwap(false, true) {
+		return
+	}
+	if o := ss.sess.Load(); o != 0 {
+		// A session's connection: what it holds and waits for is kept
+		// for the orphan TTL, for a new connection to take back.
+		s.be.EndSessionAsync(engine.OwnerID(o))
 		return
 	}
 	release := s.cfg.AutoRelease

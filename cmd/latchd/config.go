@@ -50,6 +50,7 @@ type options struct {
 	raftAuthTokenFile, adminToken            string
 	adminTokenFile, raftLogLevel             string
 	raftBatchWait                            time.Duration
+	orphanTTL                                time.Duration
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
 
@@ -196,6 +197,7 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.MaxConnections = o.maxConns
 	c.AuthToken = o.authToken
 	c.AutoRelease = o.autoRelease
+	c.OrphanTTL = o.orphanTTL
 	c.TLS = o.tls
 	c.MaxConnectionsPerIP = o.maxConnsPerIP
 	c.AuthFailuresPerMinute = o.authFailuresPerMinute
