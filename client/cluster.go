@@ -47,11 +47,14 @@ import (
 // connection, as with Conn; an acquire, enqueue or wait then returns an
 // error wrapping both ErrUnknownOutcome and the context's error.
 //
-// What a connection holds belongs to it, and a new connection is a new
-// owner: after a failover, Release and Renew reach the new leader with the
-// same token, and a retried request takes over what its first attempt
-// got; but a Wait after an Enqueue made on the old connection finds no
-// queue entry of the new connection (ErrNotQueued: Enqueue again).
+// A Cluster acts for a session where the cluster offers them (session.go):
+// what it holds and waits for belongs to the session and outlives a broken
+// connection for the cluster's orphan TTL, and the next connection takes
+// it back. Without sessions a new connection is a new owner: Release and
+// Renew reach the new leader with the same token, and a retried request
+// takes over what its first attempt got, but a Wait after an Enqueue made
+// on the old connection finds no queue entry (ErrNotQueued: Enqueue
+// again).
 //
 // A Cluster is safe for concurrent use; as with Conn, one request is in
 // flight at a time and a blocking one holds the connection. Lock,
