@@ -76,6 +76,7 @@ type Cluster struct {
 	conn    *Conn  // the current connection; nil between connections
 	next    int    // the seed dialled when no leader is named
 	session string // the session the connections act for; "" for none
+	pinging bool   // keepalive runs
 	closed  bool
 }
 

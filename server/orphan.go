@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -40,7 +41,10 @@ func (s *Server) sessionCmd(ss *session, req *codec.Request, out []byte) ([]byte
 		return appendNotLeader(out, s.be.LeaderAddrs().ClientAddr), false
 	}
 	closing := string(req.Arg) == codec.SessionClose
-	if !closing && (ss.used || ss.sess.Load() != 0) {
+	if cur := ss.sess.Load(); cur != 0 && !closing {
+		return s.keepalive(ss, req.Key, engine.OwnerID(cur), out)
+	}
+	if !closing && ss.used {
 		// Only a connection's first request may name its owner.
 		return codec.AppendStatus(out, codec.StatusError), false
 	}
@@ -56,6 +60,28 @@ func (s *Server) sessionCmd(ss *session, req *codec.Request, out []byte) ([]byte
 	ss.inflight.Add(1)
 	s.inflight.Add(1)
 	go s.runSession(ss, owner, key, fresh, closing)
+	return out, false
+}
+
+// keepalive answers a session request naming the session ss already acts
+// for: at once when the session is busy (the client's check that its
+// connection still works), or, when a new leader's restamp made it idle
+// (engine.IdleSessions: this node led before and leads again), after
+// beginning it anew. Event loop only.
+func (s *Server) keepalive(ss *session, id []byte, cur engine.OwnerID, out []byte) ([]byte, bool) {
+	owner, key, ok := parseSessionID(id)
+	eng := s.be.Engine()
+	k, exists := eng.SessionKey(owner)
+	if !ok || owner != cur || !exists || k != key {
+		return codec.AppendStatus(out, codec.StatusError), false
+	}
+	if busy, _ := eng.SessionBusy(owner); busy > 0 {
+		return s.appendSessionOK(out, owner, key), false
+	}
+	ss.parked = true
+	ss.inflight.Add(1)
+	s.inflight.Add(1)
+	go s.runSession(ss, owner, key, false, false)
 	return out, false
 }
 
@@ -104,12 +130,17 @@ func (s *Server) beginSession(ss *session, owner engine.OwnerID, key uint64) ([]
 	}
 	// Before answered1: a close meanwhile waits for it to disconnect.
 	ss.sess.Store(uint64(owner))
+	return s.appendSessionOK(nil, owner, key), nil
+}
+
+// appendSessionOK appends "ok <session id> <orphan TTL in seconds>".
+func (s *Server) appendSessionOK(out []byte, owner engine.OwnerID, key uint64) []byte {
 	var id [32]byte
 	var raw [16]byte
 	binary.BigEndian.PutUint64(raw[:8], uint64(owner))
 	binary.BigEndian.PutUint64(raw[8:], key)
 	hex.Encode(id[:], raw[:])
-	return codec.AppendGrant(nil, codec.StatusOK, id[:], int64((s.cfg.OrphanTTL+999_999_999)/1_000_000_000)), nil
+	return codec.AppendGrant(out, codec.StatusOK, id[:], int64((s.cfg.OrphanTTL+time.Second-1)/time.Second))
 }
 
 // answerLine hands a late answer to ss, as answer does.
