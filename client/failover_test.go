@@ -9,6 +9,7 @@ import (
 
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server"
 	"github.com/latchd/latchd/server/servertest"
 )
 
@@ -18,10 +19,19 @@ import (
 // waiter's Acquire retries on the new leader with its request id and takes
 // over its place: each client's grant comes in the order it queued (FIFO
 // kept, no place lost), fences rise, every client gets exactly one grant,
-// and nothing is left held or queued at the end (no orphan grant).
+// and nothing is left held or queued at the end (no orphan grant). It
+// holds with TCP sessions (the clients take their sessions back within the
+// orphan TTL) and without (--orphan-ttl 0: request ids alone).
 func TestFailoverKeepsPlaces(t *testing.T) {
-	const keys, waiters = 4, 9
-	c := servertest.StartCluster(t, 3, nil)
+	for _, ttl := range []time.Duration{5 * time.Second, 0} {
+		t.Run(fmt.Sprint("orphan TTL ", ttl), func(t *testing.T) { failoverKeepsPlaces(t, ttl) })
+	}
+}
+
+func failoverKeepsPlaces(t *testing.T, orphanTTL time.Duration) {
+	const keys, waiters = 10, 9 // 100 clients: a holder and 9 waiters per key
+	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
+		ServerEdit: func(cfg *server.Config) { cfg.OrphanTTL = orphanTTL }})
 	li := c.Leader(servertest.LeaderTimeout)
 	ms := c.Members()
 	seeds := []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}
