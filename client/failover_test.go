@@ -136,3 +136,61 @@ func failoverKeepsPlaces(t *testing.T, orphanTTL time.Duration) {
 		t.Errorf("left behind after every client released: %+v", l)
 	}
 }
+
+// TestIdleHolderKeepsSessionThroughFailover: a Lock that holds and sends
+// nothing (its renewal is far off) when the leader crashes keeps its lease
+// past the orphan TTL: the Cluster's keepalive notices the dead connection
+// and takes the session back on the new leader in time; and an Enqueue
+// made on the dead connection is collected by a Wait on the new one.
+func TestIdleHolderKeepsSessionThroughFailover(t *testing.T) {
+	const orphanTTL = time.Second
+	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
+		ServerEdit: func(cfg *server.Config) { cfg.OrphanTTL = orphanTTL }})
+	li := c.Leader(servertest.LeaderTimeout)
+	ms := c.Members()
+	seeds := []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}
+	ctx := context.Background()
+	opts := []client.Option{client.WithMaxAttempts(200), client.WithBackoff(10*time.Millisecond, 100*time.Millisecond)}
+	l := &client.Lock{Key: "idle", LeaseTTL: 60, Cluster: seeds, Options: opts}
+	if got, err := l.Acquire(ctx); !got || err != nil {
+		t.Fatalf("Acquire = %v, %v", got, err)
+	}
+	defer l.Release(ctx)
+	q := dialCluster(t, seeds, opts...)
+	if g, acquired, err := q.Enqueue(ctx, "idle", time.Minute); err != nil || acquired {
+		t.Fatalf("Enqueue = %+v, %v, %v; want queued", g, acquired, err)
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		for i, m := range c.Members() {
+			if i != li && m.Node.FSM().AppliedIndex() < ms[li].Node.FSM().AppliedIndex() {
+				return false
+			}
+		}
+		return true
+	}, "followers caught up")
+	c.Crash(li)
+	nl := c.Leader(servertest.LeaderTimeout)
+	m := c.Members()[nl]
+	// Well past the orphan TTL, measured on the new leader's replica.
+	start := time.Now()
+	testutil.Eventually(t, 30*time.Second, func() bool { return time.Since(start) > 4*orphanTTL }, "time to pass")
+	if holderOf(m, "idle") == 0 || !l.Held() {
+		t.Fatalf("the idle holder's lease is gone %v after the failover (held here: %v): %v", time.Since(start), l.Held(), l.Err())
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		g, err := q.Wait(wctx, "idle", time.Minute)
+		if err == nil {
+			err = q.Release(ctx, "idle", g.Token)
+		}
+		done <- err
+	}()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release on the new leader: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Wait for the Enqueue made before the failover: %v", err)
+	}
+}
