@@ -97,6 +97,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add(AppendCommand(nil, &Command{Op: OpAcquire, Now: 5, Key: []byte("k"), Limit: 1, Salt: 9}))
 	f.Add(AppendCommand(nil, &Command{Op: OpRenew, Token: fence.Token{Fence: 3, Salt: 4}, TTL: time.Second}))
 	f.Add(AppendCommand(nil, &Command{Op: OpRestamp, Now: 1, Key: []byte("n1"), Addr: "c:1", HTTPAddr: "h:1"}))
+	f.Add(AppendCommand(nil, &Command{Op: OpAcquire, Now: 5, Owner: 2, Key: []byte("k"), Limit: 1, ReqKey: []byte("c0ffee.1")}))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var c Command
 		if DecodeCommand(in, &c) != nil {
