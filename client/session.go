@@ -97,6 +97,8 @@ func (c *Cluster) ping(ctx context.Context, conn *Conn) error {
 	}
 	r, err := conn.roundTrip(ctx, codec.CmdSession, id, nil, 0, nil)
 	switch {
+	case err != nil && conn.Err() == nil:
+		return nil // not sent: a request held the connection past ctx
 	case err != nil:
 		return err
 	case r.Status == codec.StatusErrorNotLeader:
