@@ -75,6 +75,9 @@ func TestOrphanTTL(t *testing.T) {
 	if got := a2.do("session", aid, ""); got != "ok "+aid+" 2" {
 		t.Fatalf("session %s = %q; want it back", aid, got)
 	}
+	if got := a2.do("session", aid, ""); got != "ok "+aid+" 2" {
+		t.Fatalf("keepalive = %q; want ok", got)
+	}
 	if got := a2.do("r", "k", tok); got != "ok" {
 		t.Fatalf("release by the returning holder = %q", got)
 	}

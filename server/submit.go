@@ -234,11 +234,15 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 	if !ss.disconnected.CompareAndSwap(false, true) {
 		return
 	}
-	if o := ss.sess.Load(); o != 0 {
-		// A session's connection: what it holds and waits for is kept
-		// for the orphan TTL, for a new connection to take back.
-		s.be.EndSessionAsync(engine.OwnerID(o))
-		return
+	owner := ss.id
+	if o := engine.OwnerID(ss.sess.Load()); o != 0 {
+		if _, ok := s.be.Engine().SessionKey(o); ok {
+			// A session's connection: what it holds and waits for is
+			// kept for the orphan TTL, for a new connection to take back.
+			s.be.EndSessionAsync(o)
+			return
+		}
+		owner = o // the session ended under it: drop what is left now
 	}
 	release := s.cfg.AutoRelease
 	if s.be.Replicated() && s.stopping() {
@@ -252,7 +256,7 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 	}
 	s.inflight.Add(1)
 	r := &ss.req
-	*r = backend.Request{Op: backend.OpDisconnect, Owner: ss.id, Release: release}
+	*r = backend.Request{Op: backend.OpDisconnect, Owner: owner, Release: release}
 	_, pending, err := s.be.Submit(r, nil, via, (*dropped)(ss))
 	*r = backend.Request{}
 	if !pending {
