@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +13,11 @@ import (
 )
 
 // openSession sends "session _" and returns the session id.
-func openSession(t *testing.T, c *client) string {
+func openSession(t *testing.T, c *client, ttl string) string {
 	t.Helper()
 	f := strings.Fields(c.do("session", "_", ""))
-	if len(f) != 3 || f[0] != "ok" || len(f[1]) != 32 || f[2] != "2" {
-		t.Fatalf("session _ = %q; want ok <32 hex> 2", f)
+	if len(f) != 3 || f[0] != "ok" || len(f[1]) != 32 || f[2] != ttl {
+		t.Fatalf("session _ = %q; want ok <32 hex> %s", f, ttl)
 	}
 	return f[1]
 }
@@ -44,10 +45,10 @@ func TestOrphanTTL(t *testing.T) {
 	lm := ms[li]
 
 	a := dial(t, lm.Addr)
-	aid := openSession(t, a)
+	aid := openSession(t, a, "2")
 	tok := grant(t, a.do("l", "k @a.1", "0 60"), "ok")
 	w := dial(t, lm.Addr)
-	wid := openSession(t, w)
+	wid := openSession(t, w, "2")
 	w.req("l", "k @w.1", "60 60")
 	x := dial(t, lm.Addr) // no session: a dflockd client
 	testutil.Eventually(t, 10*time.Second, func() bool { return waitersOn(lm, "k") == 1 }, "w queued")
@@ -113,4 +114,45 @@ func waitersOn(m *servertest.Member, key string) int {
 		}
 	}
 	return -1
+}
+
+// TestSessionKeepaliveAfterRegainedLeadership: a new leader's restamp makes
+// every session idle, so a connection on a node that lost the leadership
+// and won it back would see its session expire under it; its keepalive
+// begins the session anew, and what it holds stays.
+func TestSessionKeepaliveAfterRegainedLeadership(t *testing.T) {
+	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
+		ServerEdit: func(cfg *server.Config) { cfg.OrphanTTL = 20 * time.Second }})
+	li := c.Leader(servertest.LeaderTimeout)
+	ms := c.Members()
+	a := dial(t, ms[li].Addr)
+	id := openSession(t, a, "20")
+	grant(t, a.do("l", "kept @1", "0 120"), "ok")
+	owner := holderOf(ms[li], "kept")
+	other := ms[(li+1)%3]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, to := range []*servertest.Member{other, ms[li]} {
+		if err := ms[li].Node.TransferLeadership(ctx, to.ID); err != nil {
+			// The transfer is asked of whichever node leads now.
+			if err := other.Node.TransferLeadership(ctx, to.ID); err != nil {
+				t.Fatalf("TransferLeadership(%s): %v", to.ID, err)
+			}
+		}
+		if got := c.Members()[c.Leader(servertest.LeaderTimeout)]; got != to {
+			t.Fatalf("leader %s; want %s", got.ID, to.ID)
+		}
+	}
+	if busy, ok := ms[li].Node.FSM().Engine().SessionBusy(owner); !ok || busy != 0 {
+		t.Fatalf("session after the restamps: busy %d, open %v; want idle and open", busy, ok)
+	}
+	if got := a.do("session", id, ""); got != "ok "+id+" 20" {
+		t.Fatalf("keepalive = %q; want ok", got)
+	}
+	if busy, ok := ms[li].Node.FSM().Engine().SessionBusy(owner); !ok || busy != 1 {
+		t.Fatalf("session after the keepalive: busy %d, open %v; want busy", busy, ok)
+	}
+	if holderOf(ms[li], "kept") != owner {
+		t.Fatal("the session's lock is gone")
+	}
 }
