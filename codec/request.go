@@ -51,6 +51,7 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
+	CmdSession // session (session.go)
 	numCmds
 )
 
@@ -68,6 +69,7 @@ var cmdNames = [numCmds]string{
 	CmdSemEnqueue: "se",
 	CmdSemWait:    "sw",
 	CmdStats:      "stats",
+	CmdSession:    "session",
 }
 
 // String returns the command's wire name.
@@ -112,6 +114,8 @@ func lookupCmd(b []byte) Cmd {
 		return CmdStats
 	case "auth":
 		return CmdAuth
+	case "session":
+		return CmdSession
 	}
 	return CmdInvalid
 }
@@ -129,6 +133,9 @@ type Request struct {
 	Timeout int64  // l, w, sl, sw
 	Limit   int64  // sl, se
 	TTL     int64  // l, n, e, sl, sn, se; 0 = default
+	// ReqID is the request id the key line may carry after the key
+	// (requestid.go); nil when it carries none.
+	ReqID []byte
 }
 
 // Decode decodes the first request in buf into req.
@@ -187,6 +194,8 @@ func parse(req *Request, name []byte) error {
 		return ErrBadArg
 	}
 	switch req.Cmd {
+	case CmdSession:
+		return parseSession(req)
 	case CmdStats, CmdAuth:
 		// The key is ignored, but like every line it must survive a
 		// round trip, which a "\r" inside it would not.
@@ -202,7 +211,7 @@ func parse(req *Request, name []byte) error {
 		req.Token = req.Arg // the secret, spaces and all
 		return nil
 	}
-	if !ValidKey(req.Key) {
+	if !ValidKey(req.Key) && !splitRequestID(req) {
 		return ErrBadKey
 	}
 	var f [4][]byte

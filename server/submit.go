@@ -47,7 +47,10 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	// would escape. Set field by field (a composite literal would be
 	// built aside and copied); the session fields stay zero.
 	r := &ss.req
-	r.Key, r.Owner, r.Client, r.Now = req.Key, ss.id, ss.id, t
+	r.Key, r.Owner, r.Client, r.Now, r.ReqID = req.Key, ss.id, ss.id, t, req.ReqID
+	if o := ss.sess.Load(); o != 0 {
+		r.Owner = engine.OwnerID(o)
+	}
 	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
@@ -83,7 +86,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 		later = (*parkable)(ss)
 	}
 	rep, pending, err := s.be.Submit(r, sink, ss.via(), later)
-	r.Key = nil // a view of the read buffer
+	r.Key, r.ReqID = nil, nil // views of the read buffer
 	if pending {
 		// Answer may have run already, on another goroutine: the
 		// counters may pass through -1, which no reader acts on before
@@ -211,6 +214,16 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 	if !ss.disconnected.CompareAndSwap(false, true) {
 		return
 	}
+	owner := ss.id
+	if o := engine.OwnerID(ss.sess.Load()); o != 0 {
+		if _, ok := s.be.Engine().SessionKey(o); ok {
+			// A session's connection: what it holds and waits for is
+			// kept for the orphan TTL, for a new connection to take back.
+			s.be.EndSessionAsync(o)
+			return
+		}
+		owner = o // the session ended under it: drop what is left now
+	}
 	release := s.cfg.AutoRelease
 	if s.be.Replicated() && s.stopping() {
 		// Shutting down: the clients move to the next leader and renew
@@ -223,7 +236,7 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 	}
 	s.inflight.Add(1)
 	r := &ss.req
-	*r = backend.Request{Op: backend.OpDisconnect, Owner: ss.id, Release: release}
+	*r = backend.Request{Op: backend.OpDisconnect, Owner: owner, Release: release}
 	_, pending, err := s.be.Submit(r, nil, via, (*dropped)(ss))
 	*r = backend.Request{}
 	if !pending {
