@@ -41,7 +41,10 @@ import (
 // owner: after a failover, Release and Renew reach the new leader with the
 // same token, but Wait finds no queue entry of the new connection
 // (ErrNotQueued: Enqueue again), and what the old connection held stays
-// held until it is released by token or its lease expires.
+// held until it is released by token or its lease expires. A not-leader
+// answer never makes the client close a connection that may own a grant
+// (its close could reach a node leading again, which would release it):
+// such a connection stays open, unused, until Close.
 //
 // A Cluster is safe for concurrent use; as with Conn, one request is in
 // flight at a time and a blocking one holds the connection. Lock,
@@ -59,6 +62,10 @@ type Cluster struct {
 	conn   *Conn // the current connection; nil between connections
 	next   int   // the seed dialled when no leader is named
 	closed bool
+	// owning are the connections that may own a grant, aside those of
+	// them a not-leader answer moved the client away from (cluster_keep.go).
+	owning map[*Conn]struct{}
+	aside  []*Conn
 }
 
 // DialCluster connects to the first of seeds that answers (trying them in
@@ -102,9 +109,10 @@ func (c *Cluster) Addr() string {
 // an error wrapping ErrClosed. Close is idempotent.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
-	conn := c.conn
-	c.conn, c.closed = nil, true
+	conn, aside := c.conn, c.aside
+	c.conn, c.closed, c.aside, c.owning = nil, true, nil, nil
 	c.mu.Unlock()
+	closeAside(aside)
 	if conn == nil {
 		return nil
 	}
@@ -171,7 +179,7 @@ func (c *Cluster) release(ctx context.Context, k cmds, key, token string) error 
 }
 
 func (c *Cluster) renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error) {
-	return call(c, ctx, k.renew.String(), key, idempotent, func(conn *Conn, _ *bool) (time.Duration, error) {
+	return call(c, ctx, k.renew.String(), key, takesOver, func(conn *Conn, _ *bool) (time.Duration, error) {
 		return conn.renew(ctx, k, key, token, ttl)
 	})
 }
@@ -184,6 +192,9 @@ const (
 	idempotent retry = iota
 	// once: only if the server did not run it (acquire, enqueue, wait).
 	once
+	// takesOver: as idempotent; once answered, the connection owns what
+	// it named (renew).
+	takesOver
 )
 
 // do runs op on the current connection, reconnecting and retrying within
@@ -221,6 +232,9 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 		sent := false
 		err = op(conn, &sent)
 		var nl *NotLeaderError
+		if r != idempotent && (err == nil || (sent && !errors.As(err, &nl))) {
+			c.owns(conn)
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -228,7 +242,8 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 			// Not run: safe to retry anywhere. An answer naming another
 			// node is followed at once; one naming nobody (an election is
 			// under way) or this node backs off and tries the next seed.
-			c.retire(conn)
+			// A connection that may own a grant stays open (leave).
+			c.leave(conn)
 			last, hint = err, nl.Leader
 			if hint == conn.Addr() {
 				hint = ""
