@@ -60,6 +60,8 @@ type session struct {
 	inflight     atomic.Int32
 	closed       atomic.Bool
 	disconnected atomic.Bool
+	// redirected: it was answered error_not_leader (redirect.go).
+	redirected atomic.Bool
 
 	// Output accounting (output.go). Event loop only: bytes handed to
 	// the transport so far, unsent bytes counted in the budget, bytes
