@@ -51,6 +51,8 @@ type Storage struct {
 	dial func(addr string, timeout time.Duration) (net.Conn, error)
 	// Close, if set, runs after the node has stopped (closes files, sockets).
 	Close func() error
+	// passedOver are the damaged snapshot files loadSnapshot skipped.
+	passedOver []string
 }
 
 // DiskStorage opens (or creates) cfg.RaftDir and listens on cfg.BindAddr,
@@ -272,16 +274,20 @@ func indexedFiles(dir, ext string) ([]uint64, error) {
 func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
 	idx, _ := indexedFiles(filepath.Join(st.dir, "snap"), snapFileExt)
 	for i := len(idx) - 1; i >= 0; i-- {
-		b, err := os.ReadFile(indexedPath(filepath.Join(st.dir, "snap"), idx[i], snapFileExt))
+		path := indexedPath(filepath.Join(st.dir, "snap"), idx[i], snapFileExt)
+		b, err := os.ReadFile(path)
 		if err != nil || len(b) < 4 {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
 		body := b[:len(b)-4]
 		if crc32.Checksum(body, walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
 		snap := &raftpb.Snapshot{}
 		if err := proto.Unmarshal(body, snap); err != nil {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
 		return snap, nil
