@@ -281,3 +281,108 @@ func registerSinks(f *FSM, data []byte, s func(engine.Outcome)) {
 		one(d.bytes())
 	}
 }
+
+// TestAudit_ApplyIsDeterministicAcrossNodes: nodes that differ in every
+// setting a node may have of its own (how often it looks for due
+// deadlines, its batch wait, when it snapshots and compacts, its fence
+// floor, its addresses) serve one workload of every kind of command, with
+// leases and waits short enough that expiries, driven by the leader's
+// clock through the log, run all along; a node joins, leadership moves to
+// a node with another clock and floor, a node leaves. Every member must
+// then hold the same state at the same index.
+func TestAudit_ApplyIsDeterministicAcrossNodes(t *testing.T) {
+	local := map[string]func(*Config){
+		"n0": func(c *Config) {
+			c.ExpireEvery, c.BatchWait, c.SnapshotThreshold, c.TrailingLogs = 2*time.Millisecond, 0, 8, 4
+		},
+		"n1": func(c *Config) {
+			c.ExpireEvery, c.BatchWait, c.FenceFloor = 20*time.Millisecond, 5*time.Millisecond, 1<<62
+		},
+		"n2": func(c *Config) {
+			c.ExpireEvery, c.BatchWait, c.SnapshotThreshold = 7*time.Millisecond, time.Millisecond, 50
+		},
+		"n3": func(c *Config) { c.SnapshotThreshold, c.TrailingLogs, c.FenceFloor = 5, 2, 1<<61 },
+	}
+	c := newCluster(t, 3, func(cfg *Config) {
+		if f := local[cfg.NodeID]; f != nil {
+			f(cfg)
+		}
+	})
+	rng := rand.New(rand.NewPCG(7, 7))
+	var toks []struct {
+		key string
+		tok fence.Token
+	}
+	run := func(n int) {
+		for range n {
+			l := c.leader(t)
+			ctx := ctxT(t, 2*time.Second)
+			key := []byte(fmt.Sprint("k", rng.IntN(6)))
+			owner := engine.OwnerID(1 + rng.IntN(5))
+			ttl := time.Duration(300+rng.IntN(1500)) * time.Millisecond
+			switch rng.IntN(9) {
+			case 0, 1:
+				out, err := l.Acquire(ctx, engine.AcquireReq{Key: key, Owner: owner, Limit: 1, TTL: ttl,
+					Timeout: time.Duration(rng.IntN(300)) * time.Millisecond}, newChanSink())
+				if err == nil && out.Result == engine.Granted {
+					toks = append(toks, struct {
+						key string
+						tok fence.Token
+					}{string(key), out.Token})
+				}
+			case 2:
+				_, _ = l.Enqueue(ctx, engine.AcquireReq{Key: key, Owner: owner, Limit: 1, TTL: ttl})
+			case 3:
+				_, _ = l.Wait(ctx, key, owner, time.Duration(rng.IntN(200))*time.Millisecond, newChanSink())
+			case 4, 5:
+				if len(toks) > 0 {
+					g := toks[rng.IntN(len(toks))]
+					if rng.IntN(2) == 0 {
+						_ = l.Release(ctx, []byte(g.key), g.tok)
+					} else {
+						_, _ = l.Renew(ctx, []byte(g.key), g.tok, ttl, owner)
+					}
+				}
+			case 6:
+				_ = l.Disconnect(ctx, owner, rng.IntN(2) == 0)
+			case 7:
+				s := engine.OwnerID(1<<63 | uint64(rng.IntN(3)))
+				_ = l.OpenSession(ctx, s, time.Second, rng.Uint64()|1)
+				_, _ = l.BeginSession(ctx, s)
+				_, _ = l.Acquire(ctx, engine.AcquireReq{Key: key, Owner: s, Limit: 1, TTL: ttl}, nil)
+				_ = l.EndSession(ctx, s)
+				if rng.IntN(2) == 0 {
+					_, _ = l.CloseSession(ctx, s)
+				}
+			default:
+				_, _ = l.CancelWait(ctx, key, owner)
+			}
+		}
+	}
+	run(120)
+	joined := c.addNode(t) // n3: a membership entry, then a snapshot and the log
+	run(120)
+	l := c.leader(t)
+	to := c.nodes[(c.index(l)+1)%3]
+	if err := l.TransferLeadership(ctxT(t, 5*time.Second), to.ID()); err != nil {
+		t.Fatalf("transfer to %s: %v", to.ID(), err)
+	}
+	run(120)
+	l = c.leader(t)
+	var gone *Node
+	for _, n := range c.live() {
+		if n != l && n != joined {
+			gone = n
+			break
+		}
+	}
+	if err := l.RemoveServer(ctxT(t, 5*time.Second), gone.ID()); err != nil {
+		t.Fatalf("remove %s: %v", gone.ID(), err)
+	}
+	c.kill(t, c.index(gone))
+	run(120)
+	waitSame(t, c.live()...)
+	if n := c.live()[0]; n.FSM().Restores() == 0 && joined.FSM().Restores() == 0 {
+		t.Log("no node installed a snapshot")
+	}
+}
