@@ -370,6 +370,7 @@ func (c *Cluster) retire(conn *Conn) {
 	if c.conn == conn {
 		c.conn = nil
 	}
+	delete(c.owning, conn)
 	c.mu.Unlock()
 	if conn.Err() != nil {
 		return
