@@ -386,3 +386,32 @@ func TestAudit_ApplyIsDeterministicAcrossNodes(t *testing.T) {
 		t.Log("no node installed a snapshot")
 	}
 }
+
+// TestAudit_EngineSettingsMustMatch: the engine's limits are read while
+// entries apply, so a node started with other limits than the leader's
+// would apply the same log otherwise. It must say so (unready, naming the
+// leader) rather than diverge quietly; the nodes built like the leader
+// stay ready.
+func TestAudit_EngineSettingsMustMatch(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) {
+		if cfg.NodeID == "n2" {
+			cfg.Engine.MaxWaiters = 1 // the others: no cap
+		}
+	})
+	l := c.leader(t)
+	odd := c.nodes[2]
+	if l == odd {
+		if err := l.TransferLeadership(ctxT(t, 5*time.Second), c.nodes[0].ID()); err != nil {
+			t.Fatalf("transfer: %v", err)
+		}
+		l = c.leaderAmong(t, c.nodes[:2])
+	}
+	poll(t, 5*time.Second, "the odd node unready", func() bool {
+		err := odd.Ready()
+		return err != nil && strings.Contains(err.Error(), "engine settings differ from leader "+l.ID())
+	}, func() string { return fmt.Sprint(odd.Ready()) })
+	for _, n := range c.nodes[:2] {
+		poll(t, 5*time.Second, n.ID()+" ready", func() bool { return n.Ready() == nil },
+			func() string { return fmt.Sprint(n.Ready()) })
+	}
+}
