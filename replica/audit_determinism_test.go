@@ -66,95 +66,115 @@ func detApply(t *testing.T, f *FSM, index uint64, data []byte) (string, [32]byte
 	return fmt.Sprintf("%+v", replies), sha256.Sum256(buf.Bytes()), toks
 }
 
-// detLog writes a random log of every kind of entry, applying each to
-// ref as it goes (Release and Renew use the tokens ref granted), and
-// returns it with ref's replies and digests. Every command carries origin
-// 7 (the proposing node's incarnation) and the log's clock: a leader's
-// stamps that move on, sometimes a stale one, and new leaders' Restamps
-// whose clocks are ahead or behind, with fence floors.
-func detLog(t *testing.T, ref *FSM, seed uint64, n int) ([]detEntry, map[Op]int) {
-	rng := rand.New(rand.NewPCG(seed, 99))
-	owners := []engine.OwnerID{1, 2, 3, 4, 1<<63 | 1, 1<<63 | 2}
-	keys := []string{"a", "b", "c", "d", "s"} // s is a semaphore of 2
-	var toks []fence.Token
-	now := int64(1_000_000_000) * sec // 2001: far from any wall clock the replicas read
-	reqID := uint64(0)
-	ops := map[Op]int{}
-	pick := func() Command {
-		reqID++
-		key := keys[rng.IntN(len(keys))]
-		limit := 1
-		if key == "s" {
-			limit = 2
-		}
-		c := Command{Origin: 7, ReqID: reqID, Now: now, Owner: owners[rng.IntN(len(owners))], Key: []byte(key)}
-		if rng.IntN(10) == 0 {
-			c.Now = now - rng.Int64N(2*sec) // an old leader's entry, stamped earlier
-		}
-		tok := func() fence.Token {
-			if len(toks) == 0 || rng.IntN(5) == 0 {
-				return fence.Token{Fence: rng.Uint64N(1 << 20), Salt: rng.Uint64()}
-			}
-			return toks[rng.IntN(len(toks))]
-		}
-		ttl := time.Duration(rng.IntN(20)) * time.Second // 0: the engine's default
-		switch r := rng.IntN(15); r {
-		case 0, 1:
-			c.Op, c.Limit, c.TTL, c.Salt = OpAcquire, limit, ttl, rng.Uint64()
-			if rng.IntN(2) == 0 {
-				c.Timeout = time.Duration(1+rng.IntN(10)) * time.Second
-			}
-		case 2:
-			c.Op, c.Limit, c.TTL, c.Salt = OpEnqueue, limit, ttl, rng.Uint64()
-		case 3:
-			c.Op, c.Timeout = OpWait, time.Duration(rng.IntN(8))*time.Second
-		case 4:
-			c.Op, c.Owner, c.Token = OpRelease, 0, tok()
-		case 5:
-			c.Op, c.Token, c.TTL = OpRenew, tok(), ttl
-		case 6:
-			c.Op, c.Release, c.Key = OpDisconnect, rng.IntN(2) == 0, nil
-		case 7, 8:
-			c = Command{Op: OpExpire, Origin: 7, ReqID: reqID, Now: c.Now}
-		case 9:
-			c.Op, c.Key, c.TTL, c.Salt = OpOpenSession, nil, time.Duration(2+rng.IntN(10))*time.Second, rng.Uint64()|1
-		case 10:
-			c.Op, c.Key = OpCloseSession, nil
-		case 11:
-			c.Op, c.Key = OpBeginSession, nil
-		case 12:
-			c.Op, c.Key = OpEndSession, nil
-		default:
-			c.Op = OpCancelWait
-		}
-		return c
+// detGen makes the commands of a random log: a leader's stamps that move
+// on (sometimes a stale one), new leaders' Restamps with clocks ahead or
+// behind and fence floors; every command carries origin 7 (the proposing
+// node's incarnation). Release and Renew name tokens granted earlier.
+type detGen struct {
+	rng   *rand.Rand
+	now   int64
+	reqID uint64
+	toks  []fence.Token
+}
+
+var (
+	detOwners = []engine.OwnerID{1, 2, 3, 4, 1<<63 | 1, 1<<63 | 2}
+	detKeys   = []string{"a", "b", "c", "d", "s"} // s is a semaphore of 2
+)
+
+func (g *detGen) token() fence.Token {
+	if len(g.toks) == 0 || g.rng.IntN(5) == 0 {
+		return fence.Token{Fence: g.rng.Uint64N(1 << 20), Salt: g.rng.Uint64()}
 	}
+	return g.toks[g.rng.IntN(len(g.toks))]
+}
+
+// command returns a random client command.
+func (g *detGen) command() Command {
+	rng := g.rng
+	g.reqID++
+	key := detKeys[rng.IntN(len(detKeys))]
+	limit := 1
+	if key == "s" {
+		limit = 2
+	}
+	c := Command{Origin: 7, ReqID: g.reqID, Now: g.now, Owner: detOwners[rng.IntN(len(detOwners))], Key: []byte(key)}
+	if rng.IntN(10) == 0 {
+		c.Now = g.now - rng.Int64N(2*sec) // an old leader's entry, stamped earlier
+	}
+	ttl := time.Duration(rng.IntN(20)) * time.Second // 0: the engine's default
+	switch rng.IntN(15) {
+	case 0, 1:
+		c.Op, c.Limit, c.TTL, c.Salt = OpAcquire, limit, ttl, rng.Uint64()
+		if rng.IntN(2) == 0 {
+			c.Timeout = time.Duration(1+rng.IntN(10)) * time.Second
+		}
+	case 2:
+		c.Op, c.Limit, c.TTL, c.Salt = OpEnqueue, limit, ttl, rng.Uint64()
+	case 3:
+		c.Op, c.Timeout = OpWait, time.Duration(rng.IntN(8))*time.Second
+	case 4:
+		c.Op, c.Owner, c.Token = OpRelease, 0, g.token()
+	case 5:
+		c.Op, c.Token, c.TTL = OpRenew, g.token(), ttl
+	case 6:
+		c.Op, c.Release, c.Key = OpDisconnect, rng.IntN(2) == 0, nil
+	case 7, 8:
+		c = Command{Op: OpExpire, Origin: 7, ReqID: g.reqID, Now: c.Now}
+	case 9:
+		c.Op, c.Key, c.TTL, c.Salt = OpOpenSession, nil, time.Duration(2+rng.IntN(10))*time.Second, rng.Uint64()|1
+	case 10:
+		c.Op, c.Key = OpCloseSession, nil
+	case 11:
+		c.Op, c.Key = OpBeginSession, nil
+	case 12:
+		c.Op, c.Key = OpEndSession, nil
+	default:
+		c.Op = OpCancelWait
+	}
+	return c
+}
+
+// restamp returns a new leader's first entry: its own clock, up to 3 s
+// off the last leader's, and a fence floor.
+func (g *detGen) restamp() Command {
+	g.now += g.rng.Int64N(6*sec) - 3*sec
+	g.reqID++
+	c := Command{Op: OpRestamp, Origin: 7, ReqID: g.reqID, Now: g.now, Key: fmt.Appendf(nil, "n%d", g.rng.IntN(3)),
+		Addr: "client", Token: fence.Token{Fence: uint64(g.now) + g.rng.Uint64N(1<<30)}}
+	if g.rng.IntN(2) == 0 {
+		c.HTTPAddr = "http"
+	}
+	return c
+}
+
+// detLog writes a random log of n entries of every kind, applying each
+// to ref as it goes (Release and Renew use the tokens ref granted), and
+// returns it with ref's replies and digests, and how many commands of
+// each Op it holds.
+func detLog(t *testing.T, ref *FSM, seed uint64, n int) ([]detEntry, map[Op]int) {
+	g := &detGen{rng: rand.New(rand.NewPCG(seed, 99)), now: int64(1_000_000_000) * sec} // 2001: far from any wall clock
+	ops := map[Op]int{}
 	var log []detEntry
 	for i := range n {
-		now += rng.Int64N(3 * sec)
+		g.now += g.rng.Int64N(3 * sec)
 		var data []byte
-		switch k := rng.IntN(20); {
+		switch k := g.rng.IntN(20); {
 		case k == 0: // an empty entry, or a membership change: no command
-		case k == 1: // a new leader, with its own clock and fence floor
-			now += rng.Int64N(6*sec) - 3*sec
-			reqID++
-			c := Command{Op: OpRestamp, Origin: 7, ReqID: reqID, Now: now, Key: fmt.Appendf(nil, "n%d", rng.IntN(3)),
-				Addr: "client", Token: fence.Token{Fence: uint64(now) + rng.Uint64N(1<<30)}}
-			if rng.IntN(2) == 0 {
-				c.HTTPAddr = "http"
-			}
+		case k == 1:
+			c := g.restamp()
 			ops[c.Op]++
 			data = AppendCommand(nil, &c)
 		case k < 6: // commands proposed together
-			cnt := 2 + rng.IntN(3)
+			cnt := 2 + g.rng.IntN(3)
 			data = binary.AppendUvarint([]byte{batchVersion}, uint64(cnt))
 			for range cnt {
-				c := pick()
+				c := g.command()
 				ops[c.Op]++
 				data = appendString(data, AppendCommand(nil, &c))
 			}
 		default:
-			c := pick()
+			c := g.command()
 			ops[c.Op]++
 			data = AppendCommand(nil, &c)
 		}
@@ -162,8 +182,8 @@ func detLog(t *testing.T, ref *FSM, seed uint64, n int) ([]detEntry, map[Op]int)
 		var granted []fence.Token
 		e.reply, e.digest, granted = detApply(t, ref, uint64(i+1), data)
 		log = append(log, e)
-		if toks = append(toks, granted...); len(toks) > 32 {
-			toks = toks[len(toks)-32:]
+		if g.toks = append(g.toks, granted...); len(g.toks) > 32 {
+			g.toks = g.toks[len(g.toks)-32:]
 		}
 	}
 	return log, ops
@@ -308,57 +328,8 @@ func TestAudit_ApplyIsDeterministicAcrossNodes(t *testing.T) {
 			f(cfg)
 		}
 	})
-	rng := rand.New(rand.NewPCG(7, 7))
-	var toks []struct {
-		key string
-		tok fence.Token
-	}
-	run := func(n int) {
-		for range n {
-			l := c.leader(t)
-			ctx := ctxT(t, 2*time.Second)
-			key := []byte(fmt.Sprint("k", rng.IntN(6)))
-			owner := engine.OwnerID(1 + rng.IntN(5))
-			ttl := time.Duration(300+rng.IntN(1500)) * time.Millisecond
-			switch rng.IntN(9) {
-			case 0, 1:
-				out, err := l.Acquire(ctx, engine.AcquireReq{Key: key, Owner: owner, Limit: 1, TTL: ttl,
-					Timeout: time.Duration(rng.IntN(300)) * time.Millisecond}, newChanSink())
-				if err == nil && out.Result == engine.Granted {
-					toks = append(toks, struct {
-						key string
-						tok fence.Token
-					}{string(key), out.Token})
-				}
-			case 2:
-				_, _ = l.Enqueue(ctx, engine.AcquireReq{Key: key, Owner: owner, Limit: 1, TTL: ttl})
-			case 3:
-				_, _ = l.Wait(ctx, key, owner, time.Duration(rng.IntN(200))*time.Millisecond, newChanSink())
-			case 4, 5:
-				if len(toks) > 0 {
-					g := toks[rng.IntN(len(toks))]
-					if rng.IntN(2) == 0 {
-						_ = l.Release(ctx, []byte(g.key), g.tok)
-					} else {
-						_, _ = l.Renew(ctx, []byte(g.key), g.tok, ttl, owner)
-					}
-				}
-			case 6:
-				_ = l.Disconnect(ctx, owner, rng.IntN(2) == 0)
-			case 7:
-				s := engine.OwnerID(1<<63 | uint64(rng.IntN(3)))
-				_ = l.OpenSession(ctx, s, time.Second, rng.Uint64()|1)
-				_, _ = l.BeginSession(ctx, s)
-				_, _ = l.Acquire(ctx, engine.AcquireReq{Key: key, Owner: s, Limit: 1, TTL: ttl}, nil)
-				_ = l.EndSession(ctx, s)
-				if rng.IntN(2) == 0 {
-					_, _ = l.CloseSession(ctx, s)
-				}
-			default:
-				_, _ = l.CancelWait(ctx, key, owner)
-			}
-		}
-	}
+	w := &detWorkload{rng: rand.New(rand.NewPCG(7, 7))}
+	run := func(n int) { w.run(t, c, n) }
 	run(120)
 	joined := c.addNode(t) // n3: a membership entry, then a snapshot and the log
 	run(120)
@@ -384,6 +355,65 @@ func TestAudit_ApplyIsDeterministicAcrossNodes(t *testing.T) {
 	waitSame(t, c.live()...)
 	if n := c.live()[0]; n.FSM().Restores() == 0 && joined.FSM().Restores() == 0 {
 		t.Log("no node installed a snapshot")
+	}
+}
+
+// detWorkload sends commands of every kind to a cluster's leader, with
+// leases and waits short enough that they expire all along.
+type detWorkload struct {
+	rng  *rand.Rand
+	toks []detTok
+}
+
+type detTok struct {
+	key string
+	tok fence.Token
+}
+
+// run sends n commands; their errors (not_leader while leadership moves,
+// the engine's answers) do not matter here.
+func (w *detWorkload) run(t *testing.T, c *cluster, n int) {
+	rng := w.rng
+	for range n {
+		l := c.leader(t)
+		ctx := ctxT(t, 2*time.Second)
+		key := []byte(fmt.Sprint("k", rng.IntN(6)))
+		owner := engine.OwnerID(1 + rng.IntN(5))
+		ttl := time.Duration(300+rng.IntN(1500)) * time.Millisecond
+		switch rng.IntN(9) {
+		case 0, 1:
+			out, err := l.Acquire(ctx, engine.AcquireReq{Key: key, Owner: owner, Limit: 1, TTL: ttl,
+				Timeout: time.Duration(rng.IntN(300)) * time.Millisecond}, newChanSink())
+			if err == nil && out.Result == engine.Granted {
+				w.toks = append(w.toks, detTok{string(key), out.Token})
+			}
+		case 2:
+			_, _ = l.Enqueue(ctx, engine.AcquireReq{Key: key, Owner: owner, Limit: 1, TTL: ttl})
+		case 3:
+			_, _ = l.Wait(ctx, key, owner, time.Duration(rng.IntN(200))*time.Millisecond, newChanSink())
+		case 4, 5:
+			if len(w.toks) > 0 {
+				g := w.toks[rng.IntN(len(w.toks))]
+				if rng.IntN(2) == 0 {
+					_ = l.Release(ctx, []byte(g.key), g.tok)
+				} else {
+					_, _ = l.Renew(ctx, []byte(g.key), g.tok, ttl, owner)
+				}
+			}
+		case 6:
+			_ = l.Disconnect(ctx, owner, rng.IntN(2) == 0)
+		case 7:
+			s := engine.OwnerID(1<<63 | uint64(rng.IntN(3)))
+			_ = l.OpenSession(ctx, s, time.Second, rng.Uint64()|1)
+			_, _ = l.BeginSession(ctx, s)
+			_, _ = l.Acquire(ctx, engine.AcquireReq{Key: key, Owner: s, Limit: 1, TTL: ttl}, nil)
+			_ = l.EndSession(ctx, s)
+			if rng.IntN(2) == 0 {
+				_, _ = l.CloseSession(ctx, s)
+			}
+		default:
+			_, _ = l.CancelWait(ctx, key, owner)
+		}
 	}
 }
 

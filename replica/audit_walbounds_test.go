@@ -134,11 +134,6 @@ func TestAudit_CorruptWALAtBoundaries(t *testing.T) {
 	if len(newest.offs) < 2 {
 		newest = segs[len(segs)-2] // its first record must have intact ones after it
 	}
-	type damage struct {
-		file string // relative to the raft dir
-		off  int    // the byte flipped
-		at   int    // the byte the refusal names (-1: the file only)
-	}
 	rel := func(p string) string { r, _ := filepath.Rel(cfg.RaftDir, p); return r }
 	cases := map[string]damage{
 		"middle segment":             {rel(mid.name), (mid.offs[1] + mid.offs[2]) / 2, mid.offs[1]},
@@ -148,39 +143,15 @@ func TestAudit_CorruptWALAtBoundaries(t *testing.T) {
 		"hard state":                 {"hardstate", 5, -1},
 		"newest snapshot":            {filepath.Join("snap", filepath.Base(indexedPath("", snapIndex, snapFileExt))), 40, -1},
 	}
+	snapFile := filepath.Join("snap", filepath.Base(indexedPath("", snapIndex, snapFileExt)))
 	for what, d := range cases {
 		t.Run(what, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "raft")
-			if err := os.CopyFS(dir, os.DirFS(cfg.RaftDir)); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(dir, d.file)
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data[d.off] ^= 0x5a
-			if err := os.WriteFile(path, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			ncfg := cfg
-			ncfg.RaftDir = dir
-			n, err := restart(t, ncfg)
-			if err != nil {
-				names := []string{path}
-				if d.at >= 0 {
-					names = append(names, fmt.Sprint("byte ", d.at))
-				}
-				t.Logf("refused: %v", err)
-				wantRefusal(t, err, names...)
-				if after, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(after, data) {
-					t.Fatalf("refused, but %s changed (%v)", path, rerr)
-				}
-				return
+			n := startDamaged(t, cfg, d)
+			if n == nil {
+				return // refused, as it must be, or as it may be
 			}
 			defer n.Shutdown()
-			t.Logf("started")
-			if d.file != filepath.Join("snap", filepath.Base(indexedPath("", snapIndex, snapFileExt))) {
+			if d.file != snapFile {
 				t.Fatalf("the node started on a log damaged in %s", d.file)
 			}
 			// A damaged snapshot may be passed over for an older one and
@@ -196,4 +167,47 @@ func TestAudit_CorruptWALAtBoundaries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// damage is a byte to flip in a raft directory.
+type damage struct {
+	file string // relative to the raft dir
+	off  int    // the byte flipped
+	at   int    // the byte a refusal names (-1: the file only)
+}
+
+// startDamaged copies cfg's raft directory, flips d's byte in the copy and
+// starts a node on it. A refusal must name the file (and d.at) and leave
+// it as it was; then it returns nil. Otherwise it returns the node.
+func startDamaged(t *testing.T, cfg Config, d damage) *Node {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "raft")
+	if err := os.CopyFS(dir, os.DirFS(cfg.RaftDir)); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, d.file)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[d.off] ^= 0x5a
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.RaftDir = dir
+	n, err := restart(t, cfg)
+	if err == nil {
+		t.Logf("started")
+		return n
+	}
+	names := []string{path}
+	if d.at >= 0 {
+		names = append(names, fmt.Sprint("byte ", d.at))
+	}
+	t.Logf("refused: %v", err)
+	wantRefusal(t, err, names...)
+	if after, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(after, data) {
+		t.Fatalf("refused, but %s changed (%v)", path, rerr)
+	}
+	return nil
 }

@@ -81,27 +81,7 @@ func TestAudit_CorruptWALNeverLosesCommitted(t *testing.T) {
 	grantLocks(t, l, 5)
 	waitSame(t, c.live()...)
 	c.isolate(gi)
-	// Grants, acknowledged, until the last one's record ends in a byte
-	// that is not zero: a whole record with a flipped byte that ends in
-	// zeros cannot be told from a write cut short (unfinished).
-	var (
-		committed uint64
-		key       string
-	)
-	f := c.nodes[fi]
-	for i := 0; ; i++ {
-		key = fmt.Sprint("acked", i)
-		out, err := l.Acquire(ctxT(t, 5*time.Second), engine.AcquireReq{Key: []byte(key), Owner: 99, Limit: 1,
-			TTL: time.Hour}, nil)
-		if err != nil || out.Result != engine.Granted {
-			t.Fatalf("acquire: %v, %v", out.Result, err)
-		}
-		committed = l.FSM().AppliedIndex()
-		poll(t, 5*time.Second, "the follower's log", func() bool { return f.st.wal.LastIndex() >= committed })
-		if rec := walAppend(nil, mustGet(t, f.st.wal, committed)); rec[len(rec)-2] != 0 || i == 20 {
-			break
-		}
-	}
+	key, committed := grantToTail(t, l, c.nodes[fi])
 	cfgs := make([]Config, 3)
 	for i := range c.nodes {
 		cfgs[i] = c.nodes[i].cfg
@@ -174,4 +154,26 @@ func mustGet(t *testing.T, w *WAL, index uint64) walRecord {
 func mustLast(n *Node) uint64 {
 	li, _ := n.mem.LastIndex()
 	return li
+}
+
+// grantToTail has l grant locks, acknowledged, that follower f logs too,
+// until the last one's record in f's log ends in a byte that is not zero:
+// a whole record with a flipped byte that ends in zeros cannot be told
+// from a write a crash cut short (unfinished). It returns the last key
+// and its entry's index.
+func grantToTail(t *testing.T, l, f *Node) (string, uint64) {
+	t.Helper()
+	for i := 0; ; i++ {
+		key := fmt.Sprint("acked", i)
+		out, err := l.Acquire(ctxT(t, 5*time.Second), engine.AcquireReq{Key: []byte(key), Owner: 99, Limit: 1,
+			TTL: time.Hour}, nil)
+		if err != nil || out.Result != engine.Granted {
+			t.Fatalf("acquire: %v, %v", out.Result, err)
+		}
+		committed := l.FSM().AppliedIndex()
+		poll(t, 5*time.Second, "the follower's log", func() bool { return f.st.wal.LastIndex() >= committed })
+		if rec := walAppend(nil, mustGet(t, f.st.wal, committed)); rec[len(rec)-2] != 0 || i == 20 {
+			return key, committed
+		}
+	}
 }

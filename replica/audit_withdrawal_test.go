@@ -34,20 +34,8 @@ func TestAudit_WithdrawalGoesThroughLog(t *testing.T) {
 		longWait                 = time.Minute
 		shortWait                = 300 * time.Millisecond
 	)
-	do := func(r backend.Request, sink engine.Sink) backend.Reply {
-		t.Helper()
-		rep, err := l.Do(r, sink)
-		if err != nil {
-			t.Fatalf("%v of owner %d: %v", r.Op, r.Owner, err)
-		}
-		return rep
-	}
-	acquire := func(key string, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) engine.Outcome {
-		t.Helper()
-		return do(backend.Request{Op: backend.OpAcquire, Key: []byte(key), Owner: owner, Limit: 1,
-			TTL: time.Minute, Timeout: timeout}, sink).Outcome
-	}
-	grant := acquire("k", holder, 0, nil)
+	do := func(r backend.Request, sink engine.Sink) backend.Reply { return mustDo(t, l, r, sink) }
+	grant := acquireVia(t, l, "k", holder, 0, nil)
 	if grant.Result != engine.Granted {
 		t.Fatalf("holder's acquire: %v", grant.Result)
 	}
@@ -57,11 +45,11 @@ func TestAudit_WithdrawalGoesThroughLog(t *testing.T) {
 		timeout time.Duration
 	}{{timedOut, shortWait}, {canceled, longWait}, {gone, longWait}, {survivor, longWait}} {
 		sinks[w.owner] = newChanSink()
-		if o := acquire("k", w.owner, w.timeout, sinks[w.owner]); o.Result != engine.Queued {
+		if o := acquireVia(t, l, "k", w.owner, w.timeout, sinks[w.owner]); o.Result != engine.Queued {
 			t.Fatalf("owner %d's acquire: %v; want queued", w.owner, o.Result)
 		}
 	}
-	if o := acquire("d", dropped, 0, nil); o.Result != engine.Granted {
+	if o := acquireVia(t, l, "d", dropped, 0, nil); o.Result != engine.Granted {
 		t.Fatalf("owner %d's acquire of d: %v", dropped, o.Result)
 	}
 
@@ -77,19 +65,8 @@ func TestAudit_WithdrawalGoesThroughLog(t *testing.T) {
 		t.Fatalf("canceled wait ended %v", o.Result)
 	}
 	// Disconnects go as the TCP server sends them: Submit, heard later.
-	for _, d := range []struct {
-		owner   engine.OwnerID
-		release bool
-	}{{gone, false}, {dropped, true}} {
-		done := make(laterChan, 1)
-		r := backend.Request{Op: backend.OpDisconnect, Owner: d.owner, Release: d.release}
-		if _, pending, err := l.Submit(&r, nil, nil, done); err != nil || !pending {
-			t.Fatalf("disconnect of %d: pending %v, %v", d.owner, pending, err)
-		}
-		if err := <-done; err != nil {
-			t.Fatalf("disconnect of %d: %v", d.owner, err)
-		}
-	}
+	disconnectVia(t, l, gone, false)
+	disconnectVia(t, l, dropped, true)
 	if o := sinks[gone].wait(t, 5*time.Second); o.Result != engine.Canceled {
 		t.Fatalf("disconnected waiter's wait ended %v", o.Result)
 	}
@@ -118,4 +95,35 @@ func TestAudit_WithdrawalGoesThroughLog(t *testing.T) {
 		t.Fatalf("acquire of d on the new leader: %v, %v; the disconnected holder kept it", o.Outcome.Result, err)
 	}
 	waitSame(t, c.live()...)
+}
+
+// mustDo runs r on n through the backend, failing the test on an error.
+func mustDo(t *testing.T, n *Node, r backend.Request, sink engine.Sink) backend.Reply {
+	t.Helper()
+	rep, err := n.Do(r, sink)
+	if err != nil {
+		t.Fatalf("%v of owner %d: %v", r.Op, r.Owner, err)
+	}
+	return rep
+}
+
+// acquireVia acquires key for owner on n through the backend.
+func acquireVia(t *testing.T, n *Node, key string, owner engine.OwnerID, timeout time.Duration, sink engine.Sink) engine.Outcome {
+	t.Helper()
+	return mustDo(t, n, backend.Request{Op: backend.OpAcquire, Key: []byte(key), Owner: owner, Limit: 1,
+		TTL: time.Minute, Timeout: timeout}, sink).Outcome
+}
+
+// disconnectVia submits owner's Disconnect on n as the TCP server does
+// (Submit, answered later) and waits for its answer.
+func disconnectVia(t *testing.T, n *Node, owner engine.OwnerID, release bool) {
+	t.Helper()
+	done := make(laterChan, 1)
+	r := backend.Request{Op: backend.OpDisconnect, Owner: owner, Release: release}
+	if _, pending, err := n.Submit(&r, nil, nil, done); err != nil || !pending {
+		t.Fatalf("disconnect of %d: pending %v, %v", owner, pending, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("disconnect of %d: %v", owner, err)
+	}
 }
