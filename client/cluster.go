@@ -54,7 +54,10 @@ import (
 // Renew reach the new leader with the same token, and a retried request
 // takes over what its first attempt got, but a Wait after an Enqueue made
 // on the old connection finds no queue entry (ErrNotQueued: Enqueue
-// again).
+// again). A not-leader answer never makes the client close a connection
+// that may own a grant (its close could reach a node leading again, which
+// would release it): such a connection stays open, unused, until Close
+// (cluster_keep.go).
 //
 // A Cluster is safe for concurrent use; as with Conn, one request is in
 // flight at a time and a blocking one holds the connection. Lock,
@@ -78,6 +81,10 @@ type Cluster struct {
 	session string // the session the connections act for; "" for none
 	pinging bool   // keepalive runs
 	closed  bool
+	// owning are the connections that may own a grant, aside those of
+	// them a not-leader answer moved the client away from (cluster_keep.go).
+	owning map[*Conn]struct{}
+	aside  []*Conn
 }
 
 // DialCluster connects to the first of seeds that answers (trying them in
@@ -122,9 +129,10 @@ func (c *Cluster) Addr() string {
 // an error wrapping ErrClosed. Close is idempotent.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
-	conn, sess := c.conn, c.session
-	c.conn, c.closed = nil, true
+	conn, sess, aside := c.conn, c.session, c.aside
+	c.conn, c.closed, c.aside, c.owning = nil, true, nil, nil
 	c.mu.Unlock()
+	closeAside(aside)
 	if conn == nil {
 		return nil
 	}
@@ -210,7 +218,7 @@ func (c *Cluster) release(ctx context.Context, k cmds, key, token string) error 
 
 func (c *Cluster) renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error) {
 	rid, _ := c.requestID(key)
-	return call(c, ctx, k.renew.String(), key, idempotent, func(conn *Conn, _ *bool) (time.Duration, error) {
+	return call(c, ctx, k.renew.String(), key, takesOver, func(conn *Conn, _ *bool) (time.Duration, error) {
 		return conn.renewID(ctx, k, key, rid, token, ttl)
 	})
 }
@@ -227,6 +235,9 @@ const (
 	// byID: after any failure but a canceled context, with the request
 	// id the first attempt carried (acquire, enqueue, wait).
 	byID
+	// takesOver: as idempotent; once answered, the connection owns what
+	// it named (renew).
+	takesOver
 )
 
 // do runs op on the current connection, reconnecting and retrying within
@@ -264,6 +275,9 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 		sent := false
 		err = op(conn, &sent)
 		var nl *NotLeaderError
+		if r != idempotent && (err == nil || (sent && !errors.As(err, &nl))) {
+			c.owns(conn)
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -271,7 +285,8 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 			// Not run: safe to retry anywhere. An answer naming another
 			// node is followed at once; one naming nobody (an election is
 			// under way) or this node backs off and tries the next seed.
-			c.retire(conn)
+			// A connection that may own a grant stays open (leave).
+			c.leave(conn)
 			last, hint = err, nl.Leader
 			if hint == conn.Addr() {
 				hint = ""
@@ -399,6 +414,7 @@ func (c *Cluster) retire(conn *Conn) {
 	if c.conn == conn {
 		c.conn = nil
 	}
+	delete(c.owning, conn)
 	c.mu.Unlock()
 	if conn.Err() != nil {
 		return

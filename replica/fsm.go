@@ -54,6 +54,9 @@ type FSM struct {
 
 	pendMu  sync.Mutex
 	pending map[uint64]engine.Sink // this incarnation's parked requests by ReqID
+
+	fingerprint uint64                 // of cfg's settings (enginecheck.go)
+	unlike      atomic.Pointer[string] // the last leader whose settings differ
 }
 
 // NewFSM returns an FSM over a new engine built with cfg. origin is the
@@ -63,7 +66,8 @@ func NewFSM(cfg engine.Config, origin uint64) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]leaderAddrs), pending: make(map[uint64]engine.Sink)}
+	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]leaderAddrs), pending: make(map[uint64]engine.Sink),
+		fingerprint: engineFingerprint(cfg)}
 	f.eng.Store(e)
 	return f, nil
 }
@@ -163,6 +167,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 		}
 		f.lastNow = c.Now
 		e.RaiseFence(c.Token.Fence)
+		f.checkEngine(string(c.Key), c.Token.Salt)
 		// REST requests in flight died with the old leader; their
 		// sessions go idle here, on every replica alike.
 		e.IdleSessions(c.Now)

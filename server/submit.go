@@ -98,6 +98,8 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	}
 	if err == nil {
 		ss.used = true
+	} else {
+		ss.noteRedirect(err)
 	}
 	out, ss.parked, _ = appendReply(out, req.Cmd, rep, err, false)
 	return out, false
@@ -180,6 +182,9 @@ func (ss *session) answer(cmd codec.Cmd, rep backend.Reply, err error) {
 	s := ss.srv
 	defer s.inflight.Add(-1)
 	defer s.answered1(ss) // before the count: it may submit a Disconnect
+	if err != nil {
+		ss.noteRedirect(err)
+	}
 	line, park, closeNow := appendReply(nil, cmd, rep, err, true)
 	switch {
 	case park:
@@ -233,6 +238,9 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 		// and left queued each would be granted in turn and held unheard
 		// for a lease.
 		release = false
+	}
+	if s.be.Replicated() && ss.redirected.Load() {
+		release = false // its client may hold its grants elsewhere (redirect.go)
 	}
 	s.inflight.Add(1)
 	r := &ss.req
