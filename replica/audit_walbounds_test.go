@@ -118,7 +118,7 @@ func TestAudit_CorruptWALAtBoundaries(t *testing.T) {
 	}
 	// The log keeps a few entries behind the newest snapshot, none of
 	// those right after the older one.
-	resegment(t, cfg.RaftDir, 160, snaps[len(snaps)-1]-4)
+	resegment(t, cfg.RaftDir, 256, snaps[len(snaps)-1]-4)
 	segs := walSegments(t, cfg.RaftDir)
 	if len(segs) < 4 {
 		t.Fatalf("%d segments; want several", len(segs))
@@ -138,7 +138,7 @@ func TestAudit_CorruptWALAtBoundaries(t *testing.T) {
 	cases := map[string]damage{
 		"middle segment":             {rel(mid.name), (mid.offs[1] + mid.offs[2]) / 2, mid.offs[1]},
 		"last record of a segment":   {rel(mid.name), (lastOfMid + mid.end) / 2, lastOfMid},
-		"first record of a segment":  {rel(newest.name), newest.offs[0] + walHeaderSize + 2, 0},
+		"first record of a segment":  {rel(newest.name), newest.offs[0] + walHeaderSize + 2, newest.offs[0]},
 		"first entry after snapshot": {rel(afterSnap.name), (asOff + asEnd) / 2, asOff},
 		"hard state":                 {"hardstate", 5, -1},
 		"newest snapshot":            {filepath.Join("snap", filepath.Base(indexedPath("", snapIndex, snapFileExt))), 40, -1},
