@@ -95,6 +95,7 @@ type KeySummary struct {
 	Owner           OwnerID
 	Fence           uint64
 	LeaseExpiresInS float64
+	Shared          bool // the first holder reads a read-write key
 }
 
 // TopKeys returns the busiest keys in use (held or waited for) whose
@@ -122,6 +123,7 @@ func (e *Engine) TopKeys(now int64, query string, limit int) ([]KeySummary, int)
 			}
 			if en := r.holders.head; en != nil {
 				ks.Owner, ks.Fence, ks.LeaseExpiresInS = en.owner, en.token.Fence, seconds(en.deadline-now)
+				ks.Shared = en.shared
 			}
 			if h.Len() == limit {
 				(*h)[0] = ks
