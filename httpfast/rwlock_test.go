@@ -32,6 +32,11 @@ func TestRWLocks(t *testing.T) {
 		st.body["holders"].([]any)[0].(map[string]any)["mode"] != "read" {
 		t.Fatalf("GET modes = %s", st.raw)
 	}
+	stats := h.do(call{method: "GET", path: "/v1/stats"})
+	rws, _ := stats.body["rwlocks"].([]any)
+	if len(rws) != 1 || rws[0].(map[string]any)["mode"] != "read" || rws[0].(map[string]any)["writers_waiting"] != 1.0 {
+		t.Fatalf("stats = %s", stats.raw)
+	}
 	wantStatus(t, "renew a", h.do(call{method: "POST", path: "/v1/rwlocks/cfg/renew", session: a, body: `{"token":"` + ra.str("token") + `"}`}),
 		http.StatusOK, "ok")
 	wantStatus(t, "release a", h.do(call{method: "DELETE", path: "/v1/rwlocks/cfg?token=" + ra.str("token"), session: a}), http.StatusOK, "ok")

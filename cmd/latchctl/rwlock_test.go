@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +33,10 @@ func TestLockSharedAndExclusive(t *testing.T) {
 	}
 	if code, _, _ := runCtl(t, nil, 20*time.Second, "--addr", s.Addr, "lock", "cfg", "--timeout", "0", "--", "true"); code == 0 {
 		t.Fatal("a plain lock ran on a read-held key")
+	}
+	if code, out, stderr := runCtl(t, nil, 20*time.Second, "--addr", s.Addr, "stats"); code != 0 ||
+		!strings.Contains(out, "read-write locks in use: 1") || !regexp.MustCompile(`cfg\s+rw/read\s+2\s`).MatchString(out) {
+		t.Fatalf("stats exited %d:\n%s%s", code, out, stderr)
 	}
 	w := start(t, nil, "--addr", s.Addr, "lock", "cfg", "--exclusive", "--timeout", "20", "--", "true")
 	if err := os.WriteFile(mark("go"), nil, 0o600); err != nil {
