@@ -20,7 +20,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/latchd/latchd/internal/lincheck"
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/internal/testport"
 )
 
 // node is one latchd process of the cluster.
@@ -104,7 +104,7 @@ func TestChaos(t *testing.T) {
 	nodes := make([]*node, 3)
 	var peers []string
 	for i := range nodes {
-		n := &node{id: fmt.Sprint("n", i+1), addr: testutil.FreePort(t), raft: testutil.FreePort(t),
+		n := &node{id: fmt.Sprint("n", i+1), addr: testport.Free(t), raft: testport.Free(t),
 			dir: filepath.Join(dir, fmt.Sprint("n", i+1))}
 		nodes[i] = n
 		peers = append(peers, n.id+"="+n.raft+"="+n.addr)

@@ -38,6 +38,7 @@ const (
 	opUIKeys           // GET /v1/ui/keys: the dashboard's key list
 	opLockGet          // GET /v1/locks/{key}
 	opSemGet           // GET /v1/semaphores/{key}
+	opAdminSnapshot    // GET /v1/admin/snapshot
 	opRWAcquire        // POST /v1/rwlocks/{key}?mode=read|write; the read-write family keeps the lock family's offsets
 	opRWRelease
 	opRWRenew
@@ -76,6 +77,7 @@ var opNames = [opCount]string{
 	opUIKeys:           "ui_keys",
 	opLockGet:          "lock_get",
 	opSemGet:           "semaphore_get",
+	opAdminSnapshot:    "admin_snapshot",
 	opRWAcquire:        "rwlock_acquire",
 	opRWRelease:        "rwlock_release",
 	opRWRenew:          "rwlock_renew",

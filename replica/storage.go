@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/latchd/latchd/internal/listen"
 )
 
 // The on-disk layout of --raft-dir:
@@ -47,14 +49,14 @@ type Storage struct {
 	wal  *WAL
 	hs   *os.File
 	lock *os.File
-	ln   net.Listener
-	dial func(addr string, timeout time.Duration) (net.Conn, error)
+	ln   net.Listener // a listen.Guard: Accept fails only once closed
+	key  []byte       // the raft auth token (auth.go), or nil
 	// Close, if set, runs after the node has stopped (closes files, sockets).
 	Close func() error
 }
 
 // DiskStorage opens (or creates) cfg.RaftDir and listens on cfg.BindAddr,
-// with the HMAC handshake of authStreamLayer when cfg.AuthToken is set.
+// with the HMAC handshake of auth.go when cfg.AuthToken is set.
 func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if cfg.RaftDir == "" || cfg.BindAddr == "" {
 		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
@@ -93,34 +95,21 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.RaftDir, "snap"), 0o700); err != nil {
 		return fail(fmt.Errorf("replica: %w", err))
 	}
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return fail(fmt.Errorf("replica: transport: %w", err))
+	}
 	if cfg.AuthToken != "" {
-		var adv net.Addr
-		if cfg.AdvertiseAddr != "" {
-			if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
-				return fail(fmt.Errorf("replica: advertise address: %w", err))
-			}
-		}
-		a, err := listenAuth(cfg.BindAddr, adv, cfg.AuthToken, authTimeout, log.With(zap.String("node_id", cfg.NodeID)))
-		if err != nil {
+		if err := advertisable(ln, cfg.AdvertiseAddr); err != nil {
+			_ = ln.Close() // the address error is the one to report
 			return fail(err)
 		}
-		st.ln = a
-		st.dial = a.Dial
-	} else {
-		ln, err := net.Listen("tcp", cfg.BindAddr)
-		if err != nil {
-			return fail(fmt.Errorf("replica: transport: %w", err))
-		}
-		st.ln = ln
-		st.dial = func(addr string, timeout time.Duration) (net.Conn, error) {
-			return net.DialTimeout("tcp", addr, timeout)
-		}
+		st.key = []byte(cfg.AuthToken)
 	}
+	// Guarded: an accept error (EMFILE) is logged, backed off and retried.
+	st.ln = listen.NewSet(log, nil).Wrap("raft", ln)
 	st.Close = func() error {
-		err := st.ln.Close()
-		if errors.Is(err, net.ErrClosed) {
-			err = nil // the node's transport closed it first
-		}
+		err := st.ln.Close() // nil when the node's transport closed it first
 		st.closeFiles()
 		return err
 	}

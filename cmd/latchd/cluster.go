@@ -181,6 +181,9 @@ func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, 
 		}
 		log.Info("fence floor from the fence journal", zap.String("file", o.fenceFile), zap.Uint64("floor", rcfg.FenceFloor))
 	}
+	if err := seedRaftDir(o, &rcfg, log); err != nil {
+		return nil, err
+	}
 	st, err := replica.DiskStorage(rcfg, log.Named("raft"))
 	if err != nil {
 		return nil, err
