@@ -286,3 +286,29 @@ func BenchmarkRW(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRWManyReaders releases and retakes one of 200 read holds of
+// one key, in a scattered order, as 200 connections on two event loops
+// do.
+func BenchmarkRWManyReaders(b *testing.B) {
+	e := newTestEngine(b, nil)
+	const n = 200
+	var toks [n]Outcome
+	for i := range toks {
+		toks[i] = mustGrant(b, e, 0, rw("many", OwnerID(i+1), ModeRead, 0))
+	}
+	key := []byte("many")
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i = (i + 37) % n // a stride: not the oldest hold
+		if err := e.Release(0, key, toks[i].Token); err != nil {
+			b.Fatal(err)
+		}
+		out, err := e.Acquire(0, rw("many", OwnerID(i+1), ModeRead, 0), nil)
+		if err != nil || out.Result != Granted {
+			b.Fatal(out, err)
+		}
+		toks[i] = out
+	}
+}
