@@ -151,3 +151,36 @@ func TestRWMismatchAndTwoPhase(t *testing.T) {
 		t.Fatalf("ww grant: %q, want ttl 15", line)
 	}
 }
+
+// TestRWFIFOOrder queues writer, reader, writer, reader behind a reader:
+// each is granted in turn, alone, with a rising fence.
+func TestRWFIFOOrder(t *testing.T) {
+	s := servertest.StartServer(t)
+	first := dial(t, s.Addr)
+	tok := grant(t, first.do("rl", "q", "0"), "ok")
+	verbs := []string{"wl", "rl", "wl", "rl"}
+	cs := make([]*client, len(verbs))
+	for i, v := range verbs {
+		cs[i] = dial(t, s.Addr)
+		cs[i].req(v, "q", "10")
+		testutil.Eventually(t, 5*time.Second, func() bool { return rwWaiting(s, "q") == i+1 }, "queued")
+	}
+	holder, last := first, rwFence(t, tok)
+	release := map[string]string{"rl": "rr", "wl": "wr"}
+	prev := "rl"
+	for i, c := range cs {
+		if got := holder.do(release[prev], "q", tok); got != "ok" {
+			t.Fatalf("release before %d: %q", i, got)
+		}
+		tok = grant(t, c.line(), "ok")
+		if f := rwFence(t, tok); f <= last {
+			t.Fatalf("grant %d: fence %d not above %d", i, f, last)
+		} else {
+			last = f
+		}
+		for _, later := range cs[i+1:] {
+			later.silent(20 * time.Millisecond)
+		}
+		holder, prev = c, verbs[i]
+	}
+}
