@@ -90,6 +90,7 @@ type Request struct {
 	Key     []byte // not kept after the call returns
 	Owner   engine.OwnerID
 	Limit   int
+	Mode    engine.Mode // Acquire, Enqueue: ModeRead or ModeWrite for a read-write key
 	TTL     time.Duration
 	Timeout time.Duration
 	Token   fence.Token

@@ -51,9 +51,22 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
-	CmdSession // session (session.go)
+	CmdSession      // session (session.go)
+	CmdReadLock     // rl
+	CmdWriteLock    // wl
+	CmdReadRelease  // rr
+	CmdWriteRelease // wr
+	CmdReadRenew    // rn
+	CmdWriteRenew   // wn
+	CmdReadEnqueue  // re
+	CmdWriteEnqueue // we
+	CmdReadWait     // rw
+	CmdWriteWait    // ww
 	numCmds
 )
+
+// CmdLast is the highest valid command, for tables indexed by Cmd.
+const CmdLast = numCmds - 1
 
 var cmdNames = [numCmds]string{
 	CmdInvalid:    "",
@@ -70,6 +83,10 @@ var cmdNames = [numCmds]string{
 	CmdSemWait:    "sw",
 	CmdStats:      "stats",
 	CmdSession:    "session",
+
+	CmdReadLock: "rl", CmdWriteLock: "wl", CmdReadRelease: "rr", CmdWriteRelease: "wr",
+	CmdReadRenew: "rn", CmdWriteRenew: "wn", CmdReadEnqueue: "re", CmdWriteEnqueue: "we",
+	CmdReadWait: "rw", CmdWriteWait: "ww",
 }
 
 // String returns the command's wire name.
@@ -85,7 +102,8 @@ func (c Cmd) Semaphore() bool { return c >= CmdSemLock && c <= CmdSemWait }
 
 // Blocking reports whether c may park the connection until a grant.
 func (c Cmd) Blocking() bool {
-	return c == CmdLock || c == CmdWait || c == CmdSemLock || c == CmdSemWait
+	b := c.Base()
+	return b == CmdLock || b == CmdWait || b == CmdSemLock || b == CmdSemWait
 }
 
 func lookupCmd(b []byte) Cmd {
@@ -117,7 +135,7 @@ func lookupCmd(b []byte) Cmd {
 	case "session":
 		return CmdSession
 	}
-	return CmdInvalid
+	return lookupRW(b)
 }
 
 // Request is one decoded request. Key, Arg and Token alias the buffer given
@@ -129,10 +147,10 @@ type Request struct {
 	Cmd     Cmd
 	Key     []byte
 	Arg     []byte
-	Token   []byte // r, n, sr, sn: the token; auth: the secret
-	Timeout int64  // l, w, sl, sw
+	Token   []byte // r, n, sr, sn, rr, wr, rn, wn: the token; auth: the secret
+	Timeout int64  // l, w, sl, sw, rl, wl, rw, ww
 	Limit   int64  // sl, se
-	TTL     int64  // l, n, e, sl, sn, se; 0 = default
+	TTL     int64  // l, n, e, sl, sn, se, rl, wl, rn, wn, re, we; 0 = default
 	// ReqID is the request id the key line may carry after the key
 	// (requestid.go); nil when it carries none.
 	ReqID []byte
@@ -219,7 +237,7 @@ func parse(req *Request, name []byte) error {
 	if nf > len(f) {
 		return ErrArgCount
 	}
-	switch req.Cmd {
+	switch req.Cmd.Base() {
 	case CmdLock:
 		return parseInts(f[:nf], 1, 2, true, &req.Timeout, &req.TTL)
 	case CmdWait, CmdSemWait:

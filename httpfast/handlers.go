@@ -163,9 +163,14 @@ var allowed = [opCount]fields{
 	opSemRenew:    fToken | fLeaseTTL,
 	opSemEnqueue:  fLeaseTTL | fLimit,
 	opSemWait:     fWaitTimeout,
+	opRWAcquire:   fAcquireTimeout | fLeaseTTL,
+	opRWRelease:   fToken,
+	opRWRenew:     fToken | fLeaseTTL,
+	opRWEnqueue:   fLeaseTTL,
+	opRWWait:      fWaitTimeout,
 }
 
-// lockOp serves every /v1/locks and /v1/semaphores route. It validates
+// lockOp serves every /v1/locks, /v1/semaphores and /v1/rwlocks route. It validates
 // the key and the body before it touches the session, so a bad request
 // changes nothing.
 func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
@@ -182,6 +187,9 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	}
 	req := engine.AcquireReq{Key: key, Limit: 1}
 	tok, err := s.readLockBody(ctx, o, &req)
+	if err == nil && (o == opRWAcquire || o == opRWEnqueue) {
+		req.Mode, err = rwModeOf(ctx)
+	}
 	if err != nil {
 		writeError(ctx, errBadRequest, err.Error())
 		return
@@ -244,20 +252,20 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 // (req.Owner) and writes its answer.
 func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq, tok fence.Token, rid []byte) {
 	switch o {
-	case opLockAcquire, opSemAcquire:
+	case opLockAcquire, opSemAcquire, opRWAcquire:
 		s.blocking(ctx, backend.Request{Op: backend.OpAcquire, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
-			TTL: req.TTL, Timeout: req.Timeout, ReqID: rid})
-	case opLockEnqueue, opSemEnqueue:
+			Mode: req.Mode, TTL: req.TTL, Timeout: req.Timeout, ReqID: rid})
+	case opLockEnqueue, opSemEnqueue, opRWEnqueue:
 		s.enqueue(ctx, req, rid)
-	case opLockWait, opSemWait:
+	case opLockWait, opSemWait, opRWWait:
 		s.blocking(ctx, backend.Request{Op: backend.OpWait, Key: req.Key, Owner: req.Owner, Timeout: req.Timeout, ReqID: rid})
-	case opLockRelease, opSemRelease:
+	case opLockRelease, opSemRelease, opRWRelease:
 		if err := s.releaseID(req.Key, tok, rid); err != nil {
 			s.fail(ctx, err)
 			return
 		}
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
-	case opLockRenew, opSemRenew:
+	case opLockRenew, opSemRenew, opRWRenew:
 		rep, err := s.be.Do(backend.Request{Op: backend.OpRenew, Key: req.Key, Token: tok, TTL: req.TTL, Owner: req.Owner,
 			ReqID: rid}, nil)
 		if err != nil {
@@ -304,7 +312,7 @@ func (s *Server) blocking(ctx *fasthttp.RequestCtx, r backend.Request) {
 
 func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq, rid []byte) {
 	rep, err := s.be.Do(backend.Request{Op: backend.OpEnqueue, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
-		TTL: req.TTL, ReqID: rid}, nil)
+		Mode: req.Mode, TTL: req.TTL, ReqID: rid}, nil)
 	if err == nil && !s.alive(req.Owner) {
 		// Closed while we enqueued: its DropOwner may have run first.
 		_ = s.disconnect(req.Owner, true)

@@ -46,6 +46,9 @@ func command(r *backend.Request) (Command, bool) {
 	if len(r.ReqID) > 0 {
 		c.ReqKey = bytes.Clone(r.ReqID)
 	}
+	if r.Mode != engine.ModeSlot {
+		rwCommand(&c, r.Mode)
+	}
 	switch r.Op {
 	case backend.OpRelease:
 		c.Owner = 0

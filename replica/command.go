@@ -29,11 +29,14 @@ const (
 	OpEndSession                 // engine.EndSession: Owner
 	OpRestamp                    // a new leader's clock: Key = its node ID, Addr = its client address, HTTPAddr = its REST address
 	OpCancelWait                 // engine.CancelWait: Owner, Key
+	OpRWAcquire                  // engine.Acquire of a read-write key: Owner, Key, Limit (the engine.Mode), TTL, Timeout, Salt
+	OpRWEnqueue                  // engine.Enqueue of a read-write key: Owner, Key, Limit (the engine.Mode), TTL, Salt
 	opEnd
 )
 
 var opNames = [...]string{"", "acquire", "enqueue", "wait", "release", "renew", "disconnect",
-	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait"}
+	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait",
+	"rw_acquire", "rw_enqueue"}
 
 // String names the op.
 func (o Op) String() string {

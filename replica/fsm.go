@@ -179,7 +179,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	now := max(c.Now, f.lastNow)
 	f.lastNow = now
 	var sink engine.Sink
-	if (c.Op == OpAcquire || c.Op == OpWait) && c.Origin == f.origin && c.Origin != 0 {
+	if c.Op.parks() && c.Origin == f.origin && c.Origin != 0 {
 		sink = &routeSink{f: f, id: c.ReqID}
 	}
 	if len(c.ReqKey) > 0 {
@@ -202,6 +202,10 @@ func (f *FSM) applyOp(e *engine.Engine, now int64, c *Command, sink engine.Sink)
 	case OpEnqueue:
 		r.Outcome, r.Err = e.Enqueue(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
 			TTL: c.TTL, Salt: c.Salt})
+	case OpRWAcquire:
+		r.Outcome, r.Err = e.Acquire(now, rwReq(c), sink)
+	case OpRWEnqueue:
+		r.Outcome, r.Err = e.Enqueue(now, rwReq(c))
 	case OpWait:
 		r.Outcome, r.Err = e.Wait(now, c.Key, c.Owner, c.Timeout, sink)
 	case OpRelease:

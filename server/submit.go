@@ -51,12 +51,14 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	if o := ss.sess.Load(); o != 0 {
 		r.Owner = engine.OwnerID(o)
 	}
-	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
+	r.TTL, r.Timeout, r.Token, r.Limit, r.Mode = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1, 0
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
+	} else if req.Cmd.RW() {
+		r.Mode = rwMode(req.Cmd)
 	}
 	var sink engine.Sink
-	switch req.Cmd {
+	switch req.Cmd.Base() {
 	case codec.CmdLock, codec.CmdSemLock:
 		r.Op, sink = backend.OpAcquire, ss
 	case codec.CmdEnqueue, codec.CmdSemEnqueue:
@@ -69,7 +71,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 			return codec.AppendStatus(out, codec.StatusError), false
 		}
 		r.Op, r.Token = backend.OpRelease, tok
-		if req.Cmd == codec.CmdRenew || req.Cmd == codec.CmdSemRenew {
+		if b := req.Cmd.Base(); b == codec.CmdRenew || b == codec.CmdSemRenew {
 			r.Op = backend.OpRenew
 		}
 	default:
@@ -105,6 +107,14 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	return out, false
 }
 
+// rwMode is the engine mode of a read-write command.
+func rwMode(c codec.Cmd) engine.Mode {
+	if c.Write() {
+		return engine.ModeWrite
+	}
+	return engine.ModeRead
+}
+
 // appendReply appends the answer to a request of cmd that the backend
 // answered with rep or err. It reports whether the connection parks (the
 // outcome comes through its Sink) and whether it must close instead: an
@@ -115,7 +125,7 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 	if err != nil {
 		return appendErr(out, cmd, err, taken)
 	}
-	switch cmd {
+	switch cmd.Base() {
 	case codec.CmdLock, codec.CmdSemLock, codec.CmdWait, codec.CmdSemWait:
 		if rep.Outcome.Result == engine.Queued {
 			return out, true, false
@@ -133,6 +143,7 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 
 // appendErr is appendReply for an error.
 func appendErr(out []byte, cmd codec.Cmd, err error, taken bool) (_ []byte, park, closeNow bool) {
+	cmd = cmd.Base()
 	st, engines := statusFor(err)
 	switch {
 	case !engines:
