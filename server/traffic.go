@@ -57,12 +57,20 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 // ss.out) and whether to close the connection after writing it.
 func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNow bool) {
 	out = ss.takeDelivered(ss.out[:0]) // answers to older requests go first
-	out = s.takeStats(ss, out)
+	out = s.takeStatsTagged(ss, out)
 	if ss.parkedAt != 0 && !ss.parked {
 		s.unparked(ss) // the parked request's answer was just taken
 	}
 	t, mark := int64(0), int64(0) // mark: when the current request was taken up
 	for !ss.parked && used < len(buf) {
+		if ss.tg.on {
+			n, o, closeNow := s.tagTurn(ss, buf[used:], out)
+			used, out = used+n, o
+			if closeNow {
+				return used, out, true
+			}
+			break
+		}
 		var req codec.Request
 		n, err := codec.Decode(buf[used:], &req)
 		if n == 0 && err == nil {
@@ -117,6 +125,9 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 	}
 	if req.Cmd == codec.CmdSession {
 		return s.sessionCmd(ss, req, out)
+	}
+	if req.Cmd == codec.CmdTagged {
+		return s.greet(ss, out), false
 	}
 	if req.Cmd == codec.CmdStats {
 		// With many keys the snapshot and its JSON take tens of
