@@ -66,7 +66,7 @@ func TestTaggedOutOfOrder(t *testing.T) {
 	c := dial(t, s.Addr)
 	greet(t, c)
 	tok := grant(t, tdo(t, c, "1", "l", "k", "10"), "ok")
-	c.req("#2 l", "k", "10")  // waits behind #1
+	c.req("#2 l", "k", "10")   // waits behind #1
 	c.req("#a.3 l", "k2", "0") // answered at once, before #2
 	tok3 := grant(t, answers(t, c, 1)["a.3"], "ok")
 	c.req("#4 r", "k", tok)
