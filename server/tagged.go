@@ -54,9 +54,11 @@ type tagWait struct {
 var tagWaits = sync.Pool{New: func() any { return new(tagWait) }}
 
 func newTagWait(ss *session, tag []byte, cmd codec.Cmd, pooled bool) *tagWait {
-	w := &tagWait{}
+	var w *tagWait
 	if pooled {
 		w = tagWaits.Get().(*tagWait)
+	} else {
+		w = new(tagWait)
 	}
 	w.ss, w.cmd, w.pooled = ss, cmd, pooled
 	w.tag.set(tag)
