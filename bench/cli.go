@@ -97,6 +97,7 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "key prefix")
 	fs.StringVar(&cfg.AuthToken, "auth", "", "auth token for TCP connections")
 	fs.BoolVar(&cfg.Pipeline, "pipeline", false, "TCP lock/contended/sem: send each release with the next acquire in one write")
+	fs.IntVar(&cfg.Mux, "mux", 0, "also run the server's rows in tagged mode: the workers share N connections (0 = no)")
 	var compare targetList
 	fs.Var(&compare, "compare", "also run [name=]tcp://, http://, redis:// or etcd://host:port (repeatable)")
 	var o Options
@@ -134,6 +135,12 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 		cfg.Targets = []Target{{Name: *name, Kind: KindHTTP, Addr: *httpAddr}}
 	default:
 		return Options{}, fmt.Errorf("bench: --transport %q: want tcp or http", *transport)
+	}
+	if cfg.Mux > 0 {
+		if *transport != "tcp" {
+			return Options{}, errors.New("bench: --mux needs --transport tcp")
+		}
+		cfg.Targets = append(cfg.Targets, Target{Name: fmt.Sprintf("%s-mux%d", *name, cfg.Mux), Kind: KindMux, Addr: *addr})
 	}
 	cfg.Targets = append(cfg.Targets, compare...)
 	cfg.AcquireTimeout = time.Duration(*timeout) * time.Second
