@@ -17,9 +17,10 @@ import (
 // Mux runs many goroutines' requests over a few connections in tagged
 // mode (docs/protocol.md "Tagged mode"): each request carries a tag, the
 // server answers each when it is ready, and a waiting acquire holds back
-// nothing. Every connection has a writer goroutine that sends whatever
-// requests are ready in one write, and a reader that hands each answer to
-// its caller.
+// nothing. On each connection, the caller that finds no write under way
+// sends every request queued so far in one write, and again while more
+// were queued during it; a reader goroutine hands each answer to its
+// caller.
 //
 // A Mux acts for one session, attached to each of its connections, when
 // the server offers sessions (--orphan-ttl above 0): what it holds
@@ -65,13 +66,12 @@ func DialMux(ctx context.Context, addrs []string, n int, opts ...Option) (*Mux, 
 	m := &Mux{addrs: addrs, opts: o, quit: make(chan struct{})}
 	m.commands = commands{m}
 	for i := range max(n, 1) {
-		mc := &muxConn{m: m, addr: i % len(addrs), wake: make(chan struct{}, 1), pending: make(map[uint64]*muxCall)}
+		mc := &muxConn{m: m, addr: i % len(addrs), pending: make(map[uint64]*muxCall)}
 		if err := mc.connect(ctx); err != nil {
 			_ = m.Close()
 			return nil, err
 		}
 		m.conns = append(m.conns, mc)
-		go mc.write()
 		go mc.run()
 	}
 	if every := m.pingEvery(); every > 0 {

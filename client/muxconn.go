@@ -15,13 +15,14 @@ import (
 )
 
 // muxConn is one tagged connection of a Mux, dialled again when it breaks.
-// Callers queue requests in wq and register them in pending; the writer
-// goroutine sends everything queued in one write; the reader (run) hands
-// each answer to the caller its tag names.
+// Callers queue requests in wq and register them in pending; whichever
+// caller finds no write under way becomes the writer, and sends
+// everything queued in one write, again until wq stays empty: what others
+// queue meanwhile goes out together (one write per flush). The reader
+// (run) hands each answer to the caller its tag names.
 type muxConn struct {
 	m    *Mux
-	addr int           // index in m.addrs of the server to dial next
-	wake chan struct{} // one slot: wq has requests for the writer
+	addr int // index in m.addrs of the server to dial next
 
 	mu      sync.Mutex
 	nc      net.Conn
@@ -29,6 +30,8 @@ type muxConn struct {
 	sess    []byte // the session field of every request; nil for none
 	isUp    bool
 	wq      []byte
+	spare   []byte // the buffer the writer gives back
+	writing bool   // a caller is writing: it sends what is queued too
 	pending map[uint64]*muxCall
 	tag     uint64
 }
@@ -60,11 +63,7 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key string, arg []byte,
 	}
 	id := c.queueLocked(cmd, key, arg)
 	c.pending[id] = call
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	c.flushLocked()
 	var timeout <-chan time.Time
 	if io := c.m.opts.ioTimeout; io > 0 {
 		t := time.NewTimer(wait + io)
@@ -107,27 +106,31 @@ func (c *muxConn) abandon(id uint64, call *muxCall) {
 	c.mu.Unlock()
 }
 
-// write sends what is queued, one write per wake-up: everything callers
-// queued while the last write ran goes out together.
-func (c *muxConn) write() {
-	var spare []byte
-	for {
-		select {
-		case <-c.wake:
-		case <-c.m.quit:
+// flushLocked sends what is queued unless another caller is sending it
+// already, and unlocks mu. Between writes mu is free, so callers keep
+// queueing: each write takes all of it.
+func (c *muxConn) flushLocked() {
+	if c.writing {
+		c.mu.Unlock()
+		return
+	}
+	c.writing = true
+	for len(c.wq) > 0 && c.isUp {
+		buf, nc := c.wq, c.nc
+		c.wq = c.spare[:0]
+		c.mu.Unlock()
+		_, err := nc.Write(buf)
+		c.mu.Lock()
+		c.spare = buf
+		if err != nil {
+			c.writing = false
+			c.mu.Unlock()
+			c.broken(err)
 			return
 		}
-		c.mu.Lock()
-		buf, nc, up := c.wq, c.nc, c.isUp
-		c.wq = spare[:0]
-		c.mu.Unlock()
-		if up && len(buf) > 0 {
-			if _, err := nc.Write(buf); err != nil {
-				c.broken(err)
-			}
-		}
-		spare = buf
 	}
+	c.writing = false
+	c.mu.Unlock()
 }
 
 // run reads answers until the connection breaks, then dials again, until
@@ -213,15 +216,13 @@ func (c *muxConn) dropGrant(call *muxCall) {
 		rel = codec.CmdSemRelease
 	}
 	c.mu.Lock()
-	if c.isUp {
-		id := c.queueLocked(rel, call.key, []byte(call.r.Token))
-		c.pending[id] = &muxCall{abandoned: true}
+	if !c.isUp {
+		c.mu.Unlock()
+		return
 	}
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	id := c.queueLocked(rel, call.key, []byte(call.r.Token))
+	c.pending[id] = &muxCall{abandoned: true}
+	c.flushLocked()
 }
 
 // broken closes the connection and fails the calls waiting on it.

@@ -65,7 +65,9 @@ func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNo
 	for !ss.parked && used < len(buf) {
 		if ss.tg.on {
 			n, o, closeNow := s.tagTurn(ss, buf[used:], out)
-			used, out = used+n, o
+			// Grants this turn's releases made on this loop go in
+			// the same write.
+			used, out = used+n, ss.takeDelivered(o)
 			if closeNow {
 				return used, out, true
 			}
