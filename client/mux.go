@@ -67,7 +67,7 @@ func DialMux(ctx context.Context, addrs []string, n int, opts ...Option) (*Mux, 
 	m.commands = commands{m}
 	for i := range max(n, 1) {
 		mc := &muxConn{m: m, addr: i % len(addrs), pending: make(map[uint64]*muxCall)}
-		if err := mc.connect(ctx); err != nil {
+		if err := mc.connectAny(ctx); err != nil {
 			_ = m.Close()
 			return nil, err
 		}
@@ -179,11 +179,13 @@ func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, w
 // retry runs an idempotent request (a renewal, a release) until it is
 // answered, across reconnections, while ctx allows: with a session, a
 // broken connection loses nothing, and the request is sent again on the
-// next one. Without a session, the first error stands.
+// next one (after a failover, on the new leader). Without a session, the
+// first error stands.
 func (m *Mux) retry(ctx context.Context, cmd codec.Cmd, key string, arg []byte) (reply, error) {
 	for {
 		r, err := m.call(ctx, cmd, key, arg, 0)
-		if err == nil || !errors.Is(err, ErrClosed) || m.Session() == "" || m.isClosed() || ctx.Err() != nil {
+		moved := err == nil && r.Status == codec.StatusErrorNotLeader // the connection redials
+		if !moved && (err == nil || !errors.Is(err, ErrClosed)) || m.Session() == "" || m.isClosed() || ctx.Err() != nil {
 			return r, err
 		}
 		select {

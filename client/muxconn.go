@@ -34,6 +34,7 @@ type muxConn struct {
 	writing bool   // a caller is writing: it sends what is queued too
 	pending map[uint64]*muxCall
 	tag     uint64
+	leader  string // run only: the leader a not-leader answer named
 }
 
 // muxCall is one request waiting for its answer.
@@ -146,12 +147,11 @@ func (c *muxConn) run() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), max(c.m.opts.dialTimeout, time.Second))
-			err := c.connect(ctx)
+			err := c.connectAny(ctx)
 			cancel()
 			if err == nil {
 				break
 			}
-			c.addr = (c.addr + 1) % len(c.m.addrs)
 			select {
 			case <-c.m.quit:
 				return
@@ -192,15 +192,19 @@ func (c *muxConn) read(br *bufio.Reader) error {
 		delete(c.pending, id)
 		abandoned := call != nil && call.abandoned
 		c.mu.Unlock()
-		if call == nil {
-			continue
+		if call != nil {
+			call.r = reply{Status: resp.Status, Token: string(resp.Token), N: resp.N, Body: string(resp.Body)}
+			if abandoned {
+				c.dropGrant(call)
+			} else {
+				call.ch <- struct{}{}
+			}
 		}
-		call.r = reply{Status: resp.Status, Token: string(resp.Token), N: resp.N, Body: string(resp.Body)}
-		if abandoned {
-			c.dropGrant(call)
-			continue
+		if resp.Status == codec.StatusErrorNotLeader {
+			// Leadership moved: dial the leader it names.
+			c.leader = strings.TrimSpace(string(resp.Body))
+			return &NotLeaderError{Leader: c.leader}
 		}
-		call.ch <- struct{}{}
 	}
 }
 
@@ -253,10 +257,32 @@ func (c *muxConn) broken(cause error) {
 // shut breaks the connection for good (the Mux is closing).
 func (c *muxConn) shut(cause error) { c.broken(cause) }
 
+// connectAny connects to the leader a not-leader answer named, else to
+// the next of the Mux's addresses that takes the connection.
+func (c *muxConn) connectAny(ctx context.Context) error {
+	if lead := c.leader; lead != "" {
+		c.leader = ""
+		if c.connect(ctx, lead) == nil {
+			return nil
+		}
+	}
+	var err error
+	for range c.m.addrs {
+		if err = c.connect(ctx, c.m.addrs[c.addr]); err == nil {
+			return nil
+		}
+		var nl *NotLeaderError
+		if errors.As(err, &nl) && nl.Leader != "" && c.connect(ctx, nl.Leader) == nil {
+			return nil
+		}
+		c.addr = (c.addr + 1) % len(c.m.addrs)
+	}
+	return err
+}
+
 // connect dials the server, greets it into tagged mode and attaches the
 // Mux's session (opening it on the first connection).
-func (c *muxConn) connect(ctx context.Context) error {
-	addr := c.m.addrs[c.addr]
+func (c *muxConn) connect(ctx context.Context, addr string) error {
 	conn, err := Dial(ctx, addr, func(o *options) { *o = c.m.opts })
 	if err != nil {
 		return err
