@@ -211,3 +211,33 @@ func TestMuxLostWithoutSession(t *testing.T) {
 		t.Fatal("Lost did not fire")
 	}
 }
+
+// TestMuxElection: two Elections on one Mux: one leads, the other waits in
+// the queue without holding back the Mux, and leads once the first
+// resigns.
+func TestMuxElection(t *testing.T) {
+	srv := servertest.StartServer(t)
+	ctx := context.Background()
+	m, err := client.DialMux(ctx, []string{srv.Addr}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	a := &client.Election{Name: "leader", Mux: m}
+	b := &client.Election{Name: "leader", Mux: m}
+	if err := a.Campaign(ctx); err != nil || !a.Leading() {
+		t.Fatalf("a.Campaign = %v, leading %v", err, a.Leading())
+	}
+	won := make(chan error, 1)
+	go func() { won <- b.Campaign(ctx) }()
+	testutil.Eventually(t, 5*time.Second, func() bool { return waitersOn(srv, "leader") == 1 }, "b queued")
+	if _, err := m.Acquire(ctx, "other", 0, 0); err != nil {
+		t.Fatalf("acquire beside a campaign: %v", err)
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil || !b.Leading() {
+		t.Fatalf("b.Campaign = %v, leading %v", err, b.Leading())
+	}
+}
