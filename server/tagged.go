@@ -48,19 +48,20 @@ type tagWait struct {
 	ss     *session
 	tag    tagBuf
 	cmd    codec.Cmd
+	owner  engine.OwnerID
 	pooled bool
 }
 
 var tagWaits = sync.Pool{New: func() any { return new(tagWait) }}
 
-func newTagWait(ss *session, tag []byte, cmd codec.Cmd, pooled bool) *tagWait {
+func newTagWait(ss *session, tag []byte, cmd codec.Cmd, owner engine.OwnerID, pooled bool) *tagWait {
 	var w *tagWait
 	if pooled {
 		w = tagWaits.Get().(*tagWait)
 	} else {
 		w = new(tagWait)
 	}
-	w.ss, w.cmd, w.pooled = ss, cmd, pooled
+	w.ss, w.cmd, w.owner, w.pooled = ss, cmd, owner, pooled
 	w.tag.set(tag)
 	return w
 }
@@ -77,12 +78,7 @@ func (w *tagWait) free() {
 func (w *tagWait) Deliver(o engine.Outcome) {
 	ss := w.ss
 	if o.Result == engine.Canceled {
-		// As for a plain connection (session.Deliver): the connection's
-		// own Disconnect, or an outcome made unknown by a restore.
-		w.free()
-		if !ss.closed.Load() {
-			_ = ss.conn.Close()
-		}
+		w.canceled()
 		return
 	}
 	if ss.closed.Load() {
@@ -91,6 +87,26 @@ func (w *tagWait) Deliver(o engine.Outcome) {
 	}
 	w.enqueue(o)
 	ss.wake()
+}
+
+// canceled answers a request the engine withdrew, and frees w. A request
+// of a session that ended (closed, here or from another connection) fails
+// alone: "#<tag> error". Otherwise, as for a plain connection
+// (session.Deliver), it is the connection's own Disconnect, or an outcome
+// a restore made unknown, which closing the connection says.
+func (w *tagWait) canceled() {
+	ss, owner, tag := w.ss, w.owner, w.tag
+	w.free()
+	if ss.closed.Load() {
+		return
+	}
+	if owner != ss.id && owner != engine.OwnerID(ss.sess.Load()) {
+		if _, ok := ss.srv.be.Engine().SessionKey(owner); !ok {
+			ss.tagLine(codec.AppendStatus(codec.AppendTag(nil, tag.bytes()), codec.StatusError))
+			return
+		}
+	}
+	_ = ss.conn.Close()
 }
 
 // enqueue appends the tagged outcome to the inbox and frees w.
@@ -202,7 +218,7 @@ func (s *Server) submitTagged(ss *session, t int64, tr *codec.Tagged, owner engi
 	var sink engine.Sink
 	var later backend.Later
 	if parks || replicated {
-		w = newTagWait(ss, tr.Tag, req.Cmd, !replicated)
+		w = newTagWait(ss, tr.Tag, req.Cmd, owner, !replicated)
 		later = w
 		if parks {
 			sink = w

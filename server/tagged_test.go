@@ -160,3 +160,38 @@ func TestTaggedConnectionOwner(t *testing.T) {
 	_ = c.c.Close()
 	testutil.Eventually(t, 5*time.Second, func() bool { return holder(s.Engine, "sem") == 0 }, "released at close")
 }
+
+// TestTaggedSessionClosedUnderWait: a session closed from another
+// connection withdraws its waits; each fails alone ("#<tag> error") and
+// the connection that sent them stays open.
+func TestTaggedSessionClosedUnderWait(t *testing.T) {
+	s := servertest.StartServer(t)
+	a, b := dial(t, s.Addr), dial(t, s.Addr)
+	greet(t, a)
+	greet(t, b)
+	f := strings.Fields(tdo(t, a, "s", "session", "_", ""))
+	if len(f) != 3 || f[0] != "ok" {
+		t.Fatalf("session _ = %q", f)
+	}
+	sid := f[1]
+	grant(t, tdo(t, b, "1", "l", "k", "0"), "ok") // b holds k for itself
+	a.req("#w l "+sid, "k", "60")
+	testutil.Eventually(t, 5*time.Second, func() bool { return waiters(s.Engine, "k") == 1 }, "a's wait queued")
+	if got := tdo(t, b, "2", "session", sid, "close"); got != "ok" {
+		t.Fatalf("close from another connection = %q", got)
+	}
+	if got := answers(t, a, 1)["w"]; got != "error" {
+		t.Fatalf("the withdrawn wait = %q; want error", got)
+	}
+	grant(t, tdo(t, a, "3", "l", "k2", "0"), "ok") // a is still open
+}
+
+// waiters returns key's queue length, -1 without the key.
+func waiters(e *engine.Engine, key string) int {
+	for _, l := range e.Snapshot(0).Locks {
+		if l.Key == key {
+			return l.Waiters
+		}
+	}
+	return -1
+}
