@@ -38,6 +38,7 @@ const (
 	opUIKeys           // GET /v1/ui/keys: the dashboard's key list
 	opLockGet          // GET /v1/locks/{key}
 	opSemGet           // GET /v1/semaphores/{key}
+	opAdminDigest      // GET /v1/admin/state-digest
 	opCount
 )
 
@@ -70,6 +71,7 @@ var opNames = [opCount]string{
 	opUIKeys:           "ui_keys",
 	opLockGet:          "lock_get",
 	opSemGet:           "semaphore_get",
+	opAdminDigest:      "admin_state_digest",
 }
 
 // proposes reports whether o changes engine state: a session, lock or
