@@ -17,12 +17,15 @@ import (
 // from another node, which must come within the hold, unless keeps is
 // set: the leader may go on leading through the fault (a slow link or
 // disk, a flapping partition), and failover is the gap until any node
-// grants. kills: the fault stops the target itself.
+// grants. kills: the fault stops the target itself. slowStart: the fault
+// takes a while to put in place (filling a disk), and failover counts
+// from when it is in place rather than from when it began.
 type fault struct {
-	name   string
-	inject func(c *cluster, tp *topo, l int) (heal func() error, target int, err error)
-	keeps  bool
-	kills  bool
+	name      string
+	inject    func(c *cluster, tp *topo, l int) (heal func() error, target int, err error)
+	keeps     bool
+	kills     bool
+	slowStart bool
 }
 
 // rel returns f applied to the node rel places after the leader.
@@ -48,10 +51,10 @@ var faults = []fault{
 	{name: "one-way loss from leader", inject: oneWay},
 	{name: "leader paused past election", inject: pause},
 	{name: "leader kill -9, restart", inject: kill, kills: true},
-	{name: "full disk on leader", inject: fullDisk},
+	{name: "full disk on leader", inject: fullDisk, slowStart: true},
 	{name: "full disk on follower", inject: func(c *cluster, tp *topo, l int) (func() error, int, error) {
 		return fullDisk(c, tp, (l+1)%len(c.nodes))
-	}, keeps: true},
+	}, keeps: true, slowStart: true},
 	{name: "slow disk on follower", inject: slowDisk(1), keeps: true},
 	{name: "latency+loss on follower link", inject: slowLink(1), keeps: true},
 }

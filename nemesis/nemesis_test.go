@@ -181,6 +181,9 @@ func (c *cluster) inject(t *testing.T, rec *lincheck.Recorder, tl *timeline, w *
 	if err != nil {
 		t.Fatalf("inject %s: %v", f.name, err)
 	}
+	if f.slowStart {
+		t0 = time.Now()
+	}
 	w.node = c.nodes[target].id
 	var healed atomic.Bool
 	skip := func() int {
