@@ -57,6 +57,7 @@ type cluster struct {
 	dir   string // the run's temporary directory
 
 	probeOnce sync.Once
+	shapeOnce sync.Once
 	mu        sync.Mutex
 	notes     []string        // anomalies a fault found while it ran
 	margins   []time.Duration // run-under-lock margins

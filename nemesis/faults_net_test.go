@@ -4,6 +4,9 @@ package nemesis
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -52,12 +55,47 @@ func shapeLink(tp *topo, i int) (func() error, error) {
 	return heal, nil
 }
 
+// slowLink shapes the link of the node rel places after the leader. The
+// first time, it logs what a TCP connect to the node (a round trip) takes
+// before and after.
 func slowLink(rel int) func(c *cluster, tp *topo, l int) (func() error, int, error) {
 	return func(c *cluster, tp *topo, l int) (func() error, int, error) {
 		i := (l + rel) % len(c.nodes)
+		first := false
+		c.shapeOnce.Do(func() { first = true })
+		var before string
+		if first {
+			before = c.connectTimes(c.nodes[i])
+		}
 		heal, err := shapeLink(tp, i)
+		if first && err == nil {
+			time.Sleep(500 * time.Millisecond) // the queue fills
+			c.t.Logf("shaped link (%s): connects to the node take %s; unshaped %s", strings.Join(tp.qdisc(), " "), c.connectTimes(c.nodes[i]), before)
+		}
 		return heal, i, err
 	}
+}
+
+// connectTimes dials n 10 times from the clients' namespace and reports
+// the median and worst time, and how many failed.
+func (c *cluster) connectTimes(n *node) string {
+	var ts []time.Duration
+	failed := 0
+	for range 10 {
+		t0 := time.Now()
+		conn, err := c.dial.Dial(n.addr())
+		if err != nil {
+			failed++
+			continue
+		}
+		ts = append(ts, time.Since(t0))
+		_ = conn.Close()
+	}
+	if len(ts) == 0 {
+		return fmt.Sprintf("(all %d failed)", failed)
+	}
+	slices.Sort(ts)
+	return fmt.Sprintf("median %v, max %v, %d of 10 failed", ts[len(ts)/2].Round(time.Microsecond), ts[len(ts)-1].Round(time.Microsecond), failed)
 }
 
 // bridgePartition cuts the leader and one follower apart both ways; the
