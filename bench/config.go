@@ -43,6 +43,7 @@ const (
 	KindTCP   Kind = "tcp"   // the three-line protocol (latchd, dflockd, Ceiling)
 	KindHTTP  Kind = "http"  // latchd's REST API
 	KindRedis Kind = "redis" // SET NX PX + compare-and-delete script
+	KindEtcd  Kind = "etcd"  // etcd v3 Mutex Lock+Unlock over a lease, via its JSON gateway
 )
 
 // Target is one server to drive.
@@ -54,8 +55,8 @@ type Target struct {
 	Addr string `json:"addr"`
 }
 
-// ParseTarget parses "[name=]scheme://host:port" with scheme tcp, http or
-// redis. Without a name the target is named after its scheme and address.
+// ParseTarget parses "[name=]scheme://host:port" with scheme tcp, http,
+// redis or etcd. Without a name the target is named after its scheme and address.
 func ParseTarget(s string) (Target, error) {
 	name, rest, ok := strings.Cut(s, "=")
 	if !ok || strings.Contains(name, "://") {
@@ -67,7 +68,7 @@ func ParseTarget(s string) (Target, error) {
 	}
 	t := Target{Name: name, Kind: Kind(u.Scheme), Addr: u.Host}
 	if dialers[t.Kind] == nil {
-		return Target{}, fmt.Errorf("bench: target %q: scheme must be tcp, http or redis", s)
+		return Target{}, fmt.Errorf("bench: target %q: scheme must be tcp, http, redis or etcd", s)
 	}
 	if u.Path != "" && u.Path != "/" {
 		return Target{}, fmt.Errorf("bench: target %q: unexpected path %q", s, u.Path)
@@ -189,6 +190,9 @@ func (c Config) Validate() error {
 		}
 		if t.Kind == KindRedis && c.Mode == ModeTwoPhase {
 			return fmt.Errorf("bench: target %s: Redis has no queue, so no twophase mode", t.Name)
+		}
+		if t.Kind == KindEtcd && c.Mode != ModeLock && c.Mode != ModeContended {
+			return fmt.Errorf("bench: target %s: etcd is driven in lock and contended modes only", t.Name)
 		}
 		if t.Addr == "" {
 			return fmt.Errorf("bench: target %s: no address", t.Name)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/client"
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server/servertest"
 )
@@ -285,7 +286,7 @@ func TestClusterBudgetExhausted(t *testing.T) {
 		}
 	})
 	t.Run("no seed answers", func(t *testing.T) {
-		dead := testutil.FreePort(t)
+		dead := testport.Free(t)
 		_, err := client.DialCluster(ctx, []string{dead}, fast, client.WithMaxAttempts(3))
 		var op *net.OpError
 		if !errors.Is(err, client.ErrNoLeader) || !errors.As(err, &op) {

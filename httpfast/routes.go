@@ -38,6 +38,7 @@ const (
 	opUIKeys           // GET /v1/ui/keys: the dashboard's key list
 	opLockGet          // GET /v1/locks/{key}
 	opSemGet           // GET /v1/semaphores/{key}
+	opAdminSnapshot    // GET /v1/admin/snapshot
 	opAdminDigest      // GET /v1/admin/state-digest
 	opCount
 )
@@ -71,6 +72,7 @@ var opNames = [opCount]string{
 	opUIKeys:           "ui_keys",
 	opLockGet:          "lock_get",
 	opSemGet:           "semaphore_get",
+	opAdminSnapshot:    "admin_snapshot",
 	opAdminDigest:      "admin_state_digest",
 }
 

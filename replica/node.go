@@ -183,6 +183,8 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		n.maybeSnapshot(false)
 	})
 	go n.run()
+	n.wg.Add(1)
+	go n.promoteLoop()
 	return n, nil
 }
 
@@ -268,7 +270,7 @@ func (n *Node) raftConfig() *raft.Config {
 // startTransport connects the transport to raft and starts it, with a
 // stream to every member the restored configuration names.
 func (n *Node) startTransport() {
-	n.tr = newTransport(&n.st, n.log)
+	n.tr = newTransport(&n.st, n.log.With(zap.String("node_id", n.cfg.NodeID)))
 	n.tr.self = n.id
 	n.tr.selfAddr = n.cfg.AdvertiseAddr
 	if n.tr.selfAddr == "" {

@@ -100,8 +100,12 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("replica: read %s: %w", f.Name(), err)
 	}
+	off, err := readSegHeader(data, first, f.Name())
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	s := &walSegment{first: first, f: f, alloc: int64(len(data))}
-	var off int64
 	for off < int64(len(data)) {
 		n, ok := walCheck(data[off:], first+uint64(len(s.offs)))
 		if !ok {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ type session struct {
 	parked bool       // a blocking request waits; decoding is paused
 	authed bool       // auth passed, or none is configured
 	out    []byte     // answers of one OnTraffic call, written once
-	ip     string     // client IP, kept only when MaxConnectionsPerIP is on
+	ip     net.Addr   // client address, kept only when MaxConnectionsPerIP is on
 	authIP netip.Addr // client IP, kept only while auth is limited and pending
 	// fd is the socket a direct hand-off writes to (handoff.go); -1 for
 	// none (TLS). The hand-off also carries the answers the backend

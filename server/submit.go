@@ -40,13 +40,6 @@ import (
 // stays clear: it marks REST sessions.
 func ownerBase() uint64 { return (clock.Salt() & 0x7fff_ffff) << 32 }
 
-// clusterStats is the stats answer of a replicated node: the engine's
-// fields and the node's raft state under "cluster".
-type clusterStats struct {
-	engine.Stats
-	Cluster any `json:"cluster"`
-}
-
 // submit runs a mutating request. It returns the output and whether the
 // connection must close after it is written. Event loop only.
 func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([]byte, bool) {
@@ -135,20 +128,20 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 
 // appendErr is appendReply for an error.
 func appendErr(out []byte, cmd codec.Cmd, err error, taken bool) (_ []byte, park, closeNow bool) {
+	st, engines := statusFor(err)
 	switch {
-	case !engineError(err):
+	case !engines:
 		if addr, ok := notLeader(err); ok {
 			return appendNotLeader(out, addr), false, false
 		}
 		if taken {
 			return out, false, true
 		}
-		return codec.AppendStatus(out, codec.StatusError), false, false
 	case cmd == codec.CmdRelease || cmd == codec.CmdSemRelease ||
 		cmd == codec.CmdRenew || cmd == codec.CmdSemRenew:
-		return codec.AppendStatus(out, codec.StatusError), false, false
+		st = codec.StatusError
 	}
-	return codec.AppendStatus(out, statusFor(err)), false, false
+	return codec.AppendStatus(out, st), false, false
 }
 
 // notLeader returns the leader's client address when err is a
@@ -160,19 +153,6 @@ func notLeader(err error) (string, bool) {
 		return nl.Leader.ClientAddr, true
 	}
 	return "", false
-}
-
-// engineError reports whether err is the engine's answer to a request
-// (which the protocol has a status for), not the backend's.
-func engineError(err error) bool {
-	for _, e := range [...]error{engine.ErrMaxKeys, engine.ErrMaxWaiters, engine.ErrLimitMismatch,
-		engine.ErrNotHolder, engine.ErrAlreadyQueued, engine.ErrNotQueued, engine.ErrLeaseExpired,
-		engine.ErrBadRequest, engine.ErrDraining} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // Answer implements backend.Later: the reply to ss's pending request,

@@ -2,7 +2,8 @@
 // client: it runs a command while holding a lock, a semaphore slot or an
 // election's leadership, shows the server's state (stats, top) and
 // health, and changes a cluster's membership and leadership over its
-// admin API (member, leader). docs/cli.md documents it.
+// admin API (member, leader), and backs up the state (snapshot).
+// docs/cli.md documents it.
 package main
 
 import (
@@ -50,6 +51,7 @@ Usage:
   latchctl [flags] health [--http URL]
   latchctl [flags] member list [--json] | add ID RAFT_ADDR [--learner] | promote ID | remove ID
   latchctl [flags] leader transfer [ID]
+  latchctl [flags] snapshot save FILE | status FILE [--json]
   latchctl version
 
 CMD runs with LATCHD_KEY, LATCHD_TOKEN and LATCHD_FENCE in its environment
@@ -62,6 +64,9 @@ member and leader change a cluster over its admin API: their flags
 --http, --admin-token-file (or env LATCHD_ADMIN_TOKEN) and --learner,
 --json go after the subcommand (latchctl member -h). Exit status: 0 done,
 1 refused or failed (the server's error on stderr), 2 bad command line.
+
+snapshot save writes a backup of the state to FILE over the same admin
+API (and flags); snapshot status checks a backup file and prints its header.
 
 Flags (before or after the subcommand):
 `
@@ -302,6 +307,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runMember(fs, &c, rest, getenv, stdout)
 	case "leader":
 		err = runLeader(fs, &c, rest, getenv, stdout)
+	case "snapshot":
+		err = runSnapshot(fs, &c, rest, getenv, stdout)
 	case "version":
 		fmt.Fprintf(stdout, "latchctl %s\n", buildinfo.Get())
 		return 0

@@ -20,7 +20,7 @@ func TestHelpGroups(t *testing.T) {
 		t.Fatalf("--help: exit %d, want 0", code)
 	}
 	help := errb.String()
-	wantGroups := []string{"Listeners", "Limits", "Leases", "Security", "Cluster", "Observability", "Tuning", "dflockd compatibility"}
+	wantGroups := []string{"Listeners", "Limits", "Leases", "Security", "Cluster", "Backup and restore", "Observability", "Tuning", "dflockd compatibility"}
 	var groups []string
 	for line := range strings.Lines(help) {
 		if m := regexp.MustCompile(`^(\S.*):$`).FindStringSubmatch(strings.TrimRight(line, "\n")); m != nil {

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
@@ -86,10 +87,10 @@ func StartClusterOpts(tb testing.TB, n int, o ClusterOptions) *Cluster {
 	c := &Cluster{tb: tb, edit: o.Edit, sedit: o.ServerEdit, http: o.HTTP}
 	var peers []replica.Peer
 	for i := range n {
-		m := &Member{ID: fmt.Sprint("n", i+1), Addr: testutil.FreePort(tb), RaftAddr: testutil.FreePort(tb),
+		m := &Member{ID: fmt.Sprint("n", i+1), Addr: testport.Free(tb), RaftAddr: testport.Free(tb),
 			Dir: filepath.Join(tb.TempDir(), "raft")}
 		if c.http != nil {
-			m.HTTPAddr = testutil.FreePort(tb)
+			m.HTTPAddr = testport.Free(tb)
 		}
 		c.members = append(c.members, m)
 		peers = append(peers, replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.Addr})
