@@ -29,6 +29,7 @@ type httpDriver struct {
 	enqBody  []byte
 	waitBody []byte
 	twoPhase bool
+	rw       rwPick // ModeRW: reads or writes, per op
 	token    []byte
 	timeout  time.Duration // client-side bound on one request
 }
@@ -48,9 +49,13 @@ func dialHTTP(ctx context.Context, cfg Config, addr string, w int) (driver, erro
 	}
 	kind := "/v1/locks/"
 	limit := ""
-	if cfg.Mode == ModeSem {
+	switch cfg.Mode {
+	case ModeSem:
 		kind = "/v1/semaphores/"
 		limit = `,"limit":` + strconv.Itoa(cfg.Limit)
+	case ModeRW:
+		kind = "/v1/rwlocks/"
+		d.rw = newRWPick(cfg.ReadRatio, w)
 	}
 	d.base = append([]byte("http://"+addr+kind), cfg.key(w)...)
 	ttl := ""
@@ -107,7 +112,7 @@ func (d *httpDriver) op() error {
 	if d.twoPhase {
 		err = d.enqueueWait()
 	} else {
-		err = d.do(fasthttp.MethodPost, d.base, d.acqBody)
+		err = d.do(fasthttp.MethodPost, d.acquireURL(), d.acqBody)
 		if err == nil {
 			err = d.grant("ok")
 		}

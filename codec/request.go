@@ -51,8 +51,22 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
+	CmdSession      // session (session.go)
+	CmdReadLock     // rl
+	CmdWriteLock    // wl
+	CmdReadRelease  // rr
+	CmdWriteRelease // wr
+	CmdReadRenew    // rn
+	CmdWriteRenew   // wn
+	CmdReadEnqueue  // re
+	CmdWriteEnqueue // we
+	CmdReadWait     // rw
+	CmdWriteWait    // ww
 	numCmds
 )
+
+// CmdLast is the highest valid command, for tables indexed by Cmd.
+const CmdLast = numCmds - 1
 
 var cmdNames = [numCmds]string{
 	CmdInvalid:    "",
@@ -68,6 +82,11 @@ var cmdNames = [numCmds]string{
 	CmdSemEnqueue: "se",
 	CmdSemWait:    "sw",
 	CmdStats:      "stats",
+	CmdSession:    "session",
+
+	CmdReadLock: "rl", CmdWriteLock: "wl", CmdReadRelease: "rr", CmdWriteRelease: "wr",
+	CmdReadRenew: "rn", CmdWriteRenew: "wn", CmdReadEnqueue: "re", CmdWriteEnqueue: "we",
+	CmdReadWait: "rw", CmdWriteWait: "ww",
 }
 
 // String returns the command's wire name.
@@ -83,7 +102,8 @@ func (c Cmd) Semaphore() bool { return c >= CmdSemLock && c <= CmdSemWait }
 
 // Blocking reports whether c may park the connection until a grant.
 func (c Cmd) Blocking() bool {
-	return c == CmdLock || c == CmdWait || c == CmdSemLock || c == CmdSemWait
+	b := c.Base()
+	return b == CmdLock || b == CmdWait || b == CmdSemLock || b == CmdSemWait
 }
 
 func lookupCmd(b []byte) Cmd {
@@ -112,8 +132,10 @@ func lookupCmd(b []byte) Cmd {
 		return CmdStats
 	case "auth":
 		return CmdAuth
+	case "session":
+		return CmdSession
 	}
-	return CmdInvalid
+	return lookupRW(b)
 }
 
 // Request is one decoded request. Key, Arg and Token alias the buffer given
@@ -125,10 +147,13 @@ type Request struct {
 	Cmd     Cmd
 	Key     []byte
 	Arg     []byte
-	Token   []byte // r, n, sr, sn: the token; auth: the secret
-	Timeout int64  // l, w, sl, sw
+	Token   []byte // r, n, sr, sn, rr, wr, rn, wn: the token; auth: the secret
+	Timeout int64  // l, w, sl, sw, rl, wl, rw, ww
 	Limit   int64  // sl, se
-	TTL     int64  // l, n, e, sl, sn, se; 0 = default
+	TTL     int64  // l, n, e, sl, sn, se, rl, wl, rn, wn, re, we; 0 = default
+	// ReqID is the request id the key line may carry after the key
+	// (requestid.go); nil when it carries none.
+	ReqID []byte
 }
 
 // Decode decodes the first request in buf into req.
@@ -187,6 +212,8 @@ func parse(req *Request, name []byte) error {
 		return ErrBadArg
 	}
 	switch req.Cmd {
+	case CmdSession:
+		return parseSession(req)
 	case CmdStats, CmdAuth:
 		// The key is ignored, but like every line it must survive a
 		// round trip, which a "\r" inside it would not.
@@ -202,7 +229,7 @@ func parse(req *Request, name []byte) error {
 		req.Token = req.Arg // the secret, spaces and all
 		return nil
 	}
-	if !ValidKey(req.Key) {
+	if !ValidKey(req.Key) && !splitRequestID(req) {
 		return ErrBadKey
 	}
 	var f [4][]byte
@@ -210,7 +237,7 @@ func parse(req *Request, name []byte) error {
 	if nf > len(f) {
 		return ErrArgCount
 	}
-	switch req.Cmd {
+	switch req.Cmd.Base() {
 	case CmdLock:
 		return parseInts(f[:nf], 1, 2, true, &req.Timeout, &req.TTL)
 	case CmdWait, CmdSemWait:

@@ -20,11 +20,11 @@ func EncodeStats(st Stats, maxBytes int, cluster any) ([]byte, error) {
 	}
 	if st.Totals == nil {
 		st.Totals = &StatsTotals{Locks: len(st.Locks), Semaphores: len(st.Semaphores),
-			IdleLocks: len(st.IdleLocks), IdleSemaphores: len(st.IdleSemaphores)}
+			IdleLocks: len(st.IdleLocks), IdleSemaphores: len(st.IdleSemaphores), RWLocks: len(st.RWLocks)}
 	}
 	st.Truncated = true
 	for len(body) > maxBytes {
-		n := len(st.Locks) + len(st.Semaphores) + len(st.IdleLocks) + len(st.IdleSemaphores)
+		n := len(st.Locks) + len(st.Semaphores) + len(st.IdleLocks) + len(st.IdleSemaphores) + len(st.RWLocks)
 		if n == 0 {
 			break
 		}
@@ -35,6 +35,7 @@ func EncodeStats(st Stats, maxBytes int, cluster any) ([]byte, error) {
 		st.Semaphores = st.Semaphores[:int(float64(len(st.Semaphores))*keep)]
 		st.IdleLocks = st.IdleLocks[:int(float64(len(st.IdleLocks))*keep)]
 		st.IdleSemaphores = st.IdleSemaphores[:int(float64(len(st.IdleSemaphores))*keep)]
+		st.RWLocks = st.RWLocks[:int(float64(len(st.RWLocks))*keep)]
 		if body, err = json.Marshal(wrap(st)); err != nil {
 			return nil, err
 		}

@@ -322,7 +322,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.serveUI(ctx, param)
 	case opUIKeys:
 		s.serveUIKeys(ctx)
-	case opLockGet, opSemGet:
+	case opLockGet, opSemGet, opRWGet:
 		s.serveKey(ctx, o, param)
 	case opMetrics:
 		s.serveMetrics(ctx)

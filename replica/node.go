@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,6 +198,9 @@ func (n *Node) loadState() error {
 	if err != nil {
 		return err
 	}
+	if len(st.passedOver) > 0 {
+		n.log.Warn("damaged snapshots passed over", zap.Strings("files", st.passedOver))
+	}
 	hs, err := st.readHardState()
 	if err != nil {
 		return err
@@ -236,7 +240,7 @@ func (n *Node) loadState() error {
 		// Entries are written (and synced) before the commit index that
 		// covers them: a commit past the log means entries were lost.
 		return fmt.Errorf("%w: raft dir %s: committed entries are missing: the hard state's commit index is %d, "+
-			"the log and snapshot end at %d. %s", errWALCorrupt, st.dir, c, li, walRepair)
+			"the log and snapshot end at %d%s. %s", errWALCorrupt, st.dir, c, li, passedOver(st.passedOver), walRepair)
 	}
 	hs.Commit = new(max(hs.GetCommit(), n.snapIndex))
 	if err := n.mem.SetHardState(hs); err != nil {
@@ -429,4 +433,12 @@ func (n *Node) stopping() bool {
 	default:
 		return false
 	}
+}
+
+// passedOver names the damaged snapshots a refusal follows from, if any.
+func passedOver(files []string) string {
+	if len(files) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (damaged snapshots passed over: %s)", strings.Join(files, ", "))
 }

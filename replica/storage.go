@@ -55,6 +55,8 @@ type Storage struct {
 	format *formatMark
 	// Close, if set, runs after the node has stopped (closes files, sockets).
 	Close func() error
+	// passedOver are the damaged snapshot files loadSnapshot skipped.
+	passedOver []string
 }
 
 // DiskStorage opens (or creates) cfg.RaftDir and listens on cfg.BindAddr,
@@ -240,22 +242,25 @@ func indexedFiles(dir, ext string) ([]uint64, error) {
 func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
 	idx, _ := indexedFiles(filepath.Join(st.dir, "snap"), snapFileExt)
 	for i := len(idx) - 1; i >= 0; i-- {
-		name := indexedPath(filepath.Join(st.dir, "snap"), idx[i], snapFileExt)
-		b, err := os.ReadFile(name)
+		path := indexedPath(filepath.Join(st.dir, "snap"), idx[i], snapFileExt)
+		b, err := os.ReadFile(path)
 		if err != nil || len(b) < 4 {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
 		// A newer release's file is refused before its checksum, which
 		// that release may compute otherwise, is read.
-		body, err := cutSnapFileHeader(b[:len(b)-4], name)
+		body, err := cutSnapFileHeader(b[:len(b)-4], path)
 		if errors.Is(err, ErrNewerFormat) {
 			return nil, err
 		}
 		if err != nil || crc32.Checksum(b[:len(b)-4], walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
 		snap := &raftpb.Snapshot{}
 		if err := proto.Unmarshal(body, snap); err != nil {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
 		return snap, nil

@@ -61,6 +61,11 @@ type session struct {
 	inflight     atomic.Int32
 	closed       atomic.Bool
 	disconnected atomic.Bool
+	// sess is the owner of the session the connection acts for
+	// (orphan.go), 0 for none: then the connection is its own owner.
+	sess atomic.Uint64
+	// redirected: it was answered error_not_leader (redirect.go).
+	redirected atomic.Bool
 
 	// Output accounting (output.go). Event loop only: bytes handed to
 	// the transport so far, unsent bytes counted in the budget, bytes

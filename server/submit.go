@@ -47,13 +47,18 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	// would escape. Set field by field (a composite literal would be
 	// built aside and copied); the session fields stay zero.
 	r := &ss.req
-	r.Key, r.Owner, r.Client, r.Now = req.Key, ss.id, ss.id, t
-	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
+	r.Key, r.Owner, r.Client, r.Now, r.ReqID = req.Key, ss.id, ss.id, t, req.ReqID
+	if o := ss.sess.Load(); o != 0 {
+		r.Owner = engine.OwnerID(o)
+	}
+	r.TTL, r.Timeout, r.Token, r.Limit, r.Mode = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1, 0
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
+	} else if req.Cmd.RW() {
+		r.Mode = rwMode(req.Cmd)
 	}
 	var sink engine.Sink
-	switch req.Cmd {
+	switch req.Cmd.Base() {
 	case codec.CmdLock, codec.CmdSemLock:
 		r.Op, sink = backend.OpAcquire, ss
 	case codec.CmdEnqueue, codec.CmdSemEnqueue:
@@ -66,7 +71,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 			return codec.AppendStatus(out, codec.StatusError), false
 		}
 		r.Op, r.Token = backend.OpRelease, tok
-		if req.Cmd == codec.CmdRenew || req.Cmd == codec.CmdSemRenew {
+		if b := req.Cmd.Base(); b == codec.CmdRenew || b == codec.CmdSemRenew {
 			r.Op = backend.OpRenew
 		}
 	default:
@@ -83,7 +88,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 		later = (*parkable)(ss)
 	}
 	rep, pending, err := s.be.Submit(r, sink, ss.via(), later)
-	r.Key = nil // a view of the read buffer
+	r.Key, r.ReqID = nil, nil // views of the read buffer
 	if pending {
 		// Answer may have run already, on another goroutine: the
 		// counters may pass through -1, which no reader acts on before
@@ -95,9 +100,19 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	}
 	if err == nil {
 		ss.used = true
+	} else {
+		ss.noteRedirect(err)
 	}
 	out, ss.parked, _ = appendReply(out, req.Cmd, rep, err, false)
 	return out, false
+}
+
+// rwMode is the engine mode of a read-write command.
+func rwMode(c codec.Cmd) engine.Mode {
+	if c.Write() {
+		return engine.ModeWrite
+	}
+	return engine.ModeRead
 }
 
 // appendReply appends the answer to a request of cmd that the backend
@@ -110,7 +125,7 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 	if err != nil {
 		return appendErr(out, cmd, err, taken)
 	}
-	switch cmd {
+	switch cmd.Base() {
 	case codec.CmdLock, codec.CmdSemLock, codec.CmdWait, codec.CmdSemWait:
 		if rep.Outcome.Result == engine.Queued {
 			return out, true, false
@@ -128,6 +143,7 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 
 // appendErr is appendReply for an error.
 func appendErr(out []byte, cmd codec.Cmd, err error, taken bool) (_ []byte, park, closeNow bool) {
+	cmd = cmd.Base()
 	st, engines := statusFor(err)
 	switch {
 	case !engines:
@@ -177,6 +193,9 @@ func (ss *session) answer(cmd codec.Cmd, rep backend.Reply, err error) {
 	s := ss.srv
 	defer s.inflight.Add(-1)
 	defer s.answered1(ss) // before the count: it may submit a Disconnect
+	if err != nil {
+		ss.noteRedirect(err)
+	}
 	line, park, closeNow := appendReply(nil, cmd, rep, err, true)
 	switch {
 	case park:
@@ -211,6 +230,16 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 	if !ss.disconnected.CompareAndSwap(false, true) {
 		return
 	}
+	owner := ss.id
+	if o := engine.OwnerID(ss.sess.Load()); o != 0 {
+		if _, ok := s.be.Engine().SessionKey(o); ok {
+			// A session's connection: what it holds and waits for is
+			// kept for the orphan TTL, for a new connection to take back.
+			s.be.EndSessionAsync(o)
+			return
+		}
+		owner = o // the session ended under it: drop what is left now
+	}
 	release := s.cfg.AutoRelease
 	if s.be.Replicated() && s.stopping() {
 		// Shutting down: the clients move to the next leader and renew
@@ -221,9 +250,12 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 		// for a lease.
 		release = false
 	}
+	if s.be.Replicated() && ss.redirected.Load() {
+		release = false // its client may hold its grants elsewhere (redirect.go)
+	}
 	s.inflight.Add(1)
 	r := &ss.req
-	*r = backend.Request{Op: backend.OpDisconnect, Owner: ss.id, Release: release}
+	*r = backend.Request{Op: backend.OpDisconnect, Owner: owner, Release: release}
 	_, pending, err := s.be.Submit(r, nil, via, (*dropped)(ss))
 	*r = backend.Request{}
 	if !pending {

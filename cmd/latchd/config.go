@@ -51,6 +51,7 @@ type options struct {
 	adminTokenFile, raftLogLevel             string
 	raftBatchWait                            time.Duration
 	learnerPromoteLag                        int
+	orphanTTL                                time.Duration
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
 
@@ -205,6 +206,7 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.MaxConnections = o.maxConns
 	c.AuthToken = o.authToken
 	c.AutoRelease = o.autoRelease
+	c.OrphanTTL = o.orphanTTL
 	c.TLS = o.tls
 	c.MaxConnectionsPerIP = o.maxConnsPerIP
 	c.AuthFailuresPerMinute = o.authFailuresPerMinute

@@ -8,8 +8,8 @@ import (
 	"github.com/latchd/latchd/codec"
 )
 
-// numCmds bounds the arrays indexed by codec.Cmd; CmdStats is the last.
-const numCmds = int(codec.CmdStats) + 1
+// numCmds bounds the arrays indexed by codec.Cmd.
+const numCmds = int(codec.CmdLast) + 1
 
 // Reason is why the TCP server closed a connection for a protocol
 // violation. The set is fixed: each value is one label value of

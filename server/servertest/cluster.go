@@ -203,6 +203,22 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
+// Crash stops member i as a kill -9 would look to its clients and to the
+// others: its node first, so that nothing its servers do on the way down
+// (a closed connection's Disconnect) reaches the log, then its REST and
+// TCP servers, which drop every connection. A no-op for a stopped member.
+func (c *Cluster) Crash(i int) {
+	c.mu.Lock()
+	node := c.members[i].Node
+	c.mu.Unlock()
+	if node != nil {
+		if err := node.Shutdown(); err != nil {
+			c.tb.Logf("Shutdown(%s): %v", c.members[i].ID, err)
+		}
+	}
+	c.Stop(i)
+}
+
 // LeaderTimeout is how long tests should give Leader: generous for a
 // loaded race-enabled run; Leader returns as soon as the leader is stable.
 const LeaderTimeout = 30 * time.Second
