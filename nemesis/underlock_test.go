@@ -3,6 +3,7 @@
 package nemesis
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -138,7 +139,7 @@ func runUnderLock(c *cluster, tp *topo, l int) (func() error, int, error) {
 	u.second = c.lockCmd(dir, "second", others...)
 	if err := u.second.Start(); err != nil {
 		u.stop()
-		return nil, l, errorsJoin(err, heal())
+		return nil, l, errors.Join(err, heal())
 	}
 	return func() error {
 		err := heal()
@@ -147,13 +148,6 @@ func runUnderLock(c *cluster, tp *topo, l int) (func() error, int, error) {
 		c.checkUnderLock(u, started)
 		return err
 	}, l, nil
-}
-
-func errorsJoin(a, b error) error {
-	if a == nil {
-		return b
-	}
-	return fmt.Errorf("%w; %v", a, b)
 }
 
 // stop ends both latchctl runs: SIGTERM (passed on to CMD, which
