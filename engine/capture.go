@@ -18,6 +18,7 @@ type StateCapture struct {
 	sess    []byte         // the sessions' section
 	parts   [][]byte       // per shard: appendStateLocked
 	lapsed  [][]lapsedList // per shard: its lapsed two-phase grants
+	sets    []byte         // the waiting sets' section
 }
 
 // lapsedList is one owner's lapsed keys in a shard, sorted.
@@ -36,6 +37,7 @@ func (e *Engine) CaptureState() *StateCapture {
 		e:       e,
 		counter: e.fence.Load(),
 		sess:    e.sess.appendState(nil),
+		sets:    e.sets.appendState(nil),
 		parts:   make([][]byte, len(e.shards)),
 		lapsed:  make([][]lapsedList, len(e.shards)),
 	}
@@ -117,5 +119,6 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	b = append(b, c.sess...)
 	b = appendLapsed(b, c.lapsed, lists)
+	b = append(b, c.sets...)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
 }

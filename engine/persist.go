@@ -14,13 +14,14 @@ import (
 // stateMagic and stateVersion open every state written by WriteState.
 const (
 	stateMagic   = "LTCHST"
-	stateVersion = 3 // 2: a key per session; 3: lapsed two-phase grants; ReadState still reads 1 and 2
+	stateVersion = 4 // 2: a key per session; 3: lapsed two-phase grants; 4: waiting sets; ReadState still reads 1 to 3
 )
 
 // entry flags in the state format.
 const (
 	flagTwoPhase = 1 << iota // enqueued with e/se and not yet collected
 	flagInHeap               // has a deadline: a lease, or a parked wait
+	flagSet                  // a waiting set's entry (AcquireSet); see appendSets
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -172,6 +173,9 @@ func appendEntry(b []byte, en *entry) []byte {
 	}
 	if en.hidx >= 0 {
 		f |= flagInHeap
+	}
+	if en.set != nil {
+		f |= flagSet
 	}
 	return append(b, f)
 }

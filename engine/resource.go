@@ -21,6 +21,7 @@ type entry struct {
 	twoPhase bool  // enqueued with e/se and not yet collected by w/sw
 	sidx     int32 // scratch: its number in the state WriteState writes
 	sink     Sink  // a parked request's Sink; nil otherwise
+	set      *kset // the waiting set it belongs to (AcquireSet); nil otherwise
 	qprev    *entry
 	qnext    *entry // resource's holders or waiters list
 	oprev    *entry

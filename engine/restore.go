@@ -61,6 +61,9 @@ func (e *Engine) ReadState(r io.Reader) error {
 	if d.version >= 3 {
 		e.readLapsed(d)
 	}
+	if d.version >= 4 {
+		e.readSets(d)
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
@@ -148,7 +151,9 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 			rs.ents = append(rs.ents, en)
 		}
 	}
-	if r.holders.n > r.limit || (r.holders.n < r.limit && r.waiters.n > 0) || r.idle != r.empty() {
+	// A slot is free with waiters only behind a waiting set at the head.
+	headSet := r.waiters.head != nil && r.waiters.head.set != nil
+	if r.holders.n > r.limit || (r.holders.n < r.limit && r.waiters.n > 0 && !headSet) || r.idle != r.empty() {
 		d.fail("resource %q breaks its invariants", key)
 		return false
 	}
@@ -170,6 +175,9 @@ func readEntry(d *stateReader, r *resource, holding bool) (*entry, bool) {
 	en.deadline = d.varint()
 	f := d.byte()
 	en.twoPhase = f&flagTwoPhase != 0
+	if f&flagSet != 0 {
+		en.set = &restoringSet // linked by readSets
+	}
 	return en, f&flagInHeap != 0
 }
 
