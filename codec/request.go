@@ -51,23 +51,27 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
+	CmdMultiLock    // ml: many keys at once, all or none
+	CmdMultiSemLock // msl: a slot of many semaphores at once
 	numCmds
 )
 
 var cmdNames = [numCmds]string{
-	CmdInvalid:    "",
-	CmdAuth:       "auth",
-	CmdLock:       "l",
-	CmdRelease:    "r",
-	CmdRenew:      "n",
-	CmdEnqueue:    "e",
-	CmdWait:       "w",
-	CmdSemLock:    "sl",
-	CmdSemRelease: "sr",
-	CmdSemRenew:   "sn",
-	CmdSemEnqueue: "se",
-	CmdSemWait:    "sw",
-	CmdStats:      "stats",
+	CmdInvalid:      "",
+	CmdAuth:         "auth",
+	CmdLock:         "l",
+	CmdRelease:      "r",
+	CmdRenew:        "n",
+	CmdEnqueue:      "e",
+	CmdWait:         "w",
+	CmdSemLock:      "sl",
+	CmdSemRelease:   "sr",
+	CmdSemRenew:     "sn",
+	CmdSemEnqueue:   "se",
+	CmdSemWait:      "sw",
+	CmdStats:        "stats",
+	CmdMultiLock:    "ml",
+	CmdMultiSemLock: "msl",
 }
 
 // String returns the command's wire name.
@@ -83,8 +87,12 @@ func (c Cmd) Semaphore() bool { return c >= CmdSemLock && c <= CmdSemWait }
 
 // Blocking reports whether c may park the connection until a grant.
 func (c Cmd) Blocking() bool {
-	return c == CmdLock || c == CmdWait || c == CmdSemLock || c == CmdSemWait
+	return c == CmdLock || c == CmdWait || c == CmdSemLock || c == CmdSemWait ||
+		c == CmdMultiLock || c == CmdMultiSemLock
 }
+
+// Multi reports whether c takes many keys at once (ml, msl).
+func (c Cmd) Multi() bool { return c == CmdMultiLock || c == CmdMultiSemLock }
 
 func lookupCmd(b []byte) Cmd {
 	switch string(b) { // no allocation: the compiler compares in place
@@ -112,6 +120,10 @@ func lookupCmd(b []byte) Cmd {
 		return CmdStats
 	case "auth":
 		return CmdAuth
+	case "ml":
+		return CmdMultiLock
+	case "msl":
+		return CmdMultiSemLock
 	}
 	return CmdInvalid
 }
@@ -201,6 +213,9 @@ func parse(req *Request, name []byte) error {
 		}
 		req.Token = req.Arg // the secret, spaces and all
 		return nil
+	}
+	if req.Cmd.Multi() {
+		return parseMulti(req)
 	}
 	if !ValidKey(req.Key) {
 		return ErrBadKey
