@@ -29,11 +29,14 @@ const (
 	OpEndSession                 // engine.EndSession: Owner
 	OpRestamp                    // a new leader's clock: Key = its node ID, Addr = its client address, HTTPAddr = its REST address
 	OpCancelWait                 // engine.CancelWait: Owner, Key
+	OpAcquireSet                 // engine.AcquireSet: Owner, Key (the keys, space-separated), Limit, TTL, Timeout, Salt
+	OpCancelSet                  // engine.CancelSet: Owner, Key (the set's first key)
 	opEnd
 )
 
 var opNames = [...]string{"", "acquire", "enqueue", "wait", "release", "renew", "disconnect",
-	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait"}
+	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait",
+	"acquire_set", "cancel_set"}
 
 // String names the op.
 func (o Op) String() string {

@@ -16,10 +16,11 @@ import (
 
 // Reply is what applying one Command answered.
 type Reply struct {
-	Outcome engine.Outcome // Acquire, Enqueue, Wait
-	TTL     time.Duration  // Renew: the lease length
-	OK      bool           // BeginSession, CloseSession
-	Err     error          // the engine's error, or ErrBadCommand
+	Outcome engine.Outcome     // Acquire, Enqueue, Wait
+	TTL     time.Duration      // Renew: the lease length
+	OK      bool               // BeginSession, CloseSession
+	Err     error              // the engine's error, or ErrBadCommand
+	Set     *engine.SetOutcome // AcquireSet
 }
 
 // FSM is the engine as the raft group's state machine. Every node
@@ -173,7 +174,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	now := max(c.Now, f.lastNow)
 	f.lastNow = now
 	var sink engine.Sink
-	if (c.Op == OpAcquire || c.Op == OpWait) && c.Origin == f.origin && c.Origin != 0 {
+	if (c.Op == OpAcquire || c.Op == OpWait || c.Op == OpAcquireSet) && c.Origin == f.origin && c.Origin != 0 {
 		sink = &routeSink{f: f, id: c.ReqID}
 	}
 	var r Reply
@@ -204,6 +205,10 @@ func (f *FSM) applyCommand(c *Command) Reply {
 		e.EndSession(now, c.Owner)
 	case OpCancelWait:
 		r.OK = e.CancelWait(now, c.Key, c.Owner)
+	case OpAcquireSet:
+		r.Set, r.Err = applyAcquireSet(e, now, c, sink)
+	case OpCancelSet:
+		r.OK = e.CancelSet(now, c.Key, c.Owner)
 	default:
 		r.Err = ErrBadCommand
 	}

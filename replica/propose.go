@@ -140,10 +140,10 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 		return nil, ctx.Err()
 	}
 	n.stamp(&c)
-	if c.Op == OpAcquire || c.Op == OpEnqueue {
+	if c.Op == OpAcquire || c.Op == OpEnqueue || c.Op == OpAcquireSet {
 		c.Salt = clock.Salt()
 	}
-	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait)}
+	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait || c.Op == OpAcquireSet)}
 	if ctx != nil {
 		p.done = make(chan proposalResult, 1) // Propose waits on it; ProposeFunc sets a callback
 	}
@@ -321,7 +321,7 @@ func (n *Node) finishTo(w *waiter, res any, err error, later *[]laterAnswer) {
 				r.Err = ErrBadCommand
 			}
 		}
-		if p.parks && (err != nil || r.Err != nil || r.Outcome.Result != engine.Queued) {
+		if p.parks && (err != nil || r.Err != nil || !queued(&r)) {
 			n.fsm.unregister(p.c.ReqID)
 		}
 		if later != nil && p.cb != nil {

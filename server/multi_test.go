@@ -172,3 +172,66 @@ func TestMultiLockCrossingSetsOverTCP(t *testing.T) {
 		t.Fatalf("%d of %d sets done", done.Load(), conns*rounds)
 	}
 }
+
+// TestClusterFailoverKeepsMultiLock holds a set through the log, with a
+// second set queued behind it on one key, then stops the leader: on the
+// new leader each key of the held set is still held (renewed and released
+// by its own token), and fences go on above the set's.
+func TestClusterFailoverKeepsMultiLock(t *testing.T) {
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
+	ms := c.Members()
+	holder := dial(t, ms[li].Addr)
+	toks := grants(t, holder.do("ml", "inv pay", "0 30"), 2)
+	var fences [2]uint64
+	for i, tok := range toks {
+		f, _ := fence.ParseString(tok)
+		fences[i] = f.Fence
+	}
+	if got := dial(t, ms[li].Addr).do("ml", "pay ship", "0"); got != "timeout" {
+		t.Fatalf("crossing set through the log: %q", got)
+	}
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		for i, m := range c.Members() {
+			if i != li && m.Node.FSM().AppliedIndex() < ms[li].Node.FSM().AppliedIndex() {
+				return false
+			}
+		}
+		return true
+	}, "followers did not catch up")
+	c.Stop(li)
+	nl := c.Leader(servertest.LeaderTimeout)
+	cl := dial(t, ms[nl].Addr)
+	if got := cl.do("ml", "ship pay", "0"); got != "timeout" {
+		t.Fatalf("set over a held key after failover: %q", got)
+	}
+	grantSurvived(t, cl, "inv", toks[0], fences[0])
+	grantSurvived(t, cl, "pay", toks[1], fences[1])
+	got := grants(t, cl.do("ml", "ship other", "0 30"), 2)
+	if f, _ := fence.ParseString(got[0]); f.Fence <= max(fences[0], fences[1]) {
+		t.Fatalf("new set's fence %d not above the old set's", f.Fence)
+	}
+}
+
+// TestClusterMultiLockQueued: a set queued through the log is granted,
+// through the log, when the key it waits for is released.
+func TestClusterMultiLockQueued(t *testing.T) {
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
+	ms := c.Members()
+	holder, w := dial(t, ms[li].Addr), dial(t, ms[li].Addr)
+	tok := grant(t, holder.do("l", "q1", "0 30"), "ok")
+	w.req("ml", "q2 q1", "20 30")
+	eng := ms[li].Node.FSM().Engine()
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		info, ok := eng.Inspect(0, "q2")
+		return ok && info.WaitersTotal == 1
+	}, "set queued")
+	if got := holder.do("r", "q1", tok); got != "ok" {
+		t.Fatal(got)
+	}
+	toks := grants(t, w.line(), 2)
+	if got := w.do("r", "q2", toks[0]); got != "ok" {
+		t.Fatal(got)
+	}
+}
