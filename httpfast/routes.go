@@ -39,6 +39,7 @@ const (
 	opLockGet          // GET /v1/locks/{key}
 	opSemGet           // GET /v1/semaphores/{key}
 	opAdminSnapshot    // GET /v1/admin/snapshot
+	opMulti            // POST /v1/multi: many keys at once
 	opCount
 )
 
@@ -72,11 +73,12 @@ var opNames = [opCount]string{
 	opLockGet:          "lock_get",
 	opSemGet:           "semaphore_get",
 	opAdminSnapshot:    "admin_snapshot",
+	opMulti:            "multi_acquire",
 }
 
 // proposes reports whether o changes engine state: a session, lock or
 // semaphore route. In cluster mode only the leader serves them.
-func (o op) proposes() bool { return o >= opSessionCreate && o <= opSemWait }
+func (o op) proposes() bool { return o >= opSessionCreate && o <= opSemWait || o == opMulti }
 
 // match maps a method and a raw (still percent-encoded) path to an op and
 // its path parameter: the session id or the key. For a path that exists
@@ -98,6 +100,8 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 		return only(m, "GET", opOpenAPI, nil)
 	case "/v1/sessions":
 		return only(m, "POST", opSessionCreate, nil)
+	case "/v1/multi":
+		return only(m, "POST", opMulti, nil)
 	}
 	if rest, ok := bytes.CutPrefix(path, []byte("/v1/sessions/")); ok {
 		return matchSession(m, rest)

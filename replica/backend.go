@@ -119,6 +119,9 @@ func (n *Node) Do(r backend.Request, sink engine.Sink) (backend.Reply, error) {
 	if err != nil {
 		return backend.Reply{}, err
 	}
+	if r.Op == backend.OpAcquireSet && r.SetSink != nil {
+		sink = setRoute{r.SetSink}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), proposeWait)
 	defer cancel()
 	rep, err := n.Propose(ctx, c, sink)
