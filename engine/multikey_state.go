@@ -95,6 +95,12 @@ func (e *Engine) checkSetsLinked(d *stateReader) {
 					return
 				}
 			}
+			for en := r.holders.head; en != nil; en = en.qnext {
+				if en.set != nil {
+					d.fail("set entry on %q without its set", r.key)
+					return
+				}
+			}
 		}
 	}
 }
