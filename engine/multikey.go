@@ -74,8 +74,9 @@ type kset struct {
 	nl       int
 	ttl      time.Duration
 	sink     SetSink
-	done     bool // granted or withdrawn; under the locks of its shards
-	timedOut bool // its deadline passed; under its first entry's shard lock
+	out      SetOutcome // what its SetSink hears, kept here so the hand-off allocates nothing
+	done     bool       // granted or withdrawn; under the locks of its shards
+	timedOut bool       // its deadline passed; under its first entry's shard lock
 	prev     *kset
 	next     *kset // the registry's list, oldest first
 }
@@ -141,10 +142,14 @@ func (r *setRegistry) take() []*kset {
 	return p
 }
 
+// giveBack keeps the list take returned for reuse.
 func (r *setRegistry) giveBack(p []*kset) {
 	clear(p)
 	r.mu.Lock()
-	if r.spare == nil {
+	switch {
+	case r.pending == nil:
+		r.pending = p[:0]
+	case r.spare == nil:
 		r.spare = p[:0]
 	}
 	r.mu.Unlock()
@@ -349,23 +354,24 @@ func (e *Engine) settleSets(now int64, via Via) {
 
 func (e *Engine) settleSet(now int64, ks *kset, via Via) {
 	var d *[]delivery
-	var out SetOutcome
+	heard := false
 	locks := ks.locks[:ks.nl]
 	e.lockSet(locks)
 	switch {
 	case ks.done:
 	case ks.timedOut:
-		out.Result = TimedOut
+		ks.out = SetOutcome{Result: TimedOut, N: ks.n}
 		e.shards[ks.sidx[0]].ctr.timeouts++
-		d = e.withdrawSetLocked(now, ks, d)
+		d, heard = e.withdrawSetLocked(now, ks, d), true
 	case ks.readyLocked():
-		out = SetOutcome{Result: Granted, N: ks.n, TTL: ks.ttl}
-		d = e.grantSetLocked(now, ks, &out, d)
+		ks.out = SetOutcome{Result: Granted, N: ks.n, TTL: ks.ttl}
+		d, heard = e.grantSetLocked(now, ks, &ks.out, d), true
 	}
 	e.unlockSet(locks)
 	deliver(d, via)
-	if out.Result != 0 && ks.sink != nil {
-		ks.sink.DeliverSet(&out)
+	// ks is done: nothing writes ks.out again.
+	if heard && ks.sink != nil {
+		ks.sink.DeliverSet(&ks.out)
 	}
 }
 
@@ -434,13 +440,14 @@ func (e *Engine) withdrawSets(now int64, match func(*kset) bool, r Result, via V
 		e.lockSet(locks)
 		ok := !ks.done
 		if ok {
+			ks.out = SetOutcome{Result: r, N: ks.n}
 			d = e.withdrawSetLocked(now, ks, d)
 			n++
 		}
 		e.unlockSet(locks)
 		deliver(d, via)
 		if ok && ks.sink != nil {
-			ks.sink.DeliverSet(&SetOutcome{Result: r, N: ks.n})
+			ks.sink.DeliverSet(&ks.out)
 		}
 	}
 	return n
