@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/client"
+	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server/servertest"
 )
 
@@ -98,5 +99,46 @@ func TestMultiLockLost(t *testing.T) {
 	}
 	if err := a.Release(ctx); !errors.Is(err, client.ErrLost) {
 		t.Fatalf("Release after loss = %v", err)
+	}
+}
+
+// TestMultiLockCluster: a MultiLock over a Cluster holds its set through
+// a failover: the new leader keeps every key, renewed by its token.
+func TestMultiLockCluster(t *testing.T) {
+	c := servertest.StartCluster(t, 3, nil)
+	li := c.Leader(servertest.LeaderTimeout)
+	var seeds []string
+	for _, m := range c.Members() {
+		seeds = append(seeds, m.Addr)
+	}
+	ctx := context.Background()
+	m := &client.MultiLock{Keys: []string{"c1", "c2"}, LeaseTTL: 20, Cluster: seeds}
+	if got, err := m.Acquire(ctx); !got || err != nil {
+		t.Fatalf("Acquire = %v, %v", got, err)
+	}
+	ms := c.Members()
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		for i, x := range c.Members() {
+			if i != li && x.Node.FSM().AppliedIndex() < ms[li].Node.FSM().AppliedIndex() {
+				return false
+			}
+		}
+		return true
+	}, "followers did not catch up")
+	c.Stop(li)
+	nl := c.Leader(servertest.LeaderTimeout)
+	cl, err := client.Dial(ctx, c.Members()[nl].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.AcquireMany(ctx, []string{"c2", "c1"}, 0, 0); !errors.Is(err, client.ErrTimeout) {
+		t.Fatalf("set after failover: %v", err)
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Fatalf("Release on the new leader: %v", err)
+	}
+	if _, err := cl.AcquireMany(ctx, []string{"c2", "c1"}, 0, 0); err != nil {
+		t.Fatalf("set after release: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package httpfast
 import (
 	"net/http"
 	"testing"
+	"time"
 )
 
 // TestMultiAcquireREST: POST /v1/multi is all or none, one token per key,
@@ -60,4 +61,32 @@ func TestMultiAcquireRESTSessionDeleted(t *testing.T) {
 	h.do(call{method: "DELETE", path: "/v1/sessions/" + b})
 	wantStatus(t, "set of a deleted session", <-done, http.StatusGone, "")
 	h.waitFor(1, 0)
+}
+
+// TestClusterMultiAcquireREST: on a cluster, POST /v1/multi goes through
+// the log, a queued set is granted through it, and a follower refuses.
+func TestClusterMultiAcquireREST(t *testing.T) {
+	rc := startRESTCluster(t, nil, 90*time.Second)
+	lm, lh := rc.leader()
+	a, b := lh.session(), lh.session()
+	r := lh.do(call{method: "POST", path: "/v1/locks/m2", session: a, body: `{"lease_ttl_s":30}`})
+	wantStatus(t, "lock m2", r, http.StatusOK, "ok")
+	done := make(chan resp, 1)
+	go func() {
+		done <- lh.do(call{method: "POST", path: "/v1/multi", session: b, body: `{"keys":["m1","m2"],"acquire_timeout_s":20}`})
+	}()
+	waitCounts(t, lm, 1, 2)
+	wantStatus(t, "release m2", lh.do(call{method: "DELETE", path: "/v1/locks/m2", session: a,
+		body: `{"token":"` + r.str("token") + `"}`}), http.StatusOK, "ok")
+	got := <-done
+	wantStatus(t, "queued set", got, http.StatusOK, "ok")
+	if toks, _ := got.body["tokens"].([]any); len(toks) != 2 {
+		t.Fatalf("tokens %v", got.body["tokens"])
+	}
+	waitCounts(t, lm, 2, 0)
+	f := rc.followers(lm)[0]
+	fr := rc.h(f).do(call{method: "POST", path: "/v1/multi", session: b, body: `{"keys":["z1"]}`})
+	if fr.status != http.StatusServiceUnavailable {
+		t.Fatalf("follower answered %d %s", fr.status, fr.raw)
+	}
 }
