@@ -40,9 +40,10 @@ func applyAcquireSet(e *engine.Engine, now int64, c *Command, sink engine.Sink) 
 // holds engine.Sinks); a single key's Deliver never reaches it.
 type setRoute struct{ s engine.SetSink }
 
-// Deliver implements engine.Sink; an AcquireSet's outcome comes to
-// DeliverSet.
-func (setRoute) Deliver(engine.Outcome) {}
+// Deliver implements engine.Sink. An AcquireSet's outcome comes to
+// DeliverSet; Deliver is called only by a snapshot restore, which cancels
+// every parked request (Restore), and passes that on.
+func (r setRoute) Deliver(o engine.Outcome) { r.s.DeliverSet(&engine.SetOutcome{Result: o.Result}) }
 
 // DeliverSet implements engine.SetSink for a set proposed on this node:
 // it hands the outcome to the proposer's SetSink, once. It runs on the
