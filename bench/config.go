@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -27,10 +28,13 @@ const (
 	// ModeTwoPhase puts every worker on one key and acquires in two steps:
 	// enqueue, then wait when the answer was "queued".
 	ModeTwoPhase Mode = "twophase"
+	// ModeRW puts every worker on one read-write key: each op is a read
+	// hold (rl) with probability Config.ReadRatio, else a write hold (wl).
+	ModeRW Mode = "rw"
 )
 
 // Modes lists the workloads in the order the CLI documents them.
-var Modes = []Mode{ModeLock, ModeContended, ModeSem, ModeTwoPhase}
+var Modes = []Mode{ModeLock, ModeContended, ModeSem, ModeTwoPhase, ModeRW}
 
 // sharedKey reports whether all workers use one key.
 func (m Mode) sharedKey() bool { return m != ModeLock }
@@ -76,9 +80,7 @@ func ParseTarget(s string) (Target, error) {
 	if _, port, err := net.SplitHostPort(t.Addr); err != nil || port == "" {
 		return Target{}, fmt.Errorf("bench: target %q: want host:port", s)
 	}
-	if t.Name == "" {
-		t.Name = string(t.Kind) + "://" + t.Addr
-	}
+	t.Name = cmp.Or(t.Name, string(t.Kind)+"://"+t.Addr)
 	return t, nil
 }
 
@@ -116,6 +118,9 @@ type Config struct {
 	Mode Mode
 	// Limit is the semaphore size for ModeSem.
 	Limit int
+	// ReadRatio is, for ModeRW, the share of ops that take the key to
+	// read (0 to 1); the rest take it to write.
+	ReadRatio float64
 	// AcquireTimeout is the server-side wait of one acquire, whole seconds.
 	AcquireTimeout time.Duration
 	// LeaseTTL is the lease asked for, whole seconds; 0 leaves the server
@@ -148,6 +153,7 @@ func DefaultConfig() Config {
 		Rounds:         1000,
 		Mode:           ModeLock,
 		Limit:          5,
+		ReadRatio:      0.9,
 		AcquireTimeout: 10 * time.Second,
 		KeyPrefix:      "bench",
 		DialTimeout:    5 * time.Second,
@@ -167,6 +173,8 @@ func (c Config) Validate() error {
 		return errors.New("bench: rate must be >= 0")
 	case c.Mode == ModeSem && c.Limit <= 0:
 		return errors.New("bench: sem mode needs limit > 0")
+	case !(c.ReadRatio >= 0 && c.ReadRatio <= 1):
+		return errors.New("bench: read ratio must be in [0, 1]")
 	case c.AcquireTimeout < 0 || c.AcquireTimeout%time.Second != 0:
 		return errors.New("bench: acquire timeout must be whole seconds >= 0")
 	case c.LeaseTTL < 0 || c.LeaseTTL%time.Second != 0:
@@ -177,7 +185,7 @@ func (c Config) Validate() error {
 		return errors.New("bench: dial timeout must be > 0")
 	}
 	if !slices.Contains(Modes, c.Mode) {
-		return fmt.Errorf("bench: unknown mode %q (want lock, contended, sem or twophase)", c.Mode)
+		return fmt.Errorf("bench: unknown mode %q (want lock, contended, sem, twophase or rw)", c.Mode)
 	}
 	for _, w := range c.Workers {
 		if w <= 0 {
@@ -190,6 +198,9 @@ func (c Config) Validate() error {
 		}
 		if t.Kind == KindRedis && c.Mode == ModeTwoPhase {
 			return fmt.Errorf("bench: target %s: Redis has no queue, so no twophase mode", t.Name)
+		}
+		if t.Kind == KindRedis && c.Mode == ModeRW {
+			return fmt.Errorf("bench: target %s: Redis has no read-write lock, so no rw mode", t.Name)
 		}
 		if t.Kind == KindEtcd && c.Mode != ModeLock && c.Mode != ModeContended {
 			return fmt.Errorf("bench: target %s: etcd is driven in lock and contended modes only", t.Name)

@@ -51,10 +51,24 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
+	CmdSession      // session (session.go)
 	CmdMultiLock    // ml: many keys at once, all or none
 	CmdMultiSemLock // msl: a slot of many semaphores at once
+	CmdReadLock     // rl
+	CmdWriteLock    // wl
+	CmdReadRelease  // rr
+	CmdWriteRelease // wr
+	CmdReadRenew    // rn
+	CmdWriteRenew   // wn
+	CmdReadEnqueue  // re
+	CmdWriteEnqueue // we
+	CmdReadWait     // rw
+	CmdWriteWait    // ww
 	numCmds
 )
+
+// CmdLast is the highest valid command, for tables indexed by Cmd.
+const CmdLast = numCmds - 1
 
 var cmdNames = [numCmds]string{
 	CmdInvalid:      "",
@@ -70,8 +84,13 @@ var cmdNames = [numCmds]string{
 	CmdSemEnqueue:   "se",
 	CmdSemWait:      "sw",
 	CmdStats:        "stats",
+	CmdSession:      "session",
 	CmdMultiLock:    "ml",
 	CmdMultiSemLock: "msl",
+
+	CmdReadLock: "rl", CmdWriteLock: "wl", CmdReadRelease: "rr", CmdWriteRelease: "wr",
+	CmdReadRenew: "rn", CmdWriteRenew: "wn", CmdReadEnqueue: "re", CmdWriteEnqueue: "we",
+	CmdReadWait: "rw", CmdWriteWait: "ww",
 }
 
 // String returns the command's wire name.
@@ -87,7 +106,8 @@ func (c Cmd) Semaphore() bool { return c >= CmdSemLock && c <= CmdSemWait }
 
 // Blocking reports whether c may park the connection until a grant.
 func (c Cmd) Blocking() bool {
-	return c == CmdLock || c == CmdWait || c == CmdSemLock || c == CmdSemWait ||
+	b := c.Base()
+	return b == CmdLock || b == CmdWait || b == CmdSemLock || b == CmdSemWait ||
 		c == CmdMultiLock || c == CmdMultiSemLock
 }
 
@@ -120,12 +140,14 @@ func lookupCmd(b []byte) Cmd {
 		return CmdStats
 	case "auth":
 		return CmdAuth
+	case "session":
+		return CmdSession
 	case "ml":
 		return CmdMultiLock
 	case "msl":
 		return CmdMultiSemLock
 	}
-	return CmdInvalid
+	return lookupRW(b)
 }
 
 // Request is one decoded request. Key, Arg and Token alias the buffer given
@@ -137,10 +159,13 @@ type Request struct {
 	Cmd     Cmd
 	Key     []byte
 	Arg     []byte
-	Token   []byte // r, n, sr, sn: the token; auth: the secret
-	Timeout int64  // l, w, sl, sw
+	Token   []byte // r, n, sr, sn, rr, wr, rn, wn: the token; auth: the secret
+	Timeout int64  // l, w, sl, sw, rl, wl, rw, ww
 	Limit   int64  // sl, se
-	TTL     int64  // l, n, e, sl, sn, se; 0 = default
+	TTL     int64  // l, n, e, sl, sn, se, rl, wl, rn, wn, re, we; 0 = default
+	// ReqID is the request id the key line may carry after the key
+	// (requestid.go); nil when it carries none.
+	ReqID []byte
 }
 
 // Decode decodes the first request in buf into req.
@@ -199,6 +224,8 @@ func parse(req *Request, name []byte) error {
 		return ErrBadArg
 	}
 	switch req.Cmd {
+	case CmdSession:
+		return parseSession(req)
 	case CmdStats, CmdAuth:
 		// The key is ignored, but like every line it must survive a
 		// round trip, which a "\r" inside it would not.
@@ -215,9 +242,9 @@ func parse(req *Request, name []byte) error {
 		return nil
 	}
 	if req.Cmd.Multi() {
-		return parseMulti(req)
+		return parseMulti(req) // every word is a key: no request id
 	}
-	if !ValidKey(req.Key) {
+	if !ValidKey(req.Key) && !splitRequestID(req) {
 		return ErrBadKey
 	}
 	var f [4][]byte
@@ -225,7 +252,7 @@ func parse(req *Request, name []byte) error {
 	if nf > len(f) {
 		return ErrArgCount
 	}
-	switch req.Cmd {
+	switch req.Cmd.Base() {
 	case CmdLock:
 		return parseInts(f[:nf], 1, 2, true, &req.Timeout, &req.TTL)
 	case CmdWait, CmdSemWait:

@@ -111,7 +111,7 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	start := len(b)
 	b = slices.Grow(b, n+len(c.sess)+4096)
 	b = append(b, stateMagic...)
-	b = append(b, stateVersion)
+	b = append(b, c.version())
 	b = binary.AppendUvarint(b, uint64(len(e.shards)))
 	b = binary.AppendUvarint(b, c.counter)
 	for _, p := range c.parts {
@@ -119,6 +119,8 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	b = append(b, c.sess...)
 	b = appendLapsed(b, c.lapsed, lists)
-	b = append(b, c.sets...)
+	if c.version() >= setsVersion {
+		b = append(b, c.sets...)
+	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
 }

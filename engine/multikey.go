@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -506,4 +507,13 @@ func (e *Engine) RenewSet(now int64, keys [][]byte, toks []fence.Token, ttl time
 	}
 	e.settleSets(now, nil)
 	return got, first
+}
+
+// String prints o with its tokens (fmt prints a nested *SetOutcome with
+// it, not as an address, so two replicas' replies print alike).
+func (o *SetOutcome) String() string {
+	if o == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("{Result:%v N:%d Tokens:%v TTL:%v}", o.Result, o.N, o.Tokens[:o.N], o.TTL)
 }

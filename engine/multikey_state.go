@@ -104,3 +104,13 @@ func (e *Engine) checkSetsLinked(d *stateReader) {
 		}
 	}
 }
+
+// version is the state version c writes: setsVersion with waiting sets,
+// the one before it without (its sets' section is then the single count
+// byte 0, and left out).
+func (c *StateCapture) version() byte {
+	if len(c.sets) == 1 && c.sets[0] == 0 {
+		return setsVersion - 1
+	}
+	return stateVersion
+}

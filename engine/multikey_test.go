@@ -197,6 +197,9 @@ func TestSetStateRoundTrip(t *testing.T) {
 	e.AcquireSet(0, setReq(2, time.Hour, "b", "a"), &setRec{})
 	e.Acquire(0, AcquireReq{Key: []byte("a"), Owner: 3, Limit: 1, Timeout: time.Hour}, nil)
 	st := e.AppendState(nil)
+	if st[len(stateMagic)] != setsVersion {
+		t.Fatalf("a state with waiting sets has version %d, want %d", st[len(stateMagic)], setsVersion)
+	}
 	e2 := newTestEngine(t, nil)
 	if err := e2.ReadState(bytes.NewReader(st)); err != nil {
 		t.Fatal(err)
@@ -214,6 +217,13 @@ func TestSetStateRoundTrip(t *testing.T) {
 	}
 	if !bytes.Equal(e.AppendState(nil), e2.AppendState(nil)) {
 		t.Fatal("states differ after the same release")
+	}
+	// Without a waiting set the state is written as version 3, which
+	// engines built before sets read.
+	e.Disconnect(sec, 1, true)
+	e.Disconnect(sec, 2, true)
+	if v := e.AppendState(nil)[len(stateMagic)]; v != setsVersion-1 {
+		t.Fatalf("a state without sets has version %d, want %d", v, setsVersion-1)
 	}
 }
 

@@ -15,13 +15,18 @@ import (
 const (
 	stateMagic   = "LTCHST"
 	stateVersion = 4 // 2: a key per session; 3: lapsed two-phase grants; 4: waiting sets; ReadState still reads 1 to 3
+	// setsVersion is the first version with the waiting sets' section. A
+	// state without a waiting set is written as version 3, which nodes
+	// built before sets read (a rolling upgrade).
+	setsVersion = 4
 )
 
 // entry flags in the state format.
 const (
 	flagTwoPhase = 1 << iota // enqueued with e/se and not yet collected
 	flagInHeap               // has a deadline: a lease, or a parked wait
-	flagSet                  // a waiting set's entry (AcquireSet); see appendSets
+	flagShared               // a reader of a read-write key (limit 0 in the state)
+	flagSet                  // a waiting set's entry (AcquireSet); see setRegistry.appendState
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -173,6 +178,9 @@ func appendEntry(b []byte, en *entry) []byte {
 	}
 	if en.hidx >= 0 {
 		f |= flagInHeap
+	}
+	if en.shared {
+		f |= flagShared
 	}
 	if en.set != nil {
 		f |= flagSet

@@ -134,7 +134,7 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 	if d.err != nil {
 		return false
 	}
-	if r.limit < 1 || s.res[r.key] != nil || s.e.shardFor(key) != s {
+	if r.limit < 0 || s.res[r.key] != nil || s.e.shardFor(key) != s {
 		d.fail("bad resource %q", key)
 		return false
 	}
@@ -152,8 +152,8 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 		}
 	}
 	// A slot is free with waiters only behind a waiting set at the head.
-	headSet := r.waiters.head != nil && r.waiters.head.set != nil
-	if r.holders.n > r.limit || (r.holders.n < r.limit && r.waiters.n > 0 && !headSet) || r.idle != r.empty() {
+	headSet := r.holders.n < r.limit && r.waiters.head != nil && r.waiters.head.set != nil
+	if !(r.consistent() || headSet) || r.idle != r.empty() {
 		d.fail("resource %q breaks its invariants", key)
 		return false
 	}
@@ -175,6 +175,10 @@ func readEntry(d *stateReader, r *resource, holding bool) (*entry, bool) {
 	en.deadline = d.varint()
 	f := d.byte()
 	en.twoPhase = f&flagTwoPhase != 0
+	en.shared = f&flagShared != 0
+	if en.shared && r.limit != rwLimit {
+		d.fail("a shared entry on a key with limit %d", r.limit)
+	}
 	if f&flagSet != 0 {
 		en.set = &restoringSet // linked by readSets
 	}

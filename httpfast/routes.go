@@ -39,7 +39,13 @@ const (
 	opLockGet          // GET /v1/locks/{key}
 	opSemGet           // GET /v1/semaphores/{key}
 	opAdminSnapshot    // GET /v1/admin/snapshot
-	opMulti            // POST /v1/multi: many keys at once
+	opRWAcquire        // POST /v1/rwlocks/{key}?mode=read|write; the read-write family keeps the lock family's offsets
+	opRWRelease
+	opRWRenew
+	opRWEnqueue
+	opRWWait
+	opRWGet // GET /v1/rwlocks/{key}
+	opMulti // POST /v1/multi: many keys at once
 	opCount
 )
 
@@ -73,12 +79,21 @@ var opNames = [opCount]string{
 	opLockGet:          "lock_get",
 	opSemGet:           "semaphore_get",
 	opAdminSnapshot:    "admin_snapshot",
+	opRWAcquire:        "rwlock_acquire",
+	opRWRelease:        "rwlock_release",
+	opRWRenew:          "rwlock_renew",
+	opRWEnqueue:        "rwlock_enqueue",
+	opRWWait:           "rwlock_wait",
+	opRWGet:            "rwlock_get",
 	opMulti:            "multi_acquire",
 }
 
-// proposes reports whether o changes engine state: a session, lock or
-// semaphore route. In cluster mode only the leader serves them.
-func (o op) proposes() bool { return o >= opSessionCreate && o <= opSemWait || o == opMulti }
+// proposes reports whether o changes engine state: a session, lock,
+// semaphore, read-write lock or many-keys route. In cluster mode only the leader
+// serves them.
+func (o op) proposes() bool {
+	return o >= opSessionCreate && o <= opSemWait || o >= opRWAcquire && o <= opRWWait || o == opMulti
+}
 
 // match maps a method and a raw (still percent-encoded) path to an op and
 // its path parameter: the session id or the key. For a path that exists
@@ -118,6 +133,9 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 	if rest, ok := bytes.CutPrefix(path, []byte("/v1/semaphores/")); ok {
 		return matchKey(m, rest, opSemAcquire)
 	}
+	if rest, ok := bytes.CutPrefix(path, []byte("/v1/rwlocks/")); ok {
+		return matchKey(m, rest, opRWAcquire)
+	}
 	return opNotFound, nil, ""
 }
 
@@ -144,7 +162,8 @@ func matchSession(method string, rest []byte) (op, []byte, string) {
 	return opNotFound, nil, ""
 }
 
-// matchKey matches what follows /v1/locks/ or /v1/semaphores/: {key} or
+// matchKey matches what follows /v1/locks/, /v1/semaphores/ or
+// /v1/rwlocks/: {key} or
 // {key}/renew, /enqueue, /wait. base is the family's acquire op; the other
 // ops of a family sit at the same offsets from it.
 func matchKey(method string, rest []byte, base op) (op, []byte, string) {
@@ -160,6 +179,8 @@ func matchKey(method string, rest []byte, base op) (op, []byte, string) {
 			return base + (opLockRelease - opLockAcquire), key, ""
 		case method == "GET" && base == opLockAcquire:
 			return opLockGet, key, ""
+		case method == "GET" && base == opRWAcquire:
+			return opRWGet, key, ""
 		case method == "GET":
 			return opSemGet, key, ""
 		}

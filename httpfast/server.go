@@ -54,7 +54,7 @@ type Server struct {
 
 	// Stats bounds (stats.go).
 	budget   *budget.Budget
-	perIP    ipConns // open connections per client, when MaxConnectionsPerIP is on
+	perIP    authlimit.Conns // open connections per client, when MaxConnectionsPerIP is on
 	statsSem chan struct{}
 
 	mu       sync.Mutex
@@ -322,7 +322,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.serveUI(ctx, param)
 	case opUIKeys:
 		s.serveUIKeys(ctx)
-	case opLockGet, opSemGet:
+	case opLockGet, opSemGet, opRWGet:
 		s.serveKey(ctx, o, param)
 	case opMetrics:
 		s.serveMetrics(ctx)
@@ -356,11 +356,11 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 		// once for every connection it was called for, refused or not.
 		switch st {
 		case fasthttp.StateNew:
-			if s.perIP.add(c.RemoteAddr(), 1) > max {
+			if s.perIP.Add(c.RemoteAddr(), 1) > max {
 				refusePerIP(c)
 			}
 		case fasthttp.StateClosed:
-			s.perIP.add(c.RemoteAddr(), -1)
+			s.perIP.Add(c.RemoteAddr(), -1)
 		}
 	}
 	if st == fasthttp.StateClosed && s.guard != nil {
@@ -383,33 +383,6 @@ func refusePerIP(c net.Conn) {
 		_, _ = c.Write(respPerIP)
 	}
 	_ = c.Close()
-}
-
-// ipConns counts open connections per client (authlimit.Key).
-type ipConns struct {
-	mu sync.Mutex
-	m  map[netip.Addr]int
-}
-
-// add adds d to the count of a's client and returns the new count.
-func (p *ipConns) add(a net.Addr, d int) int {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return 0
-	}
-	k := authlimit.Key(ta.AddrPort().Addr())
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m == nil {
-		p.m = make(map[netip.Addr]int)
-	}
-	n := p.m[k] + d
-	if n <= 0 {
-		delete(p.m, k)
-	} else {
-		p.m[k] = n
-	}
-	return n
 }
 
 // Drain marks the server as stopping: /healthz answers 503 shutting_down

@@ -46,6 +46,7 @@ type FSM struct {
 	origin   uint64
 	eng      atomic.Pointer[engine.Engine]
 	lastNow  int64
+	dedup    dedup         // recent request ids (dedup.go)
 	index    atomic.Uint64 // last applied log index
 	restores atomic.Int64  // snapshots restored (tests)
 
@@ -54,6 +55,9 @@ type FSM struct {
 
 	pendMu  sync.Mutex
 	pending map[uint64]engine.Sink // this incarnation's parked requests by ReqID
+
+	fingerprint uint64                 // of cfg's settings (enginecheck.go)
+	unlike      atomic.Pointer[string] // the last leader whose settings differ
 }
 
 // NewFSM returns an FSM over a new engine built with cfg. origin is the
@@ -63,7 +67,8 @@ func NewFSM(cfg engine.Config, origin uint64) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]leaderAddrs), pending: make(map[uint64]engine.Sink)}
+	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]leaderAddrs), pending: make(map[uint64]engine.Sink),
+		fingerprint: engineFingerprint(cfg)}
 	f.eng.Store(e)
 	return f, nil
 }
@@ -163,6 +168,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 		}
 		f.lastNow = c.Now
 		e.RaiseFence(c.Token.Fence)
+		f.checkEngine(string(c.Key), c.Token.Salt)
 		// REST requests in flight died with the old leader; their
 		// sessions go idle here, on every replica alike.
 		e.IdleSessions(c.Now)
@@ -174,9 +180,21 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	now := max(c.Now, f.lastNow)
 	f.lastNow = now
 	var sink engine.Sink
-	if (c.Op == OpAcquire || c.Op == OpWait || c.Op == OpAcquireSet) && c.Origin == f.origin && c.Origin != 0 {
+	if c.Op.parks() && c.Origin == f.origin && c.Origin != 0 {
 		sink = &routeSink{f: f, id: c.ReqID}
 	}
+	if len(c.ReqKey) > 0 {
+		if r, ok := f.applyDedup(e, now, c, sink); ok {
+			return r
+		}
+	}
+	r := f.applyOp(e, now, c, sink)
+	f.record(c, r)
+	return r
+}
+
+// applyOp runs c, a client's command, on e at now.
+func (f *FSM) applyOp(e *engine.Engine, now int64, c *Command, sink engine.Sink) Reply {
 	var r Reply
 	switch c.Op {
 	case OpAcquire:
@@ -185,6 +203,10 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	case OpEnqueue:
 		r.Outcome, r.Err = e.Enqueue(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
 			TTL: c.TTL, Salt: c.Salt})
+	case OpRWAcquire:
+		r.Outcome, r.Err = e.Acquire(now, rwReq(c), sink)
+	case OpRWEnqueue:
+		r.Outcome, r.Err = e.Enqueue(now, rwReq(c))
 	case OpWait:
 		r.Outcome, r.Err = e.Wait(now, c.Key, c.Owner, c.Timeout, sink)
 	case OpRelease:
@@ -216,14 +238,16 @@ func (f *FSM) applyCommand(c *Command) Reply {
 }
 
 // Snapshot header versions. Version 1 lists each leader's ID and client
-// address; version 2 adds its REST address. A snapshot is written as
-// version 1 while no leader has announced a REST address, so clusters
-// that serve no REST API keep writing what older nodes read; Restore
-// reads both.
+// address; version 2 adds its REST address; version 3 adds the window of
+// request ids (dedup.go). A snapshot is written as version 1 while no
+// leader has announced a REST address and as version 2 while no command
+// carried a request id, so clusters that use neither keep writing what
+// older nodes read; Restore reads all three.
 const (
 	snapMagic     = "LTCHFSM"
 	snapVersion   = 1
 	snapVersionV2 = 2
+	snapVersionV3 = 3
 )
 
 // appendLocked appends the state to b: the FSM header (magic, version,
@@ -244,6 +268,9 @@ func (f *FSM) appendHeaderLocked(b []byte) []byte {
 			version = snapVersionV2
 		}
 	}
+	if len(f.dedup.ring) > 0 {
+		version = snapVersionV3
+	}
 	b = append(b, snapMagic...)
 	b = append(b, version)
 	b = binary.AppendUvarint(b, f.index.Load())
@@ -257,6 +284,9 @@ func (f *FSM) appendHeaderLocked(b []byte) []byte {
 		}
 	}
 	f.addrMu.Unlock()
+	if version >= snapVersionV3 {
+		b = f.dedup.appendTo(b)
+	}
 	return b
 }
 
@@ -290,7 +320,7 @@ func (f *FSM) Restore(all []byte) error {
 		return ErrBadSnapshot
 	}
 	version := all[len(snapMagic)]
-	if version != snapVersion && version != snapVersionV2 {
+	if version < snapVersion || version > snapVersionV3 {
 		return ErrBadSnapshot
 	}
 	d := decoder{b: all[len(snapMagic)+1:]}
@@ -309,6 +339,13 @@ func (f *FSM) Restore(all []byte) error {
 		}
 		leaders[id] = a
 	}
+	var window dedup
+	if version >= snapVersionV3 {
+		var ok bool
+		if window, ok = readDedup(&d); !ok {
+			return ErrBadSnapshot
+		}
+	}
 	if d.bad {
 		return ErrBadSnapshot
 	}
@@ -320,6 +357,7 @@ func (f *FSM) Restore(all []byte) error {
 	f.eng.Store(e)
 	f.index.Store(index)
 	f.lastNow = lastNow
+	f.dedup = window
 	f.addrMu.Lock()
 	f.leaders = leaders
 	f.addrMu.Unlock()

@@ -83,7 +83,8 @@ func SeedRaftDir(cfg Config, s Seed, force bool) (bool, error) {
 			}
 		}
 	}
-	if err := checkFormat(dir); err != nil {
+	mark, err := checkFormat(dir)
+	if err != nil {
 		return false, err
 	}
 	snap, err := seedSnapshot(cfg, s)
@@ -93,7 +94,7 @@ func SeedRaftDir(cfg Config, s Seed, force bool) (bool, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "snap"), 0o700); err != nil {
 		return false, fmt.Errorf("replica: %w", err)
 	}
-	st := Storage{dir: dir}
+	st := Storage{dir: dir, format: mark}
 	if err := st.saveSnapshot(snap, cfg.SnapshotRetain); err != nil {
 		return false, fmt.Errorf("replica: seed snapshot: %w", err)
 	}

@@ -43,7 +43,7 @@ func main() {
 const usage = `latchctl is the command-line client of latchd.
 
 Usage:
-  latchctl [flags] lock KEY [--timeout D] [--ttl D] [--kill-after D] -- CMD [ARGS...]
+  latchctl [flags] lock KEY [--shared | --exclusive] [--timeout D] [--ttl D] [--kill-after D] -- CMD [ARGS...]
   latchctl [flags] sem KEY --limit N [--timeout D] [--ttl D] [--kill-after D] -- CMD [ARGS...]
   latchctl [flags] elect NAME [--ttl D] [--kill-after D] -- CMD [ARGS...]
   latchctl [flags] stats [--json] [--all] [--consistent]
@@ -53,6 +53,9 @@ Usage:
   latchctl [flags] leader transfer [ID]
   latchctl [flags] snapshot save FILE | status FILE [--json]
   latchctl version
+
+lock --shared and --exclusive take a read-write key's read hold (with other
+readers) or its write hold (alone); plain lock is an ordinary lock.
 
 CMD runs with LATCHD_KEY, LATCHD_TOKEN and LATCHD_FENCE in its environment
 while the lease is held and renewed. Durations are seconds ("10") or Go

@@ -41,6 +41,7 @@ type held struct {
 	cmd                     []string
 	timeout, ttl, killAfter time.Duration // the flags; timeout -1: not given
 	limit                   int
+	shared, exclusive       bool // lock: a read-write key's read or write hold
 	c                       *common
 	opts                    []client.Option
 	stderr                  io.Writer
@@ -74,11 +75,21 @@ func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io
 	if sub == "sem" {
 		fs.IntVar(&r.limit, "limit", 0, "the semaphore's limit: how many may hold it at once (required)")
 	}
+	if sub == "lock" {
+		fs.BoolVar(&r.shared, "shared", false, "take a read-write key's shared (read) hold, with other readers")
+		fs.BoolVar(&r.exclusive, "exclusive", false, "take a read-write key's exclusive (write) hold")
+	}
 	fs.Var((*seconds)(&r.ttl), "ttl", "lease length, renewed while CMD runs (default: the server's, 33 s unless configured)")
 	fs.Var((*seconds)(&r.killAfter), "kill-after", "when the lease is lost: time between CMD's SIGTERM and SIGKILL")
 	pos, cmd, err := parse(fs, args)
 	if err == nil {
 		err = checkHeld(sub, pos, cmd, r.limit)
+	}
+	if err == nil && r.shared && r.exclusive {
+		err = usagef("lock takes --shared or --exclusive, not both")
+	}
+	if err == nil && (r.shared || r.exclusive) && len(pos) > 1 {
+		err = usagef("--shared and --exclusive take one KEY")
 	}
 	if err != nil {
 		return nil, err
@@ -109,13 +120,16 @@ func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
 		release func(context.Context) error
 		acquire func(context.Context) (bool, error)
 	)
-	if len(r.keys) > 1 {
+	switch {
+	case len(r.keys) > 1:
 		h, release, acquire = r.many()
-	} else if r.sub == "lock" {
+	case r.shared || r.exclusive:
+		h, release, acquire = r.rwLock()
+	case r.sub == "lock":
 		l := &client.Lock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout)}
 		setTarget(r.c, &l.Servers, &l.Cluster)
 		h, release, acquire = l, l.Release, l.Acquire
-	} else {
+	default:
 		s := &client.Semaphore{Key: r.key, Limit: r.limit, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout)}
 		setTarget(r.c, &s.Servers, &s.Cluster)
 		h, release, acquire = s, s.Release, s.Acquire
@@ -134,6 +148,17 @@ func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
 		}
 		// No --timeout: wait again.
 	}
+}
+
+// rwLock is take's read-write lock: a read hold with --shared, the write
+// hold with --exclusive.
+func (r *held) rwLock() (holder, func(context.Context) error, func(context.Context) (bool, error)) {
+	l := &client.RWLock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout)}
+	setTarget(r.c, &l.Servers, &l.Cluster)
+	if r.shared {
+		return l, l.Release, l.RLock
+	}
+	return l, l.Release, l.Lock
 }
 
 // release gives up what CMD ran under and returns the exit status: CMD's,

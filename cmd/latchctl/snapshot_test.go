@@ -16,7 +16,7 @@ import (
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/backupfile"
 	"github.com/latchd/latchd/internal/clock"
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server/servertest"
 )
@@ -119,7 +119,7 @@ func TestSnapshotSaveCluster(t *testing.T) {
 func TestSnapshotSaveSingleNode(t *testing.T) {
 	s := servertest.StartServer(t)
 	cfg := httpfast.DefaultConfig()
-	cfg.Addr = testutil.FreePort(t)
+	cfg.Addr = testport.Free(t)
 	snap := func(context.Context) ([]byte, error) { return replica.EngineBackup(s.Engine, clock.Now()), nil }
 	web, err := httpfast.New(cfg, backend.NewLocal(s.Engine), zap.NewNop(), httpfast.WithSnapshot(snap, testAdminToken))
 	if err != nil {

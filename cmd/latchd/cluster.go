@@ -143,6 +143,7 @@ func (o *options) replicaConfig(ecfg engine.Config) (replica.Config, error) {
 	c.Bootstrap = o.bootstrap
 	c.RaftLogLevel = o.raftLogLevel
 	c.BatchWait = o.raftBatchWait
+	c.LearnerPromoteLag = uint64(o.learnerPromoteLag)
 	c.AuthToken = o.raftAuthToken
 	ps, err := o.peers()
 	if err != nil {
