@@ -44,8 +44,9 @@ const (
 	opRWRenew
 	opRWEnqueue
 	opRWWait
-	opRWGet // GET /v1/rwlocks/{key}
-	opMulti // POST /v1/multi: many keys at once
+	opRWGet       // GET /v1/rwlocks/{key}
+	opMulti       // POST /v1/multi: many keys at once
+	opAdminDigest // GET /v1/admin/state-digest
 	opCount
 )
 
@@ -86,6 +87,7 @@ var opNames = [opCount]string{
 	opRWWait:           "rwlock_wait",
 	opRWGet:            "rwlock_get",
 	opMulti:            "multi_acquire",
+	opAdminDigest:      "admin_state_digest",
 }
 
 // proposes reports whether o changes engine state: a session, lock,
