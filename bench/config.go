@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -80,9 +81,7 @@ func ParseTarget(s string) (Target, error) {
 	if _, port, err := net.SplitHostPort(t.Addr); err != nil || port == "" {
 		return Target{}, fmt.Errorf("bench: target %q: want host:port", s)
 	}
-	if t.Name == "" {
-		t.Name = string(t.Kind) + "://" + t.Addr
-	}
+	t.Name = cmp.Or(t.Name, string(t.Kind)+"://"+t.Addr)
 	return t, nil
 }
 

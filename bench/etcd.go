@@ -22,9 +22,7 @@ const etcdLeaseTTL = 3600
 // driver needs no gRPC client; it adds a JSON decode per request on the
 // etcd side, which the docs state beside the figures.
 type etcdDriver struct {
-	hc      *fasthttp.HostClient
-	req     *fasthttp.Request
-	resp    *fasthttp.Response
+	fastConn
 	base    string // "http://host:port"
 	lease   string
 	lockReq []byte // {"name":...,"lease":...}
@@ -34,11 +32,9 @@ type etcdDriver struct {
 
 func dialEtcd(ctx context.Context, cfg Config, addr string, w int) (driver, error) {
 	d := &etcdDriver{
-		hc:      &fasthttp.HostClient{Addr: addr, MaxConns: 1, NoDefaultUserAgentHeader: true},
-		req:     fasthttp.AcquireRequest(),
-		resp:    fasthttp.AcquireResponse(),
-		base:    "http://" + addr,
-		timeout: cfg.AcquireTimeout + 30*time.Second,
+		fastConn: newFastConn(&fasthttp.HostClient{Addr: addr, MaxConns: 1, NoDefaultUserAgentHeader: true}),
+		base:     "http://" + addr,
+		timeout:  cfg.AcquireTimeout + 30*time.Second,
 	}
 	dl, _ := ctx.Deadline()
 	body, err := d.post("/v3/lease/grant", []byte(`{"TTL":`+strconv.Itoa(etcdLeaseTTL)+`}`), dl)
@@ -90,18 +86,10 @@ func (d *etcdDriver) op() error {
 	return err
 }
 
-// interrupt closes the connection, failing the request in flight.
-func (d *etcdDriver) interrupt() { d.hc.CloseIdleConnections() }
-
 func (d *etcdDriver) close() error {
 	if d.lease != "" {
 		_, _ = d.post("/v3/lease/revoke", []byte(`{"ID":"`+d.lease+`"}`), time.Now().Add(5*time.Second))
 	}
 	d.release()
 	return nil
-}
-
-func (d *etcdDriver) release() {
-	fasthttp.ReleaseRequest(d.req)
-	fasthttp.ReleaseResponse(d.resp)
 }

@@ -322,3 +322,8 @@ func decodeStats(r reply) (*Stats, error) {
 	}
 	return st, nil
 }
+
+// acquireMany implements commander: ml and msl have no tagged form.
+func (m *Mux) acquireMany(context.Context, cmds, []string, int, time.Duration, time.Duration) ([]Grant, error) {
+	return nil, fmt.Errorf("%w: many keys at once are not sent over a Mux", ErrBadRequest)
+}

@@ -18,6 +18,7 @@ type StateCapture struct {
 	sess    []byte         // the sessions' section
 	parts   [][]byte       // per shard: appendStateLocked
 	lapsed  [][]lapsedList // per shard: its lapsed two-phase grants
+	sets    []byte         // the waiting sets' section
 }
 
 // lapsedList is one owner's lapsed keys in a shard, sorted.
@@ -36,6 +37,7 @@ func (e *Engine) CaptureState() *StateCapture {
 		e:       e,
 		counter: e.fence.Load(),
 		sess:    e.sess.appendState(nil),
+		sets:    e.sets.appendState(nil),
 		parts:   make([][]byte, len(e.shards)),
 		lapsed:  make([][]lapsedList, len(e.shards)),
 	}
@@ -109,7 +111,7 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	start := len(b)
 	b = slices.Grow(b, n+len(c.sess)+4096)
 	b = append(b, stateMagic...)
-	b = append(b, stateVersion)
+	b = append(b, c.version())
 	b = binary.AppendUvarint(b, uint64(len(e.shards)))
 	b = binary.AppendUvarint(b, c.counter)
 	for _, p := range c.parts {
@@ -117,5 +119,8 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	b = append(b, c.sess...)
 	b = appendLapsed(b, c.lapsed, lists)
+	if c.version() >= setsVersion {
+		b = append(b, c.sets...)
+	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
 }

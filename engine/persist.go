@@ -14,7 +14,11 @@ import (
 // stateMagic and stateVersion open every state written by WriteState.
 const (
 	stateMagic   = "LTCHST"
-	stateVersion = 3 // 2: a key per session; 3: lapsed two-phase grants; ReadState still reads 1 and 2
+	stateVersion = 4 // 2: a key per session; 3: lapsed two-phase grants; 4: waiting sets; ReadState still reads 1 to 3
+	// setsVersion is the first version with the waiting sets' section. A
+	// state without a waiting set is written as version 3, which nodes
+	// built before sets read (a rolling upgrade).
+	setsVersion = 4
 )
 
 // entry flags in the state format.
@@ -22,6 +26,7 @@ const (
 	flagTwoPhase = 1 << iota // enqueued with e/se and not yet collected
 	flagInHeap               // has a deadline: a lease, or a parked wait
 	flagShared               // a reader of a read-write key (limit 0 in the state)
+	flagSet                  // a waiting set's entry (AcquireSet); see setRegistry.appendState
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -176,6 +181,9 @@ func appendEntry(b []byte, en *entry) []byte {
 	}
 	if en.shared {
 		f |= flagShared
+	}
+	if en.set != nil {
+		f |= flagSet
 	}
 	return append(b, f)
 }

@@ -61,6 +61,9 @@ func (e *Engine) ReadState(r io.Reader) error {
 	if d.version >= 3 {
 		e.readLapsed(d)
 	}
+	if d.version >= 4 {
+		e.readSets(d)
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
@@ -148,7 +151,9 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 			rs.ents = append(rs.ents, en)
 		}
 	}
-	if !r.consistent() || r.idle != r.empty() {
+	// A slot is free with waiters only behind a waiting set at the head.
+	headSet := r.holders.n < r.limit && r.waiters.head != nil && r.waiters.head.set != nil
+	if !(r.consistent() || headSet) || r.idle != r.empty() {
 		d.fail("resource %q breaks its invariants", key)
 		return false
 	}
@@ -173,6 +178,9 @@ func readEntry(d *stateReader, r *resource, holding bool) (*entry, bool) {
 	en.shared = f&flagShared != 0
 	if en.shared && r.limit != rwLimit {
 		d.fail("a shared entry on a key with limit %d", r.limit)
+	}
+	if f&flagSet != 0 {
+		en.set = &restoringSet // linked by readSets
 	}
 	return en, f&flagInHeap != 0
 }

@@ -1,6 +1,7 @@
 package httpfast
 
 import (
+	"cmp"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -44,10 +45,7 @@ var uiFiles = func() map[string]uiFile {
 			return err
 		}
 		name := strings.TrimPrefix(p, "ui/")
-		ct := mime.TypeByExtension(path.Ext(name))
-		if ct == "" {
-			ct = "application/octet-stream"
-		}
+		ct := cmp.Or(mime.TypeByExtension(path.Ext(name)), "application/octet-stream")
 		m[name] = uiFile{body: body, ctype: ct}
 		if name == "index.html" {
 			m[""] = m[name]

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -276,10 +277,7 @@ func (n *Node) raftConfig() *raft.Config {
 func (n *Node) startTransport() {
 	n.tr = newTransport(&n.st, n.log.With(zap.String("node_id", n.cfg.NodeID)))
 	n.tr.self = n.id
-	n.tr.selfAddr = n.cfg.AdvertiseAddr
-	if n.tr.selfAddr == "" {
-		n.tr.selfAddr = n.st.ln.Addr().String()
-	}
+	n.tr.selfAddr = cmp.Or(n.cfg.AdvertiseAddr, n.st.ln.Addr().String())
 	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
 	n.tr.unreachable = func(id uint64) { n.do(func() { n.rn.ReportUnreachable(id) }) }
 	n.tr.snapDone = func(id uint64, ok bool) {

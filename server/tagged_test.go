@@ -84,6 +84,9 @@ func TestTaggedOutOfOrder(t *testing.T) {
 	if got := tdo(t, c, "7", "stats", "_", ""); !strings.HasPrefix(got, "ok {") {
 		t.Fatalf("stats = %q; want ok <json>", got)
 	}
+	if got := tdo(t, c, "9", "ml", "a b", "0"); got != "error" {
+		t.Fatalf("ml in tagged mode = %q; want error", got)
+	}
 	if got := tdo(t, c, "8", "tagged", "1", ""); got != "error" {
 		t.Fatalf("second greeting = %q; want error", got)
 	}
@@ -176,7 +179,7 @@ func TestTaggedSessionClosedUnderWait(t *testing.T) {
 	sid := f[1]
 	grant(t, tdo(t, b, "1", "l", "k", "0"), "ok") // b holds k for itself
 	a.req("#w l "+sid, "k", "60")
-	testutil.Eventually(t, 5*time.Second, func() bool { return waiters(s.Engine, "k") == 1 }, "a's wait queued")
+	testutil.Eventually(t, 5*time.Second, func() bool { return waiters(s, "k") == 1 }, "a's wait queued")
 	if got := tdo(t, b, "2", "session", sid, "close"); got != "ok" {
 		t.Fatalf("close from another connection = %q", got)
 	}
@@ -184,14 +187,4 @@ func TestTaggedSessionClosedUnderWait(t *testing.T) {
 		t.Fatalf("the withdrawn wait = %q; want error", got)
 	}
 	grant(t, tdo(t, a, "3", "l", "k2", "0"), "ok") // a is still open
-}
-
-// waiters returns key's queue length, -1 without the key.
-func waiters(e *engine.Engine, key string) int {
-	for _, l := range e.Snapshot(0).Locks {
-		if l.Key == key {
-			return l.Waiters
-		}
-	}
-	return -1
 }

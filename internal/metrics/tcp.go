@@ -59,14 +59,6 @@ var reasonNames = [numReasons]string{
 	ReasonOther:          "other",
 }
 
-// String returns the reason's label value.
-func (r Reason) String() string {
-	if r < numReasons {
-		return reasonNames[r]
-	}
-	return reasonNames[ReasonOther]
-}
-
 // Refusal is why the TCP server refused a connection.
 type Refusal uint8
 
