@@ -18,6 +18,7 @@ type StateCapture struct {
 	sess    []byte         // the sessions' section
 	parts   [][]byte       // per shard: appendStateLocked
 	lapsed  [][]lapsedList // per shard: its lapsed two-phase grants
+	delays  [][]byte       // per shard: appendDelaysLocked
 }
 
 // lapsedList is one owner's lapsed keys in a shard, sorted.
@@ -38,6 +39,7 @@ func (e *Engine) CaptureState() *StateCapture {
 		sess:    e.sess.appendState(nil),
 		parts:   make([][]byte, len(e.shards)),
 		lapsed:  make([][]lapsedList, len(e.shards)),
+		delays:  make([][]byte, len(e.shards)),
 	}
 	for i := range e.shards {
 		s := &e.shards[i]
@@ -69,6 +71,7 @@ func (s *shard) settleLocked() {
 func (c *StateCapture) encodeLocked(s *shard) {
 	c.parts[s.idx] = s.appendStateLocked(make([]byte, 0, 64*len(s.res)+256))
 	c.lapsed[s.idx] = s.lapsedLocked()
+	c.delays[s.idx] = s.appendDelaysLocked()
 	s.capt = nil
 }
 
@@ -101,15 +104,18 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	run()
 	wg.Wait()
-	n, lists := 0, 0
+	n, lists, version := 0, 0, byte(stateVersion)
 	for i, p := range c.parts {
-		n += len(p)
+		n += len(p) + len(c.delays[i])
 		lists += len(c.lapsed[i])
+		if c.delays[i] != nil {
+			version = stateVersionDelays
+		}
 	}
 	start := len(b)
 	b = slices.Grow(b, n+len(c.sess)+4096)
 	b = append(b, stateMagic...)
-	b = append(b, stateVersion)
+	b = append(b, version)
 	b = binary.AppendUvarint(b, uint64(len(e.shards)))
 	b = binary.AppendUvarint(b, c.counter)
 	for _, p := range c.parts {
@@ -117,5 +123,8 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	b = append(b, c.sess...)
 	b = appendLapsed(b, c.lapsed, lists)
+	if version >= stateVersionDelays {
+		b = appendDelays(b, c.delays)
+	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
 }

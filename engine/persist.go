@@ -15,6 +15,10 @@ import (
 const (
 	stateMagic   = "LTCHST"
 	stateVersion = 3 // 2: a key per session; 3: lapsed two-phase grants; ReadState still reads 1 and 2
+	// stateVersionDelays adds the lock-delay sections; a state is written
+	// as version 3 while it holds no lock-delay, so that an engine that
+	// uses none writes what older ones read.
+	stateVersionDelays = 4
 )
 
 // entry flags in the state format.

@@ -53,6 +53,7 @@ type shard struct {
 	next    atomic.Int64  // earliest deadline or GC due here; read without mu
 	idx     int           // its index in the engine's shards
 	capt    *StateCapture // a state capture that has not encoded this shard yet; under mu
+	delays  delayList     // slots held back by a lock-delay (lockdelay.go)
 	_       [64]byte      // keep neighbouring shards' locks off this cache line
 }
 
@@ -111,7 +112,7 @@ func (s *shard) updateNextLocked() {
 			next = due
 		}
 	}
-	s.next.Store(next)
+	s.next.Store(s.nextDelayLocked(next))
 }
 
 func (s *shard) newEntry(res *resource, req *AcquireReq) *entry {
@@ -123,7 +124,7 @@ func (s *shard) newEntry(res *resource, req *AcquireReq) *entry {
 	} else {
 		en = &entry{}
 	}
-	*en = entry{res: res, owner: req.Owner, salt: req.Salt, ttl: req.TTL, hidx: -1}
+	*en = entry{res: res, owner: req.Owner, salt: req.Salt, ttl: req.TTL, hidx: -1, delay: req.LockDelay}
 	s.linkOwner(en)
 	return en
 }
@@ -253,7 +254,7 @@ func (s *shard) grantLocked(now int64, en *entry) {
 // promoteLocked grants free slots of res to its oldest waiters and queues
 // their Sink calls on d. It marks res idle when nothing is left on it.
 func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delivery {
-	for res.holders.n < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
+	for res.holders.n+res.reserved < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
 		en := res.waiters.head
 		res.waiters.remove(en)
 		s.waiting--
@@ -319,7 +320,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	if twoPhase && len(s.lapsed) > 0 {
 		s.takeLapsedLocked(req.Owner, req.Key)
 	}
-	if res.holders.n < res.limit && res.waiters.n == 0 {
+	if res.holders.n+res.reserved < res.limit && res.waiters.n == 0 {
 		if !s.e.own.tryAdd(req.Owner) {
 			s.mu.Unlock()
 			return Outcome{}, ErrOwnerMaxKeys
@@ -393,6 +394,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 	case en.holding && en.deadline <= now:
 		// Granted while enqueued, but the lease ran out before this wait:
 		// the slot passes on, and nothing is resurrected.
+		s.lostLocked(now, en)
 		s.removeLocked(en)
 		s.ctr.expiries++
 		*d = s.promoteLocked(now, res, *d)
@@ -461,6 +463,7 @@ func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]deliv
 	}
 	if en.deadline <= now {
 		s.noteLapsedLocked(en)
+		s.lostLocked(now, en)
 		s.removeLocked(en)
 		s.ctr.expiries++
 		*d = s.promoteLocked(now, res, *d)
@@ -548,6 +551,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 			continue
 		case en.holding:
 			s.ctr.dropped++
+			s.lostLocked(now, en)
 		case en.sink != nil:
 			d = appendDelivery(d, en.sink, Outcome{Result: Canceled})
 		}
@@ -610,6 +614,7 @@ func (s *shard) expire(now int64) {
 		if en.holding {
 			s.ctr.expiries++
 			s.noteLapsedLocked(en)
+			s.lostLocked(now, en)
 		} else {
 			s.ctr.timeouts++
 			if en.sink != nil {
@@ -619,6 +624,7 @@ func (s *shard) expire(now int64) {
 		s.removeLocked(en)
 		d = s.promoteLocked(now, res, d)
 	}
+	d = s.expireDelaysLocked(now, d)
 	maxIdle := int64(s.e.cfg.GCMaxIdle)
 	for r := s.idle.head; r != nil && r.idleAt+maxIdle <= now && budget > 0; r = s.idle.head {
 		budget--
