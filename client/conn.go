@@ -304,7 +304,7 @@ func (c *Conn) acquireSent(ctx context.Context, k cmds, key string, limit int, t
 		arg = append(arg, ' ')
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
-	arg = appendTTL(arg, ttl)
+	arg = appendLockDelay(ctx, appendTTL(arg, ttl))
 	r, err := c.roundTrip(ctx, k.acquire, key, arg, time.Duration(seconds(timeout))*time.Second, sent)
 	if err != nil {
 		return Grant{}, err
@@ -326,7 +326,7 @@ func (c *Conn) enqueueSent(ctx context.Context, k cmds, key string, limit int, t
 	if k.sem {
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
-	arg = appendTTL(arg, ttl)
+	arg = appendLockDelay(ctx, appendTTL(arg, ttl))
 	r, err := c.roundTrip(ctx, k.enqueue, key, arg, 0, sent)
 	if err != nil {
 		return Grant{}, false, err

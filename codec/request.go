@@ -129,6 +129,10 @@ type Request struct {
 	Timeout int64  // l, w, sl, sw
 	Limit   int64  // sl, se
 	TTL     int64  // l, n, e, sl, sn, se; 0 = default
+	// LockDelayMS is the optional last field delay=<ms> of l, e, sl and
+	// se: the request's own lock-delay in milliseconds. 0 means absent
+	// (the server's); delay=0 (no delay) decodes as -1.
+	LockDelayMS int64
 }
 
 // Decode decodes the first request in buf into req.
@@ -210,6 +214,12 @@ func parse(req *Request, name []byte) error {
 	if nf > len(f) {
 		return ErrArgCount
 	}
+	if nf > 0 && len(f[nf-1]) > len(delayField) && string(f[nf-1][:len(delayField)]) == delayField {
+		if err := parseDelay(req, f[nf-1][len(delayField):]); err != nil {
+			return err
+		}
+		nf--
+	}
 	switch req.Cmd {
 	case CmdLock:
 		return parseInts(f[:nf], 1, 2, true, &req.Timeout, &req.TTL)
@@ -237,6 +247,31 @@ func parse(req *Request, name []byte) error {
 		req.Token = f[0]
 		return parseInts(f[1:nf], 0, 1, false, &req.TTL)
 	}
+}
+
+// delayField opens the optional lock-delay field of l, e, sl and se.
+const delayField = "delay="
+
+// parseDelay parses a delay=<ms> field's value into req.
+func parseDelay(req *Request, b []byte) error {
+	switch req.Cmd {
+	case CmdLock, CmdSemLock, CmdEnqueue, CmdSemEnqueue:
+	default:
+		return ErrBadArg
+	}
+	v, err := parseInt(b)
+	switch {
+	case err != nil:
+		return err
+	case v < 0:
+		return ErrNegative
+	case v > MaxSeconds:
+		return ErrBadInt
+	case v == 0:
+		v = -1
+	}
+	req.LockDelayMS = v
+	return nil
 }
 
 // parseInts parses between min and max integer fields into dst, in order.

@@ -70,6 +70,9 @@ type Command struct {
 	// node's own commands) takes no part in the wait. It is not Owner,
 	// which a release leaves 0.
 	Client engine.OwnerID
+	// LockDelay is an Acquire's or Enqueue's own lock-delay
+	// (engine.AcquireReq.LockDelay); optional, after HTTPAddr.
+	LockDelay time.Duration
 }
 
 const commandVersion = 1
@@ -92,6 +95,7 @@ const (
 	fRelease
 	fAddr
 	fHTTPAddr
+	fLockDelay
 	nFields
 	fAll = 1<<nFields - 1
 )
@@ -112,7 +116,7 @@ const (
 var fieldKinds = [nFields]fieldKind{
 	fOrigin: uvarintField, fReqID: uvarintField, fNow: varintField, fOwner: uvarintField, fKey: bytesField,
 	fLimit: varintField, fTTL: varintField, fTimeout: varintField, fSalt: fixed64Field, fFence: uvarintField,
-	fTokSalt: fixed64Field, fRelease: flagField, fAddr: bytesField, fHTTPAddr: bytesField,
+	fTokSalt: fixed64Field, fRelease: flagField, fAddr: bytesField, fHTTPAddr: bytesField, fLockDelay: varintField,
 }
 
 // fieldValues is c's fields by number: a numeric or flag field in num (a
@@ -130,7 +134,7 @@ func (v *fieldValues) get(c *Command) {
 	}
 	v.num = [nFields]uint64{fOrigin: c.Origin, fReqID: c.ReqID, fNow: uint64(c.Now), fOwner: uint64(c.Owner),
 		fLimit: uint64(c.Limit), fTTL: uint64(c.TTL), fTimeout: uint64(c.Timeout), fSalt: c.Salt,
-		fFence: c.Token.Fence, fTokSalt: c.Token.Salt, fRelease: release}
+		fFence: c.Token.Fence, fTokSalt: c.Token.Salt, fRelease: release, fLockDelay: uint64(c.LockDelay)}
 	v.str[fKey], v.str[fAddr], v.str[fHTTPAddr] = c.Key, []byte(c.Addr), []byte(c.HTTPAddr)
 }
 
@@ -141,7 +145,7 @@ func (v *fieldValues) set(c *Command, op Op) {
 		Owner: engine.OwnerID(num[fOwner]), Key: str[fKey], Limit: int(num[fLimit]), TTL: time.Duration(num[fTTL]),
 		Timeout: time.Duration(num[fTimeout]), Salt: num[fSalt],
 		Token: fence.Token{Fence: num[fFence], Salt: num[fTokSalt]}, Release: num[fRelease] != 0,
-		Addr: string(str[fAddr]), HTTPAddr: string(str[fHTTPAddr])}
+		Addr: string(str[fAddr]), HTTPAddr: string(str[fHTTPAddr]), LockDelay: time.Duration(num[fLockDelay])}
 }
 
 // AppendCommand appends c's encoding to b: a version byte, the op, a

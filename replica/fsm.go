@@ -180,10 +180,10 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	switch c.Op {
 	case OpAcquire:
 		r.Outcome, r.Err = e.Acquire(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
-			TTL: c.TTL, Timeout: c.Timeout, Salt: c.Salt}, sink)
+			TTL: c.TTL, Timeout: c.Timeout, Salt: c.Salt, LockDelay: c.LockDelay}, sink)
 	case OpEnqueue:
 		r.Outcome, r.Err = e.Enqueue(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
-			TTL: c.TTL, Salt: c.Salt})
+			TTL: c.TTL, Salt: c.Salt, LockDelay: c.LockDelay})
 	case OpWait:
 		r.Outcome, r.Err = e.Wait(now, c.Key, c.Owner, c.Timeout, sink)
 	case OpRelease:

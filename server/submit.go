@@ -56,6 +56,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	r := &ss.req
 	r.Key, r.Owner, r.Client, r.Now = req.Key, ss.id, ss.id, t
 	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
+	r.LockDelay = time.Duration(req.LockDelayMS) * time.Millisecond
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
 	}

@@ -50,6 +50,7 @@ type options struct {
 	raftAuthTokenFile, adminToken            string
 	adminTokenFile, raftLogLevel             string
 	raftBatchWait                            time.Duration
+	lockDelay                                time.Duration
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
 
@@ -184,6 +185,7 @@ func (o *options) engineConfig() (engine.Config, error) {
 	c.MaxKeysPerOwner = o.maxKeysPerOwner
 	c.DefaultTTL = secs(o.defaultLeaseTTL)
 	c.GCMaxIdle = secs(o.gcMaxIdle)
+	c.LockDelay = o.lockDelay
 	return c, c.Validate()
 }
 
