@@ -95,3 +95,24 @@ func TestAllocsLockDelay(t *testing.T) {
 		t.Fatalf("%v allocs per run", n)
 	}
 }
+
+// TestAllocsWatched: with a watcher reading, the lock path still
+// allocates nothing.
+func TestAllocsWatched(t *testing.T) {
+	e := newTestEngine(t, nil)
+	w, _ := e.Watch("k", false)
+	defer w.Close()
+	req := AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1}
+	n := testing.AllocsPerRun(200, func() {
+		out, _ := e.Acquire(0, req, nil)
+		e.Release(0, req.Key, out.Token)
+		for {
+			if _, ok, _ := w.TryNext(); !ok {
+				break
+			}
+		}
+	})
+	if n != 0 {
+		t.Fatalf("%v allocs per acquire+release with a watcher", n)
+	}
+}

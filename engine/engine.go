@@ -150,6 +150,7 @@ type Engine struct {
 	refusedKeys, refusedWaiters, refusedOwner atomic.Uint64
 	// draining is set by Drain: no new holder or waiter, no hand-off.
 	draining atomic.Bool
+	hub      *Hub // watching (watch.go)
 }
 
 // New returns an engine with cfg, which must be valid.
@@ -157,7 +158,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, mask: uint64(cfg.Shards - 1), shards: make([]shard, cfg.Shards)}
+	e := &Engine{cfg: cfg, mask: uint64(cfg.Shards - 1), shards: make([]shard, cfg.Shards), hub: newHub()}
 	for i := range e.shards {
 		e.shards[i].init(e)
 		e.shards[i].idx = i

@@ -43,15 +43,21 @@ func (s *shard) lockDelayOf(en *entry) time.Duration {
 }
 
 // lostLocked is called once where a holder's involuntary loss of en is
-// decided, before en is removed: it holds the slot back for the delay.
-func (s *shard) lostLocked(now int64, en *entry) {
+// decided (k: EventExpired or EventDropped), before en is removed: it
+// holds the slot back for the delay and tells the watchers.
+func (s *shard) lostLocked(now int64, en *entry, k EventKind) {
 	if !en.holding {
 		return
 	}
 	d := s.lockDelayOf(en)
-	if d <= 0 {
-		return
+	if d > 0 {
+		s.reserveLocked(now, en, d)
 	}
+	s.note(k, en.res, en)
+}
+
+// reserveLocked holds en's slot back for d from now.
+func (s *shard) reserveLocked(now int64, en *entry, d time.Duration) {
 	until := addSat(now, int64(d))
 	en.res.reserved++
 	if len(s.delays.slots) == 0 || until < s.delays.next {

@@ -249,6 +249,7 @@ func (s *shard) grantLocked(now int64, en *entry) {
 	s.held++
 	s.heap.set(en, now+int64(en.ttl))
 	s.ctr.grants++
+	s.note(EventGranted, en.res, en)
 }
 
 // promoteLocked grants free slots of res to its oldest waiters and queues
@@ -287,6 +288,7 @@ func (s *shard) removeLocked(en *entry) {
 	} else {
 		en.res.waiters.remove(en)
 		s.waiting--
+		s.note(EventWaiters, en.res, nil)
 	}
 	if en.hidx >= 0 {
 		s.heap.remove(en)
@@ -355,6 +357,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	en.twoPhase = twoPhase
 	res.waiters.pushBack(en)
 	s.waiting++
+	s.note(EventWaiters, res, nil)
 	if !twoPhase {
 		en.sink = sink
 		s.heap.set(en, now+int64(req.Timeout))
@@ -394,7 +397,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 	case en.holding && en.deadline <= now:
 		// Granted while enqueued, but the lease ran out before this wait:
 		// the slot passes on, and nothing is resurrected.
-		s.lostLocked(now, en)
+		s.lostLocked(now, en, EventExpired)
 		s.removeLocked(en)
 		s.ctr.expiries++
 		*d = s.promoteLocked(now, res, *d)
@@ -463,7 +466,7 @@ func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]deliv
 	}
 	if en.deadline <= now {
 		s.noteLapsedLocked(en)
-		s.lostLocked(now, en)
+		s.lostLocked(now, en, EventExpired)
 		s.removeLocked(en)
 		s.ctr.expiries++
 		*d = s.promoteLocked(now, res, *d)
@@ -478,6 +481,7 @@ func (s *shard) release(now int64, key []byte, tok fence.Token, via Via) error {
 	en := s.holderLocked(now, key, tok, &d)
 	if en != nil {
 		res := en.res
+		s.note(EventReleased, res, en)
 		s.removeLocked(en)
 		s.ctr.releases++
 		d = s.promoteLocked(now, res, d)
@@ -551,7 +555,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 			continue
 		case en.holding:
 			s.ctr.dropped++
-			s.lostLocked(now, en)
+			s.lostLocked(now, en, EventDropped)
 		case en.sink != nil:
 			d = appendDelivery(d, en.sink, Outcome{Result: Canceled})
 		}
@@ -614,7 +618,7 @@ func (s *shard) expire(now int64) {
 		if en.holding {
 			s.ctr.expiries++
 			s.noteLapsedLocked(en)
-			s.lostLocked(now, en)
+			s.lostLocked(now, en, EventExpired)
 		} else {
 			s.ctr.timeouts++
 			if en.sink != nil {

@@ -312,6 +312,12 @@ func (f *FSM) Restore(all []byte) error {
 	}
 	f.mu.Lock()
 	f.restores.Add(1)
+	// Watchers stay with the node: the new engine publishes to the same
+	// Hub, and those watching are told to watch again (they may have
+	// missed changes the snapshot folds in).
+	hub := f.eng.Load().Hub()
+	e.AdoptHub(hub)
+	hub.Reset()
 	f.eng.Store(e)
 	f.index.Store(index)
 	f.lastNow = lastNow
