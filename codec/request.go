@@ -51,6 +51,7 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
+	CmdWatch // watch: turns the connection into an event stream (event.go)
 	numCmds
 )
 
@@ -68,6 +69,7 @@ var cmdNames = [numCmds]string{
 	CmdSemEnqueue: "se",
 	CmdSemWait:    "sw",
 	CmdStats:      "stats",
+	CmdWatch:      "watch",
 }
 
 // String returns the command's wire name.
@@ -112,6 +114,8 @@ func lookupCmd(b []byte) Cmd {
 		return CmdStats
 	case "auth":
 		return CmdAuth
+	case "watch":
+		return CmdWatch
 	}
 	return CmdInvalid
 }
@@ -133,6 +137,9 @@ type Request struct {
 	// se: the request's own lock-delay in milliseconds. 0 means absent
 	// (the server's); delay=0 (no delay) decodes as -1.
 	LockDelayMS int64
+	// Prefix is set on a watch whose argument is "prefix": the key is a
+	// prefix of the keys watched.
+	Prefix bool
 }
 
 // Decode decodes the first request in buf into req.
@@ -208,6 +215,9 @@ func parse(req *Request, name []byte) error {
 	}
 	if !ValidKey(req.Key) {
 		return ErrBadKey
+	}
+	if req.Cmd == CmdWatch {
+		return parseWatch(req)
 	}
 	var f [4][]byte
 	nf := fields(req.Arg, f[:])
