@@ -56,7 +56,7 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 // returns how many bytes of buf it consumed, the output to write (built in
 // ss.out) and whether to close the connection after writing it.
 func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNow bool) {
-	ended := ss.watchEnded.Load() // before the take: its error line is in the inbox then
+	ended := ss.watchEnded.Load()      // before the take: its error line is in the inbox then
 	out = ss.takeDelivered(ss.out[:0]) // answers to older requests go first
 	if ended {
 		return 0, out, true
