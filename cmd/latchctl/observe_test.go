@@ -35,4 +35,3 @@ func TestObserve(t *testing.T) {
 		t.Fatalf("observe printed %q", got)
 	}
 }
-
