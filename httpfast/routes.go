@@ -38,6 +38,7 @@ const (
 	opUIKeys           // GET /v1/ui/keys: the dashboard's key list
 	opLockGet          // GET /v1/locks/{key}
 	opSemGet           // GET /v1/semaphores/{key}
+	opWatch            // GET /v1/watch/{key}: events (SSE) or a long-poll
 	opCount
 )
 
@@ -70,6 +71,7 @@ var opNames = [opCount]string{
 	opUIKeys:           "ui_keys",
 	opLockGet:          "lock_get",
 	opSemGet:           "semaphore_get",
+	opWatch:            "watch",
 }
 
 // proposes reports whether o changes engine state: a session, lock or
@@ -111,6 +113,9 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 	}
 	if rest, ok := bytes.CutPrefix(path, []byte("/v1/semaphores/")); ok {
 		return matchKey(m, rest, opSemAcquire)
+	}
+	if rest, ok := bytes.CutPrefix(path, []byte("/v1/watch/")); ok && len(rest) > 0 {
+		return only(m, "GET", opWatch, rest)
 	}
 	return opNotFound, nil, ""
 }
