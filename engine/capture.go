@@ -58,6 +58,7 @@ func (e *Engine) CaptureState() *StateCapture {
 func (s *shard) lockW() {
 	s.mu.Lock()
 	s.settleLocked()
+	s.watchLocked()
 }
 
 // settleLocked encodes s for a capture still waiting for it; under mu.

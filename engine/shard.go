@@ -54,6 +54,7 @@ type shard struct {
 	idx     int           // its index in the engine's shards
 	capt    *StateCapture // a state capture that has not encoded this shard yet; under mu
 	delays  delayList     // slots held back by a lock-delay (lockdelay.go)
+	watched bool          // someone watches: read once per change (watchstate.go); under mu
 	_       [64]byte      // keep neighbouring shards' locks off this cache line
 }
 
@@ -535,6 +536,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 		return
 	}
 	s.settleLocked()
+	s.watchLocked()
 	if lapsed {
 		delete(s.lapsed, owner)
 	}

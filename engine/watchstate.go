@@ -81,11 +81,16 @@ func (s *shard) stateLocked(w *Watcher, r *resource) {
 	}
 }
 
-// note publishes a change of res (by en, if not nil) when anyone watches:
-// the one check the engine's paths make. A holder's release or loss is
-// noted before en leaves res.
+// watchLocked reads, once per change to s (lockW), whether anyone
+// watches: the one atomic load watching costs a change. A Watcher linked
+// meanwhile misses nothing: a single key's is linked under its shard's
+// lock, and a prefix Watcher takes each shard's state after linking.
+func (s *shard) watchLocked() { s.watched = s.e.hub.n.Load() != 0 }
+
+// note publishes a change of res (by en, if not nil) when anyone watches.
+// A holder's release or loss is noted before en leaves res.
 func (s *shard) note(k EventKind, res *resource, en *entry) {
-	if s.e.hub.n.Load() != 0 {
+	if s.watched {
 		s.noteSlow(k, res, en)
 	}
 }

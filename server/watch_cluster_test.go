@@ -3,6 +3,9 @@ package server_test
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/latchd/latchd/internal/testutil"
 
 	"github.com/latchd/latchd/server/servertest"
 )
@@ -31,6 +34,11 @@ func TestClusterFollowerWatchOrder(t *testing.T) {
 	grant(t, b.do("l", "c/2", "0"), "ok")
 	a.req("l", "c/2", "10")
 	b.req("l", "c/1", "10")
+	eng := ms[li].Node.FSM().Engine()
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		l := eng.Snapshot(0).Locks
+		return len(l) == 2 && l[0].Waiters == 1 && l[1].Waiters == 1
+	}, "a and b queued")
 	if got := dial(t, ms[li].Addr).do("r", "c/1", tok); got != "ok" { // a waits: another connection releases
 		t.Fatal(got)
 	}
