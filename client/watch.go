@@ -26,7 +26,8 @@ var (
 // key as it was when the watch began: one per holder, or one with Fence
 // 0), "synced" (the initial state is complete), "granted", "released",
 // "expired" (the lease ran out), "dropped" (the holder's connection or
-// session went away) or "waiters" (the queue changed). Holders, Waiters
+// session went away), "waiters" (the queue changed) or "delay_ended" (a
+// slot a lock-delay held back is free again). Holders, Waiters
 // and Delayed (slots a lock-delay holds back) are the counts after it.
 type Event struct {
 	Kind      string

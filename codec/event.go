@@ -12,7 +12,8 @@ import (
 //
 //	event <kind> <key> <fence> <owner-kind> <owner-id> <limit> <holders> <waiters> <delayed>
 //
-// kind is state, synced, granted, released, expired, dropped or waiters;
+// kind is state, synced, granted, released, expired, dropped, waiters or
+// delay_ended;
 // fence is 16 lowercase hex digits (all zero for none); owner-kind is
 // conn (a TCP connection), session (a REST session) or - (none), and
 // owner-id its decimal id (0 for none). A stream ends with

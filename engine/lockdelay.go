@@ -82,6 +82,7 @@ func (s *shard) expireDelaysLocked(now int64, d *[]delivery) *[]delivery {
 			continue
 		}
 		ds.res.reserved--
+		s.note(EventDelayEnded, ds.res, nil)
 		d = s.promoteLocked(now, ds.res, d)
 	}
 	clear(s.delays.slots[len(kept):])

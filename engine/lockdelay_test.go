@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,7 +44,20 @@ func TestLockDelayAfterExpiry(t *testing.T) {
 	if got := rec.take(); len(got) != 0 {
 		t.Fatalf("granted before the delay ended: %v", got)
 	}
+	w, _ := e.Watch("k", false)
+	defer w.Close()
 	e.Expire(6 * sec)
+	var kinds []string
+	for {
+		ev, ok, _ := w.TryNext()
+		if !ok {
+			break
+		}
+		kinds = append(kinds, ev.Kind.String())
+	}
+	if strings.Join(kinds, " ") != "state synced delay_ended granted" {
+		t.Fatalf("events as the delay ends: %v", kinds)
+	}
 	got := rec.take()
 	if len(got) != 1 || got[0].owner != 2 || got[0].out.Result != Granted || got[0].out.Token.Fence <= first.Token.Fence {
 		t.Fatalf("after the delay: %v", got)

@@ -37,9 +37,12 @@ const (
 	EventExpired  // a holder's lease ran out
 	EventDropped  // a holder's owner went away (disconnect, session end)
 	EventWaiters  // a request joined or left the queue (not by a grant)
+	// EventDelayEnded: a slot a lock-delay held back is free again (a
+	// grant to the next waiter, if any, follows).
+	EventDelayEnded
 )
 
-var eventNames = [...]string{"", "state", "synced", "granted", "released", "expired", "dropped", "waiters"}
+var eventNames = [...]string{"", "state", "synced", "granted", "released", "expired", "dropped", "waiters", "delay_ended"}
 
 // String names the kind as the wire protocol writes it.
 func (k EventKind) String() string {
