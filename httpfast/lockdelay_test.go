@@ -18,8 +18,8 @@ func TestLockDelayREST(t *testing.T) {
 	h := startHTTP(t, nil, func(e *engine.Config, _ *server.Config) { e.LockDelay = delay })
 	a, b := h.session(), h.session()
 	wantStatus(t, "a acquires", h.do(call{method: "POST", path: "/v1/locks/k", session: a, body: `{"lease_ttl_s":30}`}), http.StatusOK, "ok")
+	lost := time.Now() // no later than the loss
 	wantStatus(t, "a ends", h.do(call{method: "DELETE", path: "/v1/sessions/" + a}), http.StatusOK, "ok")
-	lost := time.Now()
 	r := h.do(call{method: "GET", path: "/v1/stats"})
 	if d, _ := r.body["delayed"].([]any); len(d) != 1 {
 		t.Fatalf("stats while delayed: %s", r.raw)

@@ -19,8 +19,8 @@ func TestClusterLockDelaySurvivesFailover(t *testing.T) {
 	ms := c.Members()
 	holder := dial(t, ms[li].Addr)
 	first := fenceOf(t, holder.do("l", "k", "0 30"), "ok")
+	lost := time.Now() // no later than the loss
 	_ = holder.c.Close()
-	lost := time.Now()
 	leaderEng := ms[li].Node.FSM().Engine()
 	testutil.Eventually(t, 30*time.Second, func() bool { return len(leaderEng.Snapshot(0).Delayed) == 1 }, "slot held back on the leader")
 	testutil.Eventually(t, 30*time.Second, func() bool {
