@@ -16,7 +16,7 @@ CMDS      := latchd latchctl latchd-bench
 FUZZTIME  ?= 300000x
 PKGS      := ./...
 
-.PHONY: all build dist run test fmtcheck vet leafcheck race fuzz bench lint soak chaos nemesis bench-cluster clean
+.PHONY: all build dist run test fmtcheck vet leafcheck race fuzz bench lint soak chaos nemesis upgrade bench-cluster clean
 
 all: build
 
@@ -94,6 +94,14 @@ bench-cluster:
 
 chaos:
 	$(GO) test -tags chaos -count=1 -timeout 15m -run Chaos -v ./chaos
+
+# A three-node cluster of the previous release (built from git history,
+# offline) replaced node by node with this one under load, the history
+# checked for linearizability; make test runs it with 1.5s per step.
+# UPGRADE_DWELL sets the load per step (default 10s here), UPGRADE_FROM the
+# commit to upgrade from.
+upgrade:
+	UPGRADE_DWELL=$${UPGRADE_DWELL:-10s} $(GO) test -count=1 -timeout 15m -run RollingUpgrade -v ./chaos
 
 # Faults on a three-node cluster in network namespaces (root; skips
 # otherwise): partitions, one-way loss, pauses, kill -9, a full disk.

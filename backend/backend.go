@@ -90,6 +90,7 @@ type Request struct {
 	Key     []byte // not kept after the call returns
 	Owner   engine.OwnerID
 	Limit   int
+	Mode    engine.Mode // Acquire, Enqueue: ModeRead or ModeWrite for a read-write key
 	TTL     time.Duration
 	Timeout time.Duration
 	Token   fence.Token
@@ -97,6 +98,12 @@ type Request struct {
 	// cap); SessionKey is kept with the session.
 	MaxSessions int
 	SessionKey  uint64
+	// ReqID is the client's request id for an Acquire, Enqueue, Wait,
+	// Release or Renew (nil for none; not kept after the call returns).
+	// A replicated backend answers a retry with the same id as it
+	// answered the first (replica/dedup.go); a single node, where no
+	// outcome is ever unknown to a live connection, ignores it.
+	ReqID []byte
 	// Client is the TCP connection that sent the request (0 for none),
 	// for a replicated leader's batching; not part of the state.
 	Client engine.OwnerID

@@ -89,15 +89,16 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "ops (acquire + release) per worker")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "run each row this long instead of --rounds")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: total ops/s per row, latency from the scheduled start (0 = closed loop)")
-	fs.StringVar((*string)(&cfg.Mode), "mode", string(cfg.Mode), "lock (key per worker), contended (one key), sem (--limit slots on one key), twophase (enqueue + wait on one key)")
+	fs.StringVar((*string)(&cfg.Mode), "mode", string(cfg.Mode), "lock (key per worker), contended (one key), sem (--limit slots on one key), twophase (enqueue + wait on one key), rw (read or write holds of one read-write key)")
 	fs.IntVar(&cfg.Limit, "limit", cfg.Limit, "semaphore slots for --mode sem")
+	fs.Float64Var(&cfg.ReadRatio, "read-ratio", cfg.ReadRatio, "share of reads (0 to 1) for --mode rw; the rest are writes")
 	timeout := fs.Int("timeout", int(seconds(cfg.AcquireTimeout)), "acquire timeout sent to the server, seconds")
 	ttl := fs.Int("ttl", 0, "lease TTL, seconds (0 = server default)")
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "key prefix")
 	fs.StringVar(&cfg.AuthToken, "auth", "", "auth token for TCP connections")
 	fs.BoolVar(&cfg.Pipeline, "pipeline", false, "TCP lock/contended/sem: send each release with the next acquire in one write")
 	var compare targetList
-	fs.Var(&compare, "compare", "also run [name=]redis://host:port, tcp://host:port or http://host:port (repeatable)")
+	fs.Var(&compare, "compare", "also run [name=]tcp://, http://, redis:// or etcd://host:port (repeatable)")
 	var o Options
 	fs.BoolVar(&o.JSON, "json", false, "print JSON instead of a table")
 	fs.StringVar(&o.Plot, "plot", "", "draw throughput and p99 against workers into FILE.svg or FILE.png")
@@ -145,7 +146,7 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 }
 
 // Main is latchd-bench: the table command, or a subcommand (ceiling,
-// selfcheck, freeport, wait, leader). It returns the process exit code.
+// selfcheck, freeport, wait, leader, disk). It returns the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sub, rest := "", args
 	if len(args) > 0 {
@@ -163,6 +164,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = waitMain(ctx, rest, stderr)
 	case "leader":
 		err = leaderMain(ctx, rest, stdout, stderr)
+	case "disk":
+		err = diskMain(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usageText+"\n")
 		_, _ = ParseArgs([]string{"-h"}, stdout) // prints the flags and returns flag.ErrHelp
@@ -191,6 +194,7 @@ const usageText = `latchd-bench drives a lock server and prints throughput and l
   latchd-bench freeport                print a free loopback TCP port
   latchd-bench leader ADDR...          print the address of the cluster member that leads
   latchd-bench wait ADDR...            wait until every ADDR accepts connections
+  latchd-bench disk [--dir D]          time 4 KiB append+fdatasync: the disk's floor
 `
 
 func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # bench/cluster.sh: what `make bench-cluster` runs. Starts a three-node
-# latchd cluster of real processes on loopback (bbolt log, fsync on),
+# latchd cluster of real processes on loopback (raft log fdatasynced),
 # finds the leader, runs the latchd-bench table against it and, with
 # COMPARE=1, against a single node started beside it in the same sweep.
+# With COMPARE_ETCD=1 it also starts a three-node etcd cluster on the same
+# disk and drives its leader in the same sweep: each op is a Mutex
+# Lock+Unlock over one lease per worker (etcd's v3lock service, reached
+# through its JSON gateway). It installs nothing: etcd and curl must be on
+# PATH (Debian: apt-get install etcd-server curl).
 #
 # Environment:
 #   WORKERS  worker counts  (default 1,10,100)
 #   ROUNDS   ops per worker (default 1000)
 #   MODE     lock|contended|sem|twophase (default lock)
 #   COMPARE  1 = also a single-node latchd in the same sweep (default 1)
+#   COMPARE_ETCD  1 = also a three-node etcd cluster (default 0)
 #   BENCH_ARGS  extra flags for latchd-bench
 set -euo pipefail
 
@@ -16,6 +22,15 @@ cd "$(dirname "$0")/.."
 WORKERS=${WORKERS:-1,10,100}
 ROUNDS=${ROUNDS:-1000}
 MODE=${MODE:-lock}
+
+if [ "${COMPARE_ETCD:-0}" = 1 ]; then
+	for tool in etcd curl; do
+		if ! command -v "$tool" >/dev/null; then
+			echo "COMPARE_ETCD=1 needs $tool on PATH (Debian: apt-get install etcd-server curl)" >&2
+			exit 1
+		fi
+	done
+fi
 
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
@@ -51,6 +66,13 @@ if [ "${COMPARE:-1}" = 1 ]; then
 	"$lb" wait "127.0.0.1:$single"
 	compare=(--compare "single=tcp://127.0.0.1:$single")
 fi
+if [ "${COMPARE_ETCD:-0}" = 1 ]; then
+	# shellcheck source=bench/etcd.sh
+	. bench/etcd.sh
+	start_etcd
+	compare+=(--compare "etcd3=etcd://$etcd_leader")
+fi
+"$lb" disk --dir "$tmp" >&2
 # shellcheck disable=SC2086
 "$lb" --addr "$leader" --name "cluster3" --workers "$WORKERS" --rounds "$ROUNDS" --mode "$MODE" \
 	"${compare[@]}" --no-progress ${BENCH_ARGS:-}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -27,10 +28,13 @@ const (
 	// ModeTwoPhase puts every worker on one key and acquires in two steps:
 	// enqueue, then wait when the answer was "queued".
 	ModeTwoPhase Mode = "twophase"
+	// ModeRW puts every worker on one read-write key: each op is a read
+	// hold (rl) with probability Config.ReadRatio, else a write hold (wl).
+	ModeRW Mode = "rw"
 )
 
 // Modes lists the workloads in the order the CLI documents them.
-var Modes = []Mode{ModeLock, ModeContended, ModeSem, ModeTwoPhase}
+var Modes = []Mode{ModeLock, ModeContended, ModeSem, ModeTwoPhase, ModeRW}
 
 // sharedKey reports whether all workers use one key.
 func (m Mode) sharedKey() bool { return m != ModeLock }
@@ -43,6 +47,7 @@ const (
 	KindTCP   Kind = "tcp"   // the three-line protocol (latchd, dflockd, Ceiling)
 	KindHTTP  Kind = "http"  // latchd's REST API
 	KindRedis Kind = "redis" // SET NX PX + compare-and-delete script
+	KindEtcd  Kind = "etcd"  // etcd v3 Mutex Lock+Unlock over a lease, via its JSON gateway
 )
 
 // Target is one server to drive.
@@ -54,8 +59,8 @@ type Target struct {
 	Addr string `json:"addr"`
 }
 
-// ParseTarget parses "[name=]scheme://host:port" with scheme tcp, http or
-// redis. Without a name the target is named after its scheme and address.
+// ParseTarget parses "[name=]scheme://host:port" with scheme tcp, http,
+// redis or etcd. Without a name the target is named after its scheme and address.
 func ParseTarget(s string) (Target, error) {
 	name, rest, ok := strings.Cut(s, "=")
 	if !ok || strings.Contains(name, "://") {
@@ -67,7 +72,7 @@ func ParseTarget(s string) (Target, error) {
 	}
 	t := Target{Name: name, Kind: Kind(u.Scheme), Addr: u.Host}
 	if dialers[t.Kind] == nil {
-		return Target{}, fmt.Errorf("bench: target %q: scheme must be tcp, http or redis", s)
+		return Target{}, fmt.Errorf("bench: target %q: scheme must be tcp, http, redis or etcd", s)
 	}
 	if u.Path != "" && u.Path != "/" {
 		return Target{}, fmt.Errorf("bench: target %q: unexpected path %q", s, u.Path)
@@ -75,9 +80,7 @@ func ParseTarget(s string) (Target, error) {
 	if _, port, err := net.SplitHostPort(t.Addr); err != nil || port == "" {
 		return Target{}, fmt.Errorf("bench: target %q: want host:port", s)
 	}
-	if t.Name == "" {
-		t.Name = string(t.Kind) + "://" + t.Addr
-	}
+	t.Name = cmp.Or(t.Name, string(t.Kind)+"://"+t.Addr)
 	return t, nil
 }
 
@@ -115,6 +118,9 @@ type Config struct {
 	Mode Mode
 	// Limit is the semaphore size for ModeSem.
 	Limit int
+	// ReadRatio is, for ModeRW, the share of ops that take the key to
+	// read (0 to 1); the rest take it to write.
+	ReadRatio float64
 	// AcquireTimeout is the server-side wait of one acquire, whole seconds.
 	AcquireTimeout time.Duration
 	// LeaseTTL is the lease asked for, whole seconds; 0 leaves the server
@@ -147,6 +153,7 @@ func DefaultConfig() Config {
 		Rounds:         1000,
 		Mode:           ModeLock,
 		Limit:          5,
+		ReadRatio:      0.9,
 		AcquireTimeout: 10 * time.Second,
 		KeyPrefix:      "bench",
 		DialTimeout:    5 * time.Second,
@@ -166,6 +173,8 @@ func (c Config) Validate() error {
 		return errors.New("bench: rate must be >= 0")
 	case c.Mode == ModeSem && c.Limit <= 0:
 		return errors.New("bench: sem mode needs limit > 0")
+	case !(c.ReadRatio >= 0 && c.ReadRatio <= 1):
+		return errors.New("bench: read ratio must be in [0, 1]")
 	case c.AcquireTimeout < 0 || c.AcquireTimeout%time.Second != 0:
 		return errors.New("bench: acquire timeout must be whole seconds >= 0")
 	case c.LeaseTTL < 0 || c.LeaseTTL%time.Second != 0:
@@ -176,7 +185,7 @@ func (c Config) Validate() error {
 		return errors.New("bench: dial timeout must be > 0")
 	}
 	if !slices.Contains(Modes, c.Mode) {
-		return fmt.Errorf("bench: unknown mode %q (want lock, contended, sem or twophase)", c.Mode)
+		return fmt.Errorf("bench: unknown mode %q (want lock, contended, sem, twophase or rw)", c.Mode)
 	}
 	for _, w := range c.Workers {
 		if w <= 0 {
@@ -189,6 +198,12 @@ func (c Config) Validate() error {
 		}
 		if t.Kind == KindRedis && c.Mode == ModeTwoPhase {
 			return fmt.Errorf("bench: target %s: Redis has no queue, so no twophase mode", t.Name)
+		}
+		if t.Kind == KindRedis && c.Mode == ModeRW {
+			return fmt.Errorf("bench: target %s: Redis has no read-write lock, so no rw mode", t.Name)
+		}
+		if t.Kind == KindEtcd && c.Mode != ModeLock && c.Mode != ModeContended {
+			return fmt.Errorf("bench: target %s: etcd is driven in lock and contended modes only", t.Name)
 		}
 		if t.Addr == "" {
 			return fmt.Errorf("bench: target %s: no address", t.Name)

@@ -18,6 +18,7 @@ func TestParseTarget(t *testing.T) {
 		{name: "redis", in: "redis://127.0.0.1:6379", want: Target{Name: "redis://127.0.0.1:6379", Kind: KindRedis, Addr: "127.0.0.1:6379"}},
 		{name: "named tcp", in: "ceiling=tcp://127.0.0.1:7000", want: Target{Name: "ceiling", Kind: KindTCP, Addr: "127.0.0.1:7000"}},
 		{name: "http", in: "http://localhost:6389/", want: Target{Name: "http://localhost:6389", Kind: KindHTTP, Addr: "localhost:6389"}},
+		{name: "etcd", in: "etcd3=etcd://127.0.0.1:2379", want: Target{Name: "etcd3", Kind: KindEtcd, Addr: "127.0.0.1:2379"}},
 		{name: "unknown scheme", in: "memcache://127.0.0.1:1", wantErr: true},
 		{name: "no port", in: "redis://127.0.0.1", wantErr: true},
 		{name: "path", in: "tcp://127.0.0.1:1/x", wantErr: true},
@@ -77,6 +78,14 @@ func TestValidate(t *testing.T) {
 			c.Mode = ModeTwoPhase
 			c.Targets = append(c.Targets, Target{Name: "r", Kind: KindRedis, Addr: "x:1"})
 		}, wantErr: "no queue"},
+		{name: "etcd sem", mod: func(c *Config) {
+			c.Mode, c.Limit = ModeSem, 2
+			c.Targets = append(c.Targets, Target{Name: "e", Kind: KindEtcd, Addr: "x:1"})
+		}, wantErr: "lock and contended"},
+		{name: "etcd contended", mod: func(c *Config) {
+			c.Mode = ModeContended
+			c.Targets = append(c.Targets, Target{Name: "e", Kind: KindEtcd, Addr: "x:1"})
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,9 +18,7 @@ const sessionHeader = "X-Latchd-Session"
 // one session. Requests, responses and URLs are reused between ops, and
 // answers are scanned for "status" and "token" without a JSON decoder.
 type httpDriver struct {
-	hc      *fasthttp.HostClient
-	req     *fasthttp.Request
-	resp    *fasthttp.Response
+	fastConn
 	session []byte
 
 	base     []byte // "http://host:port/v1/locks/<key>" or .../semaphores/<key>
@@ -29,28 +27,31 @@ type httpDriver struct {
 	enqBody  []byte
 	waitBody []byte
 	twoPhase bool
+	rw       rwPick // ModeRW: reads or writes, per op
 	token    []byte
 	timeout  time.Duration // client-side bound on one request
 }
 
 func dialHTTP(ctx context.Context, cfg Config, addr string, w int) (driver, error) {
 	d := &httpDriver{
-		hc: &fasthttp.HostClient{
+		fastConn: newFastConn(&fasthttp.HostClient{
 			Addr:                          addr,
 			MaxConns:                      1,
 			DisableHeaderNamesNormalizing: true,
 			NoDefaultUserAgentHeader:      true,
-		},
-		req:      fasthttp.AcquireRequest(),
-		resp:     fasthttp.AcquireResponse(),
+		}),
 		twoPhase: cfg.Mode == ModeTwoPhase,
 		timeout:  cfg.AcquireTimeout + 30*time.Second,
 	}
 	kind := "/v1/locks/"
 	limit := ""
-	if cfg.Mode == ModeSem {
+	switch cfg.Mode {
+	case ModeSem:
 		kind = "/v1/semaphores/"
 		limit = `,"limit":` + strconv.Itoa(cfg.Limit)
+	case ModeRW:
+		kind = "/v1/rwlocks/"
+		d.rw = newRWPick(cfg.ReadRatio, w)
 	}
 	d.base = append([]byte("http://"+addr+kind), cfg.key(w)...)
 	ttl := ""
@@ -107,7 +108,7 @@ func (d *httpDriver) op() error {
 	if d.twoPhase {
 		err = d.enqueueWait()
 	} else {
-		err = d.do(fasthttp.MethodPost, d.base, d.acqBody)
+		err = d.do(fasthttp.MethodPost, d.acquireURL(), d.acqBody)
 		if err == nil {
 			err = d.grant("ok")
 		}
@@ -187,10 +188,6 @@ func jsonString(body []byte, name string) []byte {
 	return rest[1 : 1+j]
 }
 
-// interrupt closes idle connections; an HTTP request in progress ends at
-// its own timeout.
-func (d *httpDriver) interrupt() { d.hc.CloseIdleConnections() }
-
 func (d *httpDriver) close() error {
 	if d.req == nil {
 		return nil
@@ -206,8 +203,24 @@ func (d *httpDriver) close() error {
 	return nil
 }
 
-func (d *httpDriver) release() {
-	fasthttp.ReleaseRequest(d.req)
-	fasthttp.ReleaseResponse(d.resp)
-	d.req, d.resp = nil, nil
+// fastConn is a worker's one keep-alive fasthttp connection, with the
+// request and response it reuses.
+type fastConn struct {
+	hc   *fasthttp.HostClient
+	req  *fasthttp.Request
+	resp *fasthttp.Response
+}
+
+func newFastConn(hc *fasthttp.HostClient) fastConn {
+	return fastConn{hc: hc, req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
+}
+
+// interrupt closes idle connections; a request in progress ends at its
+// own timeout.
+func (c *fastConn) interrupt() { c.hc.CloseIdleConnections() }
+
+func (c *fastConn) release() {
+	fasthttp.ReleaseRequest(c.req)
+	fasthttp.ReleaseResponse(c.resp)
+	c.req, c.resp = nil, nil
 }

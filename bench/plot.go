@@ -1,13 +1,14 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -38,11 +39,7 @@ func WritePlotFile(path string, rs []Result) error {
 	if err != nil {
 		return err
 	}
-	if err := WritePlot(f, format, rs); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return errors.Join(WritePlot(f, format, rs), f.Close())
 }
 
 // plotFormat is the format of a plot file, from its extension.
@@ -78,7 +75,7 @@ func WritePlot(w io.Writer, format string, rs []Result) error {
 		for _, r := range rs {
 			if r.Target.Name == name {
 				tpXY = append(tpXY, plotter.XY{X: float64(r.Workers), Y: r.Throughput})
-				latXY = append(latXY, plotter.XY{X: float64(r.Workers), Y: float64(r.P99) / float64(time.Millisecond)})
+				latXY = append(latXY, plotter.XY{X: float64(r.Workers), Y: ms(r.P99)})
 			}
 		}
 		c := plotColors[i%len(plotColors)]
@@ -139,10 +136,8 @@ func logWorkers(rs []Result) bool {
 // targetNames lists the targets of rs in first-seen order.
 func targetNames(rs []Result) []string {
 	var names []string
-	seen := map[string]bool{}
 	for _, r := range rs {
-		if !seen[r.Target.Name] {
-			seen[r.Target.Name] = true
+		if !slices.Contains(names, r.Target.Name) {
 			names = append(names, r.Target.Name)
 		}
 	}

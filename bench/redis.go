@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -65,10 +66,7 @@ func dialRedis(ctx context.Context, cfg Config, addr string, w int) (driver, err
 	if err != nil {
 		return nil, err
 	}
-	ttl := cfg.LeaseTTL
-	if ttl == 0 {
-		ttl = RedisTTL
-	}
+	ttl := cmp.Or(cfg.LeaseTTL, RedisTTL)
 	var seed [16]byte
 	_, _ = rand.Read(seed[:])
 	d := &redisDriver{

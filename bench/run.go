@@ -199,6 +199,7 @@ var dialers = map[Kind]func(ctx context.Context, cfg Config, addr string, w int)
 	KindTCP:   dialTCP,
 	KindHTTP:  dialHTTP,
 	KindRedis: dialRedis,
+	KindEtcd:  dialEtcd,
 }
 
 // schedule says when a row ends and, in open loop, when each op starts.

@@ -124,7 +124,6 @@ type Meta struct {
 
 // WriteJSON writes rs as one JSON document: {"meta":{...},"results":[...]}.
 func WriteJSON(w io.Writer, meta Meta, rs []Result) error {
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	rows := make([]jsonRow, len(rs))
 	for i, r := range rs {
 		rows[i] = jsonRow{

@@ -108,7 +108,7 @@ func FormatRate(opsPerSec float64) string {
 // FormatMillis writes a latency in milliseconds with three decimals:
 // "0.074 ms".
 func FormatMillis(d time.Duration) string {
-	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64) + " ms"
+	return strconv.FormatFloat(ms(d), 'f', 3, 64) + " ms"
 }
 
 // FormatRatio writes a ratio with two decimals: "1.52x"; "-" when unknown.

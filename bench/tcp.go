@@ -32,6 +32,9 @@ type tcpDriver struct {
 	// is held. With Config.Pipeline it goes out with the next acquire.
 	pipeline bool
 	held     []byte
+	heldRel  codec.Cmd // the release verb of held's grant
+
+	rw rwPick // ModeRW: reads or writes, per op
 }
 
 func dialTCP(ctx context.Context, cfg Config, addr string, w int) (driver, error) {
@@ -69,6 +72,9 @@ func newTCPDriver(conn net.Conn, cfg Config, w int) *tcpDriver {
 	case ModeSem:
 		d.acquire, d.release = codec.CmdSemLock, codec.CmdSemRelease
 		d.acqArg = []byte(timeout + " " + strconv.Itoa(cfg.Limit) + ttl)
+	case ModeRW:
+		d.rw = newRWPick(cfg.ReadRatio, w)
+		d.acqArg = []byte(timeout + ttl)
 	case ModeTwoPhase:
 		d.twoPhase = true
 		if ttl != "" {
@@ -108,6 +114,7 @@ func (d *tcpDriver) roundTrip() error {
 }
 
 func (d *tcpDriver) op() error {
+	d.rw.next(d)
 	if d.pipeline {
 		return d.pipelinedOp()
 	}
@@ -124,6 +131,7 @@ func (d *tcpDriver) op() error {
 		return err
 	}
 	d.held = append(d.held[:0], d.resp.Token...) // the token aliases the reader's buffer
+	d.heldRel = d.release
 	return d.flush()
 }
 
@@ -143,7 +151,7 @@ func (d *tcpDriver) pipelinedOp() error {
 	d.out = d.out[:0]
 	releasing := len(d.held) > 0
 	if releasing {
-		d.out = codec.AppendRequest(d.out, d.release, d.key, d.held)
+		d.out = codec.AppendRequest(d.out, d.heldRel, d.key, d.held)
 		d.held = d.held[:0]
 	}
 	d.out = codec.AppendRequest(d.out, d.acquire, d.key, d.acqArg)
@@ -166,6 +174,7 @@ func (d *tcpDriver) pipelinedOp() error {
 		return err
 	}
 	d.held = append(d.held, d.resp.Token...)
+	d.heldRel = d.release
 	return relErr
 }
 
@@ -175,7 +184,7 @@ func (d *tcpDriver) flush() error {
 	if len(d.held) == 0 {
 		return nil
 	}
-	d.out = codec.AppendRequest(d.out[:0], d.release, d.key, d.held)
+	d.out = codec.AppendRequest(d.out[:0], d.heldRel, d.key, d.held)
 	d.held = d.held[:0]
 	if err := d.roundTrip(); err != nil {
 		return err

@@ -3,7 +3,6 @@
 package chaos
 
 import (
-	"bufio"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -13,83 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
 	"github.com/latchd/latchd/internal/lincheck"
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/internal/testport"
 )
-
-// node is one latchd process of the cluster.
-type node struct {
-	id, addr, raft, dir string
-	args                []string
-	cmd                 *exec.Cmd
-	exited              chan struct{} // closed when cmd has exited
-	log                 *os.File
-}
-
-func (n *node) start(t *testing.T, bin string) {
-	t.Helper()
-	cmd := exec.Command(bin, n.args...)
-	cmd.Stdout, cmd.Stderr = n.log, n.log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", n.id, err)
-	}
-	n.cmd, n.exited = cmd, make(chan struct{})
-	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(n.exited)
-}
-
-// alive reports whether the process runs.
-func (n *node) alive() bool {
-	if n.cmd == nil {
-		return false
-	}
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// kill sends SIGKILL: no graceful shutdown, no handover.
-func (n *node) kill() {
-	if n.cmd == nil {
-		return
-	}
-	_ = n.cmd.Process.Signal(syscall.SIGKILL)
-	<-n.exited
-	n.cmd = nil
-}
-
-// probe sends a try-lock on a key no worker uses and reports whether the
-// node answered as leader.
-func probe(addr string, key string) bool {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := fmt.Fprintf(c, "l\n%s\n0 30\n", key); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && (strings.HasPrefix(line, "ok ") || line == "timeout\n")
-}
-
-func env(name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-	}
-	return def
-}
 
 func TestChaos(t *testing.T) {
 	duration := env("CHAOS_DURATION", 40*time.Second)
@@ -104,7 +34,7 @@ func TestChaos(t *testing.T) {
 	nodes := make([]*node, 3)
 	var peers []string
 	for i := range nodes {
-		n := &node{id: fmt.Sprint("n", i+1), addr: testutil.FreePort(t), raft: testutil.FreePort(t),
+		n := &node{id: fmt.Sprint("n", i+1), addr: testport.Free(t), raft: testport.Free(t),
 			dir: filepath.Join(dir, fmt.Sprint("n", i+1))}
 		nodes[i] = n
 		peers = append(peers, n.id+"="+n.raft+"="+n.addr)

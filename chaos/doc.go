@@ -1,5 +1,7 @@
-// Package chaos holds the bounded chaos run (make chaos): a three-node
-// latchd cluster of real processes on loopback, killed and restarted under
-// load, with the history checked for linearizability. It is built only
-// with the chaos tag.
+// Package chaos holds tests of three-node latchd clusters of real
+// processes on loopback, with each history checked for linearizability:
+// the bounded chaos run (make chaos, built only with the chaos tag), nodes
+// killed and restarted under load; and the rolling upgrade (make upgrade,
+// and a short run in make test), a cluster of the previous release
+// replaced node by node with this one under load.
 package chaos

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/latchd/latchd/codec"
 )
 
 // Cluster is a client of a latchd cluster: one connection to the node it
@@ -24,24 +28,36 @@ import (
 //   - Release, Renew, their Sem* forms and Stats are retried after a
 //     not-leader answer and after a connection failure: they name a token,
 //     so running one twice does no harm.
-//   - Acquire, Enqueue, Wait and their Sem* forms are retried only when the
-//     server certainly did not run them: after a not-leader answer, or
-//     when the connection failed before the request was completely
-//     written. When it broke after, the call returns an error wrapping
-//     ErrUnknownOutcome and the cause, and tries nothing else: a retry
-//     could take a second grant. A grant the server made anyway is
-//     released when it sees the disconnect, or expires with its lease.
+//   - Acquire, Enqueue, Wait and their Sem* forms carry a request id (the
+//     same on every attempt of one call): after a not-leader answer or a
+//     connection failure, even one after the request was written, they are
+//     sent again with it. A cluster applies a request id once: a retry
+//     whose first attempt was applied gets that attempt's answer, and its
+//     new connection takes over the grant it made (same token) or its place
+//     in the queue (docs/cluster.md "Retries"). The caller sees one result.
+//     Only a canceled context (and a key too long to carry the id) leaves
+//     the outcome unknown: the call returns an error wrapping
+//     ErrUnknownOutcome and the cause.
+//
+// Release and Renew carry request ids too, so a retried release answers
+// what the first one did.
 //
 // Everything else is an answer, returned as Conn returns it (ErrTimeout,
 // ErrNotHolder, ...). Canceling the context of a blocked call closes the
 // connection, as with Conn; an acquire, enqueue or wait then returns an
 // error wrapping both ErrUnknownOutcome and the context's error.
 //
-// What a connection holds belongs to it, and a new connection is a new
-// owner: after a failover, Release and Renew reach the new leader with the
-// same token, but Wait finds no queue entry of the new connection
-// (ErrNotQueued: Enqueue again), and what the old connection held stays
-// held until it is released by token or its lease expires.
+// A Cluster acts for a session where the cluster offers them (session.go):
+// what it holds and waits for belongs to the session and outlives a broken
+// connection for the cluster's orphan TTL, and the next connection takes
+// it back. Without sessions a new connection is a new owner: Release and
+// Renew reach the new leader with the same token, and a retried request
+// takes over what its first attempt got, but a Wait after an Enqueue made
+// on the old connection finds no queue entry (ErrNotQueued: Enqueue
+// again). A not-leader answer never makes the client close a connection
+// that may own a grant (its close could reach a node leading again, which
+// would release it): such a connection stays open, unused, until Close
+// (cluster_keep.go).
 //
 // A Cluster is safe for concurrent use; as with Conn, one request is in
 // flight at a time and a blocking one holds the connection. Lock,
@@ -55,10 +71,20 @@ type Cluster struct {
 
 	dialing chan struct{} // one slot: one dial at a time
 
-	mu     sync.Mutex
-	conn   *Conn // the current connection; nil between connections
-	next   int   // the seed dialled when no leader is named
-	closed bool
+	idPrefix string        // random, per Cluster: its request ids' first part
+	seq      atomic.Uint64 // the last request id's number
+	noSess   atomic.Bool   // the servers offer no sessions (session.go)
+
+	mu      sync.Mutex
+	conn    *Conn  // the current connection; nil between connections
+	next    int    // the seed dialled when no leader is named
+	session string // the session the connections act for; "" for none
+	pinging bool   // keepalive runs
+	closed  bool
+	// owning are the connections that may own a grant, aside those of
+	// them a not-leader answer moved the client away from (cluster_keep.go).
+	owning map[*Conn]struct{}
+	aside  []*Conn
 }
 
 // DialCluster connects to the first of seeds that answers (trying them in
@@ -79,6 +105,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ...Option) (*Cluster,
 		o:       o,
 		dialing: make(chan struct{}, 1),
 	}
+	c.idPrefix = strconv.FormatUint(rand.Uint64(), 16)
 	c.commands = commands{c}
 	if err := c.do(ctx, "dial", "", idempotent, func(*Conn, *bool) error { return nil }); err != nil {
 		return nil, err
@@ -102,11 +129,15 @@ func (c *Cluster) Addr() string {
 // an error wrapping ErrClosed. Close is idempotent.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
-	conn := c.conn
-	c.conn, c.closed = nil, true
+	conn, sess, aside := c.conn, c.session, c.aside
+	c.conn, c.closed, c.aside, c.owning = nil, true, nil, nil
 	c.mu.Unlock()
+	closeAside(aside)
 	if conn == nil {
 		return nil
+	}
+	if sess != "" {
+		c.closeSession(conn, sess)
 	}
 	return conn.Close()
 }
@@ -127,9 +158,21 @@ func (c *Cluster) stats(ctx context.Context, consistent bool) (*Stats, error) {
 	return call(c, ctx, "stats", "", idempotent, func(conn *Conn, _ *bool) (*Stats, error) { return conn.stats(ctx, consistent) })
 }
 
+// requestID returns a new request id for a request on key, and the retry
+// class it allows: byID, or once when the key leaves no room for the id
+// on its line.
+func (c *Cluster) requestID(key string) (string, retry) {
+	id := c.idPrefix + "." + strconv.FormatUint(c.seq.Add(1), 36)
+	if len(key)+2+len(id) > codec.MaxLine {
+		return "", once
+	}
+	return id, byID
+}
+
 func (c *Cluster) acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
-	return call(c, ctx, k.acquire.String(), key, once, func(conn *Conn, sent *bool) (Grant, error) {
-		return conn.acquireSent(ctx, k, key, limit, timeout, ttl, sent)
+	rid, r := c.requestID(key)
+	return call(c, ctx, k.acquire.String(), key, r, func(conn *Conn, sent *bool) (Grant, error) {
+		return conn.acquireSent(ctx, k, key, rid, limit, timeout, ttl, sent)
 	})
 }
 
@@ -138,24 +181,27 @@ func (c *Cluster) enqueue(ctx context.Context, k cmds, key string, limit int, tt
 		g        Grant
 		acquired bool
 	)
-	err := c.do(ctx, k.enqueue.String(), key, once, func(conn *Conn, sent *bool) error {
+	rid, r := c.requestID(key)
+	err := c.do(ctx, k.enqueue.String(), key, r, func(conn *Conn, sent *bool) error {
 		var err error
-		g, acquired, err = conn.enqueueSent(ctx, k, key, limit, ttl, sent)
+		g, acquired, err = conn.enqueueSent(ctx, k, key, rid, limit, ttl, sent)
 		return err
 	})
 	return g, acquired, err
 }
 
 func (c *Cluster) wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error) {
-	return call(c, ctx, k.wait.String(), key, once, func(conn *Conn, sent *bool) (Grant, error) {
-		return conn.waitSent(ctx, k, key, timeout, sent)
+	rid, r := c.requestID(key)
+	return call(c, ctx, k.wait.String(), key, r, func(conn *Conn, sent *bool) (Grant, error) {
+		return conn.waitSent(ctx, k, key, rid, timeout, sent)
 	})
 }
 
 func (c *Cluster) release(ctx context.Context, k cmds, key, token string) error {
 	unsure := false // an earlier attempt may have released it
+	rid, _ := c.requestID(key)
 	return c.do(ctx, k.release.String(), key, idempotent, func(conn *Conn, _ *bool) error {
-		err := conn.release(ctx, k, key, token)
+		err := conn.releaseID(ctx, k, key, rid, token)
 		var nl *NotLeaderError
 		switch {
 		case err == nil, errors.As(err, &nl):
@@ -171,8 +217,9 @@ func (c *Cluster) release(ctx context.Context, k cmds, key, token string) error 
 }
 
 func (c *Cluster) renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error) {
-	return call(c, ctx, k.renew.String(), key, idempotent, func(conn *Conn, _ *bool) (time.Duration, error) {
-		return conn.renew(ctx, k, key, token, ttl)
+	rid, _ := c.requestID(key)
+	return call(c, ctx, k.renew.String(), key, takesOver, func(conn *Conn, _ *bool) (time.Duration, error) {
+		return conn.renewID(ctx, k, key, rid, token, ttl)
 	})
 }
 
@@ -182,8 +229,15 @@ type retry int
 const (
 	// idempotent: after any failure (release, renew, stats).
 	idempotent retry = iota
-	// once: only if the server did not run it (acquire, enqueue, wait).
+	// once: only if the server did not run it (acquire, enqueue, wait
+	// without a request id).
 	once
+	// byID: after any failure but a canceled context, with the request
+	// id the first attempt carried (acquire, enqueue, wait).
+	byID
+	// takesOver: as idempotent; once answered, the connection owns what
+	// it named (renew).
+	takesOver
 )
 
 // do runs op on the current connection, reconnecting and retrying within
@@ -221,6 +275,9 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 		sent := false
 		err = op(conn, &sent)
 		var nl *NotLeaderError
+		if r != idempotent && (err == nil || (sent && !errors.As(err, &nl))) {
+			c.owns(conn)
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -228,7 +285,8 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 			// Not run: safe to retry anywhere. An answer naming another
 			// node is followed at once; one naming nobody (an election is
 			// under way) or this node backs off and tries the next seed.
-			c.retire(conn)
+			// A connection that may own a grant stays open (leave).
+			c.leave(conn)
 			last, hint = err, nl.Leader
 			if hint == conn.Addr() {
 				hint = ""
@@ -241,7 +299,7 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 		// The connection failed: an I/O error, a garbled answer, the
 		// caller's context. It is closed already; forget it.
 		c.retire(conn)
-		if r == once && sent {
+		if sent && (r == once || (r == byID && ctx.Err() != nil)) {
 			return fmt.Errorf("%w: %s %s at %s: %w", ErrUnknownOutcome, cmd, key, conn.Addr(), err)
 		}
 		if ctx.Err() != nil || errors.Is(err, ErrProtocol) {
@@ -322,6 +380,7 @@ func (c *Cluster) connect(ctx context.Context, hint string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.attach(ctx, conn)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -355,6 +414,7 @@ func (c *Cluster) retire(conn *Conn) {
 	if c.conn == conn {
 		c.conn = nil
 	}
+	delete(c.owning, conn)
 	c.mu.Unlock()
 	if conn.Err() != nil {
 		return

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/client"
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server/servertest"
 )
@@ -28,6 +29,7 @@ type fakeNode struct {
 	mu     sync.Mutex
 	handle func(cmd, key, arg string) string
 	seen   map[string]int
+	ids    []string // the request ids the key lines carried, in order
 }
 
 func newFakeNode(t *testing.T, handle func(cmd, key, arg string) string) *fakeNode {
@@ -76,8 +78,19 @@ func (n *fakeNode) serve(c net.Conn) {
 			}
 			req[i] = strings.TrimRight(line, "\r\n")
 		}
+		if req[0] == "session" {
+			// A server without sessions (a single node's answer).
+			if _, err := io.WriteString(c, "error\n"); err != nil {
+				return
+			}
+			continue
+		}
 		n.mu.Lock()
 		n.seen[req[0]]++
+		if key, id, ok := strings.Cut(req[1], " @"); ok {
+			req[1] = key
+			n.ids = append(n.ids, req[0]+" "+id)
+		}
 		h := n.handle
 		n.mu.Unlock()
 		answer := h(req[0], req[1], req[2])
@@ -101,6 +114,13 @@ func (n *fakeNode) count(cmd string) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.seen[cmd]
+}
+
+// requestIDs returns the commands and request ids the node has read.
+func (n *fakeNode) requestIDs() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.ids...)
 }
 
 // notLeader answers every request as a follower that names leader.
@@ -285,7 +305,7 @@ func TestClusterBudgetExhausted(t *testing.T) {
 		}
 	})
 	t.Run("no seed answers", func(t *testing.T) {
-		dead := testutil.FreePort(t)
+		dead := testport.Free(t)
 		_, err := client.DialCluster(ctx, []string{dead}, fast, client.WithMaxAttempts(3))
 		var op *net.OpError
 		if !errors.Is(err, client.ErrNoLeader) || !errors.As(err, &op) {
@@ -319,17 +339,25 @@ func TestClusterUnknownOutcome(t *testing.T) {
 	ctx := context.Background()
 	dropper := newFakeNode(t, drop)
 
-	c := dialCluster(t, []string{dropper.Addr, srv.Addr})
-	_, err := c.Acquire(ctx, "k", 0, 0)
-	if !errors.Is(err, client.ErrUnknownOutcome) {
-		t.Fatalf("Acquire = %v, want ErrUnknownOutcome", err)
+	// An acquire whose connection broke after it was written is sent
+	// again, with the same request id: the caller sees one grant.
+	c := dialCluster(t, []string{dropper.Addr, srv.Addr}, client.WithBackoff(time.Millisecond, time.Millisecond))
+	if _, err := c.Acquire(ctx, "k", 0, 0); err != nil {
+		t.Fatalf("Acquire = %v, want it retried on the live seed", err)
 	}
-	if dropper.count("l") != 1 || waitersOn(srv, "k") != -1 {
-		t.Fatalf("dropper saw %d acquires, held on the other seed: %v; want 1 and no retry",
-			dropper.count("l"), waitersOn(srv, "k") != -1)
+	ids := dropper.requestIDs()
+	if dropper.count("l") != 1 || len(ids) != 1 || !strings.HasPrefix(ids[0], "l ") || waitersOn(srv, "k") != 0 {
+		t.Fatalf("dropper saw %d acquires with ids %q; held on the other seed: %v", dropper.count("l"), ids, waitersOn(srv, "k") == 0)
+	}
+	// Without room for a request id on the key line (a 256-byte key),
+	// the outcome stays unknown and nothing is retried.
+	long := strings.Repeat("k", 256)
+	c1 := dialCluster(t, []string{dropper.Addr, srv.Addr})
+	if _, err := c1.Acquire(ctx, long, 0, 0); !errors.Is(err, client.ErrUnknownOutcome) || waitersOn(srv, long) != -1 {
+		t.Fatalf("Acquire of a long key = %v, want ErrUnknownOutcome and no retry", err)
 	}
 	c2 := dialCluster(t, []string{dropper.Addr, srv.Addr})
-	if _, _, err := c2.Enqueue(ctx, "k", 0); !errors.Is(err, client.ErrUnknownOutcome) || waitersOn(srv, "k") != -1 {
+	if _, _, err := c2.Enqueue(ctx, long, 0); !errors.Is(err, client.ErrUnknownOutcome) || waitersOn(srv, long) != -1 {
 		t.Fatalf("Enqueue = %v, want ErrUnknownOutcome and no retry", err)
 	}
 

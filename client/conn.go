@@ -180,6 +180,12 @@ type reply struct {
 // timeout comes on top. sent, if not nil, is set once the whole request
 // has been written: until then the server cannot have run it.
 func (c *Conn) roundTrip(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration, sent *bool) (reply, error) {
+	return c.roundTripID(ctx, cmd, key, "", arg, wait, sent)
+}
+
+// roundTripID is roundTrip for a request that carries the request id rid
+// on its key line (none when rid is empty).
+func (c *Conn) roundTripID(ctx context.Context, cmd codec.Cmd, key, rid string, arg []byte, wait time.Duration, sent *bool) (reply, error) {
 	select {
 	case c.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -207,7 +213,7 @@ func (c *Conn) roundTrip(ctx context.Context, cmd codec.Cmd, key string, arg []b
 		_ = c.nc.SetDeadline(time.Unix(1, 0)) // wakes the blocked read; its error is reported below
 		close(interrupted)
 	})
-	r, err := c.exchange(cmd, key, arg, sent)
+	r, err := c.exchange(cmd, key, rid, arg, sent)
 	if !stop() {
 		<-interrupted // its SetDeadline must not land on a later request
 		if err != nil {
@@ -222,8 +228,8 @@ func (c *Conn) roundTrip(ctx context.Context, cmd codec.Cmd, key string, arg []b
 
 // exchange writes one request and reads one response line. Turn holder
 // only.
-func (c *Conn) exchange(cmd codec.Cmd, key string, arg []byte, sent *bool) (reply, error) {
-	c.wbuf = codec.AppendRequest(c.wbuf[:0], cmd, []byte(key), arg)
+func (c *Conn) exchange(cmd codec.Cmd, key, rid string, arg []byte, sent *bool) (reply, error) {
+	c.wbuf = codec.AppendRequestID(c.wbuf[:0], cmd, []byte(key), []byte(rid), arg)
 	// A failed Write wrote less than the request: without its last newline
 	// the server cannot run it.
 	if _, err := c.nc.Write(c.wbuf); err != nil {
@@ -291,10 +297,10 @@ var (
 )
 
 func (c *Conn) acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
-	return c.acquireSent(ctx, k, key, limit, timeout, ttl, nil)
+	return c.acquireSent(ctx, k, key, "", limit, timeout, ttl, nil)
 }
 
-func (c *Conn) acquireSent(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration, sent *bool) (Grant, error) {
+func (c *Conn) acquireSent(ctx context.Context, k cmds, key, rid string, limit int, timeout, ttl time.Duration, sent *bool) (Grant, error) {
 	if err := checkKey(key, limit); err != nil {
 		return Grant{}, err
 	}
@@ -305,7 +311,7 @@ func (c *Conn) acquireSent(ctx context.Context, k cmds, key string, limit int, t
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
 	arg = appendLockDelay(ctx, appendTTL(arg, ttl))
-	r, err := c.roundTrip(ctx, k.acquire, key, arg, time.Duration(seconds(timeout))*time.Second, sent)
+	r, err := c.roundTripID(ctx, k.acquire, key, rid, arg, time.Duration(seconds(timeout))*time.Second, sent)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -314,10 +320,10 @@ func (c *Conn) acquireSent(ctx context.Context, k cmds, key string, limit int, t
 }
 
 func (c *Conn) enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error) {
-	return c.enqueueSent(ctx, k, key, limit, ttl, nil)
+	return c.enqueueSent(ctx, k, key, "", limit, ttl, nil)
 }
 
-func (c *Conn) enqueueSent(ctx context.Context, k cmds, key string, limit int, ttl time.Duration, sent *bool) (Grant, bool, error) {
+func (c *Conn) enqueueSent(ctx context.Context, k cmds, key, rid string, limit int, ttl time.Duration, sent *bool) (Grant, bool, error) {
 	if err := checkKey(key, limit); err != nil {
 		return Grant{}, false, err
 	}
@@ -327,7 +333,7 @@ func (c *Conn) enqueueSent(ctx context.Context, k cmds, key string, limit int, t
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
 	arg = appendLockDelay(ctx, appendTTL(arg, ttl))
-	r, err := c.roundTrip(ctx, k.enqueue, key, arg, 0, sent)
+	r, err := c.roundTripID(ctx, k.enqueue, key, rid, arg, 0, sent)
 	if err != nil {
 		return Grant{}, false, err
 	}
@@ -339,16 +345,16 @@ func (c *Conn) enqueueSent(ctx context.Context, k cmds, key string, limit int, t
 }
 
 func (c *Conn) wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error) {
-	return c.waitSent(ctx, k, key, timeout, nil)
+	return c.waitSent(ctx, k, key, "", timeout, nil)
 }
 
-func (c *Conn) waitSent(ctx context.Context, k cmds, key string, timeout time.Duration, sent *bool) (Grant, error) {
+func (c *Conn) waitSent(ctx context.Context, k cmds, key, rid string, timeout time.Duration, sent *bool) (Grant, error) {
 	if err := checkKey(key, 1); err != nil {
 		return Grant{}, err
 	}
 	var b [24]byte
 	arg := strconv.AppendInt(b[:0], seconds(timeout), 10)
-	r, err := c.roundTrip(ctx, k.wait, key, arg, time.Duration(seconds(timeout))*time.Second, sent)
+	r, err := c.roundTripID(ctx, k.wait, key, rid, arg, time.Duration(seconds(timeout))*time.Second, sent)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -356,10 +362,14 @@ func (c *Conn) waitSent(ctx context.Context, k cmds, key string, timeout time.Du
 }
 
 func (c *Conn) release(ctx context.Context, k cmds, key, token string) error {
+	return c.releaseID(ctx, k, key, "", token)
+}
+
+func (c *Conn) releaseID(ctx context.Context, k cmds, key, rid, token string) error {
 	if err := checkKeyToken(key, token); err != nil {
 		return err
 	}
-	r, err := c.roundTrip(ctx, k.release, key, []byte(token), 0, nil)
+	r, err := c.roundTripID(ctx, k.release, key, rid, []byte(token), 0, nil)
 	if err != nil {
 		return err
 	}
@@ -370,11 +380,15 @@ func (c *Conn) release(ctx context.Context, k cmds, key, token string) error {
 }
 
 func (c *Conn) renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error) {
+	return c.renewID(ctx, k, key, "", token, ttl)
+}
+
+func (c *Conn) renewID(ctx context.Context, k cmds, key, rid, token string, ttl time.Duration) (time.Duration, error) {
 	if err := checkKeyToken(key, token); err != nil {
 		return 0, err
 	}
 	arg := appendTTL([]byte(token), ttl)
-	r, err := c.roundTrip(ctx, k.renew, key, arg, 0, nil)
+	r, err := c.roundTripID(ctx, k.renew, key, rid, arg, 0, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -13,9 +13,11 @@
 //
 // In cluster mode, Cluster (from DialCluster) is a Conn that follows the
 // raft leader: it reconnects on error_not_leader and on connection
-// failures and retries within a budget, never retrying an acquire whose
-// outcome is unknown (ErrUnknownOutcome). Lock, Semaphore and Election
-// with Cluster set use one per grant, so renewals reach a new leader.
+// failures and retries within a budget; acquires carry request ids, so a
+// retry after an unknown outcome is applied once, and a session keeps
+// what it holds and waits for across a failover. Lock, Semaphore and
+// Election with Cluster set use one per grant, so renewals reach a new
+// leader.
 //
 // Outcomes are not failures: a Conn returns ErrTimeout when a wait ends
 // without a grant (the connection stays usable), and Lock, Semaphore and

@@ -40,9 +40,9 @@ type Election struct {
 // Campaign blocks until this process leads, or ctx is done (then it
 // returns ctx's error and leaves the queue). It returns nil at once if the
 // process already leads; after a lost leadership it campaigns afresh.
-// Over a Cluster, a failover while Campaign waits in the queue returns an
-// error wrapping ErrUnknownOutcome: call Campaign again (a grant the old
-// leader may have made to the broken connection expires with its lease).
+// Over a Cluster, a failover while Campaign waits in the queue is retried
+// with the request's id: the campaign keeps its place in the queue on the
+// new leader.
 func (e *Election) Campaign(ctx context.Context) error {
 	if e.l.holding() {
 		return nil

@@ -59,10 +59,11 @@ var (
 	ErrLost = errors.New("client: lease lost")
 	// ErrUnknownOutcome reports an acquire, enqueue or wait whose
 	// connection broke after the request was sent: the server may or may
-	// not have run it. A Cluster does not retry such a request, since a
-	// retry could take a second grant; a grant the server did make is
-	// released when it sees the disconnect, or expires with its lease. The
-	// error wraps the cause.
+	// not have run it. A Cluster retries such a request with its id, and
+	// returns this only when its context was canceled or the key left no
+	// room for the id. A grant
+	// the server did make is released when it sees the disconnect, or
+	// expires with its lease. The error wraps the cause.
 	ErrUnknownOutcome = errors.New("client: outcome unknown: the connection broke after the request was sent")
 	// ErrNoLeader reports that a Cluster spent its retry budget (attempts
 	// or the context's deadline) without an answer from the leader. The

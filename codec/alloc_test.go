@@ -10,6 +10,7 @@ import "testing"
 func TestAllocs(t *testing.T) {
 	in := []byte("sl\r\nsome-key\r\n10 3 30\r\nr\nk\n" + tok + "\n")
 	bad := []byte("l\nk\nxyz\n")
+	withID := []byte("l\nsome-key @0123456789abcdef.42\n10 30\n")
 	resp := []byte("ok " + tok + " 33\n")
 	out := make([]byte, 0, 256)
 	tests := []struct {
@@ -24,6 +25,12 @@ func TestAllocs(t *testing.T) {
 			}
 			if n2, err := Decode(in[n:], &req); err != nil || n2 == 0 {
 				t.Fatal(n2, err)
+			}
+		}},
+		{name: "Decode request id", fn: func() {
+			var req Request
+			if n, err := Decode(withID, &req); err != nil || n == 0 || req.ReqID == nil {
+				t.Fatal(n, err)
 			}
 		}},
 		{name: "Decode error", fn: func() {

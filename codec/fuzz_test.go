@@ -17,12 +17,18 @@ var requestSeeds = []string{
 	"n\nk\n" + tok + " 9\n",
 	"sr\nk\n" + tok + "\n",
 	"stats\n_\n\n",
+	"rl\nk\n10 30\n",
+	"we\nk\n5\n",
+	"wr\nk\n" + tok + "\n",
 	"auth\n_\na secret\n",
 	"r\n\r\r\n1\n",
 	"l\nk\n1\r0\n",
 	"l\nk\n-1\n",
 	"l\nk1\n10",
 	"l\nk\n1\nw\nk\n2\n",
+	"l\nk1 @c0ffee.1\n10 30\n",
+	"r\nk @x\n" + tok + "\n",
+	"l\nk @\n1\n",
 }
 
 // FuzzDecode checks Decode's properties on any input: n within bounds;
@@ -64,7 +70,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || n == 0 {
 			return
 		}
-		again := AppendRequest(nil, req.Cmd, req.Key, req.Arg)
+		again := AppendRequestID(nil, req.Cmd, req.Key, req.ReqID, req.Arg)
 		var req2 Request
 		n2, err2 := Decode(again, &req2)
 		if n2 != len(again) || err2 != nil || !sameRequest(&req, &req2) {
@@ -74,7 +80,7 @@ func FuzzDecode(f *testing.F) {
 }
 
 func sameRequest(a, b *Request) bool {
-	return a.Cmd == b.Cmd && bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Arg, b.Arg) &&
+	return a.Cmd == b.Cmd && bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Arg, b.Arg) && bytes.Equal(a.ReqID, b.ReqID) &&
 		bytes.Equal(a.Token, b.Token) && a.Timeout == b.Timeout && a.Limit == b.Limit && a.TTL == b.TTL
 }
 

@@ -51,9 +51,23 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
-	CmdWatch // watch: turns the connection into an event stream (event.go)
+	CmdWatch        // watch: turns the connection into an event stream (event.go)
+	CmdSession      // session (session.go)
+	CmdReadLock     // rl
+	CmdWriteLock    // wl
+	CmdReadRelease  // rr
+	CmdWriteRelease // wr
+	CmdReadRenew    // rn
+	CmdWriteRenew   // wn
+	CmdReadEnqueue  // re
+	CmdWriteEnqueue // we
+	CmdReadWait     // rw
+	CmdWriteWait    // ww
 	numCmds
 )
+
+// CmdLast is the highest valid command, for tables indexed by Cmd.
+const CmdLast = numCmds - 1
 
 var cmdNames = [numCmds]string{
 	CmdInvalid:    "",
@@ -70,6 +84,11 @@ var cmdNames = [numCmds]string{
 	CmdSemWait:    "sw",
 	CmdStats:      "stats",
 	CmdWatch:      "watch",
+	CmdSession:    "session",
+
+	CmdReadLock: "rl", CmdWriteLock: "wl", CmdReadRelease: "rr", CmdWriteRelease: "wr",
+	CmdReadRenew: "rn", CmdWriteRenew: "wn", CmdReadEnqueue: "re", CmdWriteEnqueue: "we",
+	CmdReadWait: "rw", CmdWriteWait: "ww",
 }
 
 // String returns the command's wire name.
@@ -85,7 +104,8 @@ func (c Cmd) Semaphore() bool { return c >= CmdSemLock && c <= CmdSemWait }
 
 // Blocking reports whether c may park the connection until a grant.
 func (c Cmd) Blocking() bool {
-	return c == CmdLock || c == CmdWait || c == CmdSemLock || c == CmdSemWait
+	b := c.Base()
+	return b == CmdLock || b == CmdWait || b == CmdSemLock || b == CmdSemWait
 }
 
 func lookupCmd(b []byte) Cmd {
@@ -116,8 +136,10 @@ func lookupCmd(b []byte) Cmd {
 		return CmdAuth
 	case "watch":
 		return CmdWatch
+	case "session":
+		return CmdSession
 	}
-	return CmdInvalid
+	return lookupRW(b)
 }
 
 // Request is one decoded request. Key, Arg and Token alias the buffer given
@@ -129,10 +151,13 @@ type Request struct {
 	Cmd     Cmd
 	Key     []byte
 	Arg     []byte
-	Token   []byte // r, n, sr, sn: the token; auth: the secret
-	Timeout int64  // l, w, sl, sw
+	Token   []byte // r, n, sr, sn, rr, wr, rn, wn: the token; auth: the secret
+	Timeout int64  // l, w, sl, sw, rl, wl, rw, ww
 	Limit   int64  // sl, se
-	TTL     int64  // l, n, e, sl, sn, se; 0 = default
+	TTL     int64  // l, n, e, sl, sn, se, rl, wl, rn, wn, re, we; 0 = default
+	// ReqID is the request id the key line may carry after the key
+	// (requestid.go); nil when it carries none.
+	ReqID []byte
 	// LockDelayMS is the optional last field delay=<ms> of l, e, sl and
 	// se: the request's own lock-delay in milliseconds. 0 means absent
 	// (the server's); delay=0 (no delay) decodes as -1.
@@ -198,6 +223,8 @@ func parse(req *Request, name []byte) error {
 		return ErrBadArg
 	}
 	switch req.Cmd {
+	case CmdSession:
+		return parseSession(req)
 	case CmdStats, CmdAuth:
 		// The key is ignored, but like every line it must survive a
 		// round trip, which a "\r" inside it would not.
@@ -213,7 +240,7 @@ func parse(req *Request, name []byte) error {
 		req.Token = req.Arg // the secret, spaces and all
 		return nil
 	}
-	if !ValidKey(req.Key) {
+	if !ValidKey(req.Key) && !splitRequestID(req) {
 		return ErrBadKey
 	}
 	if req.Cmd == CmdWatch {
@@ -230,7 +257,7 @@ func parse(req *Request, name []byte) error {
 		}
 		nf--
 	}
-	switch req.Cmd {
+	switch req.Cmd.Base() {
 	case CmdLock:
 		return parseInts(f[:nf], 1, 2, true, &req.Timeout, &req.TTL)
 	case CmdWait, CmdSemWait:

@@ -113,6 +113,9 @@ func playRandom(t *testing.T, cfg Config, seed uint64, n int) ([]string, string)
 			limit = 2 // a mismatching semaphore limit
 		}
 		req := AcquireReq{Key: []byte(key), Owner: owner, Limit: limit, Salt: rng.Uint64()}
+		if k >= 18 { // read-write keys: odd owners write, even ones read
+			req.Mode = ModeRead + Mode(owner%2)
+		}
 		if rng.IntN(2) == 0 {
 			req.TTL = time.Duration(1+rng.IntN(4)) * time.Second
 		}

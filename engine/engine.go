@@ -242,7 +242,8 @@ func (e *Engine) shardFor(key []byte) *shard {
 type AcquireReq struct {
 	Key     []byte
 	Owner   OwnerID
-	Limit   int           // slots; 1 for a lock
+	Limit   int           // slots; 1 for a lock; ignored unless Mode is ModeSlot
+	Mode    Mode          // ModeSlot, or ModeRead/ModeWrite for a read-write key
 	TTL     time.Duration // lease; 0 means Config.DefaultTTL
 	Timeout time.Duration // Acquire only: how long to wait; 0 = try once
 	Salt    uint64        // the grant's token salt, from a CSPRNG
@@ -252,7 +253,15 @@ type AcquireReq struct {
 }
 
 func (e *Engine) check(req *AcquireReq) error {
-	if len(req.Key) == 0 || req.Limit < 1 || req.TTL < 0 || req.Timeout < 0 {
+	if req.Mode != ModeSlot {
+		if req.Mode > ModeWrite {
+			return ErrBadRequest
+		}
+		req.Limit = rwLimit
+	} else if req.Limit < 1 {
+		return ErrBadRequest
+	}
+	if len(req.Key) == 0 || req.TTL < 0 || req.Timeout < 0 {
 		return ErrBadRequest
 	}
 	if req.TTL == 0 {

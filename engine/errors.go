@@ -15,7 +15,8 @@ var (
 	ErrOwnerMaxKeys = fmt.Errorf("%w: the owner holds or waits on its maximum", ErrMaxKeys)
 	// ErrMaxWaiters means the key's queue already holds Config.MaxWaiters.
 	ErrMaxWaiters = errors.New("engine: max waiters reached")
-	// ErrLimitMismatch means the key exists with another slot limit.
+	// ErrLimitMismatch means the key exists with another slot limit, or
+	// as another kind (a lock or semaphore versus a read-write key).
 	ErrLimitMismatch = errors.New("engine: semaphore limit mismatch")
 	// ErrNotHolder means no live lease on the key carries the token.
 	ErrNotHolder = errors.New("engine: token does not hold key")

@@ -67,6 +67,9 @@ func dumpEntry(b *strings.Builder, en *entry) {
 	if en.twoPhase {
 		b.WriteString(" 2p")
 	}
+	if en.shared {
+		b.WriteString(" sh")
+	}
 	if en.sink != nil {
 		b.WriteString(" parked")
 	}
@@ -228,7 +231,10 @@ func (s *shard) checkLocked() error {
 		if r.key != k || s.e.shardFor([]byte(k)) != s {
 			return fmt.Errorf("key %q misplaced", k)
 		}
-		if r.holders.n > r.limit {
+		if r.limit == rwLimit && !r.rwConsistent() {
+			return fmt.Errorf("%q: read-write holders or queue head break the rules", k)
+		}
+		if r.holders.n > r.limit && r.limit != rwLimit {
 			return fmt.Errorf("%q: %d holders over limit %d", k, r.holders.n, r.limit)
 		}
 		if r.holders.n < r.limit && r.waiters.n > 0 {

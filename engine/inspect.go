@@ -14,6 +14,7 @@ type Holder struct {
 	Owner           OwnerID
 	Fence           uint64
 	LeaseExpiresInS float64
+	Shared          bool // a reader of a read-write key
 }
 
 // Waiter is one queued request on a key, in queue order. WaitExpiresInS
@@ -22,9 +23,11 @@ type Holder struct {
 type Waiter struct {
 	Owner          OwnerID
 	WaitExpiresInS float64
+	Shared         bool // a reader of a read-write key
 }
 
-// KeyInfo is one key's state: its limit (1 for a lock), its holders and
+// KeyInfo is one key's state: its limit (1 for a lock, RWLimit for a
+// read-write key), its holders and
 // its waiters in queue order. IdleS is how long it has been idle, 0 when
 // it is not.
 type KeyInfo struct {
@@ -65,10 +68,11 @@ func (e *Engine) InspectMax(now int64, key string, most int) (KeyInfo, bool) {
 	ki := KeyInfo{Key: r.key, Limit: r.limit, Holders: make([]Holder, 0, nh), Waiters: make([]Waiter, 0, nw),
 		HoldersTotal: r.holders.n, WaitersTotal: r.waiters.n}
 	for en := r.holders.head; en != nil && len(ki.Holders) < nh; en = en.qnext {
-		ki.Holders = append(ki.Holders, Holder{Owner: en.owner, Fence: en.token.Fence, LeaseExpiresInS: seconds(en.deadline - now)})
+		ki.Holders = append(ki.Holders, Holder{Owner: en.owner, Fence: en.token.Fence,
+			LeaseExpiresInS: seconds(en.deadline - now), Shared: en.shared})
 	}
 	for en := r.waiters.head; en != nil && len(ki.Waiters) < nw; en = en.qnext {
-		w := Waiter{Owner: en.owner, WaitExpiresInS: -1}
+		w := Waiter{Owner: en.owner, WaitExpiresInS: -1, Shared: en.shared}
 		if en.hidx >= 0 {
 			w.WaitExpiresInS = max(0, seconds(en.deadline-now))
 		}
@@ -91,6 +95,7 @@ type KeySummary struct {
 	Owner           OwnerID
 	Fence           uint64
 	LeaseExpiresInS float64
+	Shared          bool // the first holder reads a read-write key
 }
 
 // TopKeys returns the busiest keys in use (held or waited for) whose
@@ -118,6 +123,7 @@ func (e *Engine) TopKeys(now int64, query string, limit int) ([]KeySummary, int)
 			}
 			if en := r.holders.head; en != nil {
 				ks.Owner, ks.Fence, ks.LeaseExpiresInS = en.owner, en.token.Fence, seconds(en.deadline-now)
+				ks.Shared = en.shared
 			}
 			if h.Len() == limit {
 				(*h)[0] = ks

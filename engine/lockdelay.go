@@ -213,7 +213,7 @@ func (e *Engine) readDelays(d *stateReader, rss []restoring) {
 	for i := range e.shards {
 		s := &e.shards[i]
 		for _, r := range rss[i].res {
-			if r.holders.n+r.reserved > r.limit || (r.holders.n+r.reserved < r.limit && r.waiters.n > 0) || r.idle != r.empty() {
+			if !r.consistentDelayed() || r.idle != r.empty() {
 				d.fail("resource %q breaks its invariants", r.key)
 				return
 			}
@@ -222,6 +222,26 @@ func (e *Engine) readDelays(d *stateReader, rss []restoring) {
 		s.updateNextLocked()
 		s.mu.Unlock()
 	}
+}
+
+// consistentDelayed is consistent for a restored key that a lock-delay
+// may hold back: its held-back slots count as held, and a read-write key
+// held back may have any queue.
+func (r *resource) consistentDelayed() bool {
+	if r.reserved == 0 {
+		return r.consistent()
+	}
+	if r.limit == rwLimit {
+		readers := 0
+		for en := r.holders.head; en != nil; en = en.qnext {
+			if en.shared {
+				readers++
+			}
+		}
+		return readers == r.holders.n || r.holders.n == 1
+	}
+	n := r.holders.n + r.reserved
+	return n <= r.limit && (n == r.limit || r.waiters.n == 0)
 }
 
 func (s *shard) readDelaysLocked(d *stateReader, rs *restoring) {

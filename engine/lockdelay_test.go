@@ -211,3 +211,27 @@ func BenchmarkLockDelay(b *testing.B) {
 		now += 3 * sec
 	}
 }
+
+// TestLockDelayReadWrite: a read-write key whose writer's lease ran out
+// is held back for the delay; then the readers at the head of the queue
+// are granted together.
+func TestLockDelayReadWrite(t *testing.T) {
+	e := delayEngine(t, 5*time.Second)
+	var rec recorder
+	key := []byte("rw")
+	mustGrant(t, e, 0, AcquireReq{Key: key, Owner: 1, Mode: ModeWrite, TTL: time.Second})
+	for _, o := range []OwnerID{2, 3} {
+		e.Acquire(0, AcquireReq{Key: key, Owner: o, Mode: ModeRead, Timeout: time.Minute}, rec.sink(o, "rw"))
+	}
+	e.Expire(sec)
+	if out, _ := e.Acquire(2*sec, AcquireReq{Key: key, Owner: 4, Mode: ModeRead}, nil); out.Result != TimedOut {
+		t.Fatalf("reader during the delay: %v", out.Result)
+	}
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("granted during the delay: %v", got)
+	}
+	e.Expire(6 * sec)
+	if got := rec.take(); len(got) != 2 || got[0].owner != 2 || got[1].owner != 3 {
+		t.Fatalf("after the delay: %v; want both readers", got)
+	}
+}

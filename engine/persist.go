@@ -25,6 +25,7 @@ const (
 const (
 	flagTwoPhase = 1 << iota // enqueued with e/se and not yet collected
 	flagInHeap               // has a deadline: a lease, or a parked wait
+	flagShared               // a reader of a read-write key (limit 0 in the state)
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -176,6 +177,9 @@ func appendEntry(b []byte, en *entry) []byte {
 	}
 	if en.hidx >= 0 {
 		f |= flagInHeap
+	}
+	if en.shared {
+		f |= flagShared
 	}
 	return append(b, f)
 }

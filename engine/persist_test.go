@@ -105,6 +105,9 @@ func (r *persistRun) play(t *testing.T, rng *rand.Rand, now *int64, n int) {
 			limit = 3
 		}
 		req := AcquireReq{Key: []byte(key), Owner: owner, Limit: limit, Salt: rng.Uint64()}
+		if k >= 18 { // read-write keys: odd owners write, even ones read
+			req.Mode = ModeRead + Mode(owner%2)
+		}
 		if rng.IntN(2) == 0 {
 			req.TTL = time.Duration(1+rng.IntN(4)) * time.Second
 		}

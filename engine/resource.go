@@ -19,6 +19,7 @@ type entry struct {
 	hidx     int   // index in the shard's heap, -1 when it has no deadline
 	holding  bool
 	twoPhase bool          // enqueued with e/se and not yet collected by w/sw
+	shared   bool          // a reader of a read-write key (see rwlock.go)
 	sidx     int32         // scratch: its number in the state WriteState writes
 	sink     Sink          // a parked request's Sink; nil otherwise
 	delay    time.Duration // AcquireReq.LockDelay: 0 the engine's, < 0 none
@@ -62,7 +63,8 @@ func (q *queue) remove(en *entry) {
 
 // resource is one key: its slot limit, its holders and its FIFO queue.
 // Invariant: waiters is empty whenever a slot is free (neither held nor
-// reserved).
+// reserved; for a read-write key, whose limit is rwLimit: whenever its head
+// could be granted and no lock-delay holds it back).
 type resource struct {
 	key     string
 	limit   int

@@ -136,7 +136,7 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 	if d.err != nil {
 		return false
 	}
-	if r.limit < 1 || s.res[r.key] != nil || s.e.shardFor(key) != s {
+	if r.limit < 0 || s.res[r.key] != nil || s.e.shardFor(key) != s {
 		d.fail("bad resource %q", key)
 		return false
 	}
@@ -155,7 +155,7 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 	}
 	// From version 4 a lock-delay may hold a slot back: readDelays checks
 	// these once it has read them.
-	if d.version < stateVersionDelays && (r.holders.n > r.limit || (r.holders.n < r.limit && r.waiters.n > 0) || r.idle != r.empty()) {
+	if d.version < stateVersionDelays && (!r.consistent() || r.idle != r.empty()) {
 		d.fail("resource %q breaks its invariants", key)
 		return false
 	}
@@ -177,6 +177,10 @@ func readEntry(d *stateReader, r *resource, holding bool) (*entry, bool) {
 	en.deadline = d.varint()
 	f := d.byte()
 	en.twoPhase = f&flagTwoPhase != 0
+	en.shared = f&flagShared != 0
+	if en.shared && r.limit != rwLimit {
+		d.fail("a shared entry on a key with limit %d", r.limit)
+	}
 	return en, f&flagInHeap != 0
 }
 

@@ -391,3 +391,11 @@ func (e *Engine) expireSessions(now int64) {
 		e.DropOwner(now, id)
 	}
 }
+
+// SessionBusy returns how many requests of owner's session are in flight
+// (a TCP session's connections count as requests: server/orphan.go), and
+// false if it has no session.
+func (e *Engine) SessionBusy(owner OwnerID) (int, bool) {
+	s, ok := e.sess.get(owner)
+	return s.busy, ok
+}

@@ -125,7 +125,8 @@ func (s *shard) newEntry(res *resource, req *AcquireReq) *entry {
 	} else {
 		en = &entry{}
 	}
-	*en = entry{res: res, owner: req.Owner, salt: req.Salt, ttl: req.TTL, hidx: -1, delay: req.LockDelay}
+	*en = entry{res: res, owner: req.Owner, salt: req.Salt, ttl: req.TTL, hidx: -1, shared: req.Mode == ModeRead,
+		delay: req.LockDelay}
 	s.linkOwner(en)
 	return en
 }
@@ -256,6 +257,12 @@ func (s *shard) grantLocked(now int64, en *entry) {
 // promoteLocked grants free slots of res to its oldest waiters and queues
 // their Sink calls on d. It marks res idle when nothing is left on it.
 func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delivery {
+	if res.limit == rwLimit {
+		if res.reserved != 0 { // a lock-delay holds the key back
+			return d
+		}
+		return s.promoteRWLocked(now, res, d)
+	}
 	for res.holders.n+res.reserved < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
 		en := res.waiters.head
 		res.waiters.remove(en)
@@ -323,7 +330,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	if twoPhase && len(s.lapsed) > 0 {
 		s.takeLapsedLocked(req.Owner, req.Key)
 	}
-	if res.holders.n+res.reserved < res.limit && res.waiters.n == 0 {
+	if res.holders.n+res.reserved < res.limit && res.waiters.n == 0 || res.limit == rwLimit && res.reserved == 0 && res.rwFree(req.Mode) {
 		if !s.e.own.tryAdd(req.Owner) {
 			s.mu.Unlock()
 			return Outcome{}, ErrOwnerMaxKeys
@@ -407,12 +414,11 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 		s.heap.set(en, now+int64(en.ttl))
 		return Outcome{Result: Granted, Token: en.token, TTL: en.ttl}, nil
 	case timeout == 0:
-		// A waiter never blocks a free slot (see resource), so leaving
-		// the queue grants nobody.
+		// A waiter never blocks a free slot (see resource), but a
+		// writer at the head of a read-write queue holds back the
+		// readers behind it: promote.
 		s.removeLocked(en)
-		if res.empty() {
-			s.idle.pushBack(res, now)
-		}
+		*d = s.promoteLocked(now, res, *d)
 		s.ctr.timeouts++
 		return Outcome{Result: TimedOut}, nil
 	}
@@ -440,17 +446,16 @@ func (s *shard) cancelWait(now int64, key []byte, owner OwnerID) bool {
 		return false
 	}
 	sink := en.sink
-	// A waiter never blocks a free slot (see resource), so leaving the
-	// queue grants nobody.
+	// A waiter never blocks a free slot (see resource), but a writer at
+	// the head of a read-write queue holds back the readers behind it.
 	s.removeLocked(en)
-	if res.empty() && !res.idle {
-		s.idle.pushBack(res, now)
-	}
+	d := s.promoteLocked(now, res, nil)
 	s.updateNextLocked()
 	s.mu.Unlock()
 	if sink != nil {
 		sink.Deliver(Outcome{Result: Canceled})
 	}
+	deliver(d, nil)
 	return true
 }
 

@@ -108,6 +108,8 @@ type (
 	LockStat = stats.Lock
 	// SemaphoreStat describes a semaphore (a key with limit > 1) in use.
 	SemaphoreStat = stats.Semaphore
+	// RWLockStat describes a read-write key in use.
+	RWLockStat = stats.RWLock
 	// IdleStat describes a key with no holder and no waiter, kept until GC.
 	IdleStat = stats.Idle
 	// DelayedStat describes a slot held back by a lock-delay.
@@ -128,8 +130,10 @@ func (e *Engine) Snapshot(now int64) Stats {
 // listOf sorts a key into the Stats list it belongs in.
 func listOf(r *resource) int {
 	switch {
-	case r.empty() && r.limit == 1:
+	case r.empty() && (r.limit == 1 || r.limit == rwLimit):
 		return idleLockList
+	case r.limit == rwLimit:
+		return rwList
 	case r.empty():
 		return idleSemList
 	case r.limit == 1:
@@ -146,9 +150,10 @@ const (
 	semList
 	idleLockList
 	idleSemList
+	rwList
 )
 
-var listEntryBytes = [...]int{lockList: 125, semList: 60, idleLockList: 30, idleSemList: 30}
+var listEntryBytes = [...]int{lockList: 125, semList: 60, idleLockList: 30, idleSemList: 30, rwList: 90}
 
 // SnapshotMax is Snapshot with its cost bounded: once the entries taken
 // would encode to about maxBytes of JSON (keys unescaped), it stops
@@ -156,7 +161,7 @@ var listEntryBytes = [...]int{lockList: 125, semList: 60, idleLockList: 30, idle
 // Totals. The entries kept are the ones met first in shard order, sorted
 // by key. maxBytes <= 0 means no bound.
 func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
-	var left [4]int // entries counted, not copied, per list
+	var left [5]int // entries counted, not copied, per list
 	size, full := 0, false
 	st := Stats{
 		Locks:          []LockStat{},
@@ -190,6 +195,8 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 				st.Locks = append(st.Locks, LockStat{Key: r.key, OwnerConnID: uint64(h.owner),
 					OwnerConnIDStr:  strconv.FormatUint(uint64(h.owner), 10),
 					LeaseExpiresInS: seconds(h.deadline - now), Waiters: r.waiters.n})
+			case rwList:
+				st.RWLocks = append(st.RWLocks, r.rwStat())
 			default:
 				st.Semaphores = append(st.Semaphores, SemaphoreStat{Key: r.key, Limit: r.limit,
 					Holders: r.holders.n, Waiters: r.waiters.n})
@@ -204,12 +211,14 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 			Semaphores:     left[semList] + len(st.Semaphores),
 			IdleLocks:      left[idleLockList] + len(st.IdleLocks),
 			IdleSemaphores: left[idleSemList] + len(st.IdleSemaphores),
+			RWLocks:        left[rwList] + len(st.RWLocks),
 		}
 	}
 	slices.SortFunc(st.Locks, func(a, b LockStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.Semaphores, func(a, b SemaphoreStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleLocks, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleSemaphores, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(st.RWLocks, func(a, b RWLockStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortStableFunc(st.Delayed, func(a, b DelayedStat) int { return strings.Compare(a.Key, b.Key) })
 	return st
 }

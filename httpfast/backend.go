@@ -38,8 +38,11 @@ func (s *Server) cancelWait(key []byte, owner engine.OwnerID) error {
 	return err
 }
 
-func (s *Server) release(key []byte, tok fence.Token) error {
-	_, err := s.be.Do(backend.Request{Op: backend.OpRelease, Key: key, Token: tok}, nil)
+func (s *Server) release(key []byte, tok fence.Token) error { return s.releaseID(key, tok, nil) }
+
+// releaseID is release carrying the request id rid (nil for none).
+func (s *Server) releaseID(key []byte, tok fence.Token, rid []byte) error {
+	_, err := s.be.Do(backend.Request{Op: backend.OpRelease, Key: key, Token: tok, ReqID: rid}, nil)
 	return err
 }
 

@@ -8,7 +8,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/backend"
-	"github.com/latchd/latchd/engine"
 )
 
 // Over a replicated backend every mutation is a raft proposal, ordered
@@ -65,11 +64,4 @@ func writeNotLeader(ctx *fasthttp.RequestCtx, addr string) {
 	b = appendJSONString(b, addr)
 	b = append(b, '}')
 	writeJSON(ctx, apiErrs[errNotLeader].status, b)
-}
-
-// clusterStats is /v1/stats over a replicated backend: the engine's
-// fields and the node's raft state under "cluster".
-type clusterStats struct {
-	engine.Stats
-	Cluster any `json:"cluster"`
 }

@@ -152,7 +152,9 @@ type options struct {
 	metrics     *metrics.Registry
 	listeners   *listen.Set   // WithListeners
 	admin       *adminOptions // WithAdmin
-	ready       func() error  // WithReadiness
+	snapshot    SnapshotFunc  // WithSnapshot
+	snapToken   string
+	ready       func() error // WithReadiness
 	budget      *budget.Budget
 }
 

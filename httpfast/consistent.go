@@ -27,7 +27,7 @@ const readBarrierWait = 2 * time.Second
 // reads reports whether o is a read route that takes ?consistent.
 func (o op) reads() bool {
 	switch o {
-	case opStats, opLockGet, opSemGet, opUIKeys:
+	case opStats, opLockGet, opSemGet, opRWGet, opUIKeys:
 		return true
 	}
 	return false

@@ -2,7 +2,9 @@ package httpfast
 
 import (
 	"crypto/tls"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -110,10 +112,7 @@ func (w *connWatch) loop() {
 			w.mu.Unlock()
 			return
 		}
-		batch = batch[:0]
-		for x := range w.conns {
-			batch = append(batch, x)
-		}
+		batch = slices.AppendSeq(batch[:0], maps.Keys(w.conns))
 		w.mu.Unlock()
 		for i, x := range batch {
 			// RawConn.Control holds the descriptor open while it runs, so

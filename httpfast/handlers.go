@@ -163,9 +163,14 @@ var allowed = [opCount]fields{
 	opSemRenew:    fToken | fLeaseTTL,
 	opSemEnqueue:  fLeaseTTL | fLimit | fLockDelay,
 	opSemWait:     fWaitTimeout,
+	opRWAcquire:   fAcquireTimeout | fLeaseTTL,
+	opRWRelease:   fToken,
+	opRWRenew:     fToken | fLeaseTTL,
+	opRWEnqueue:   fLeaseTTL,
+	opRWWait:      fWaitTimeout,
 }
 
-// lockOp serves every /v1/locks and /v1/semaphores route. It validates
+// lockOp serves every /v1/locks, /v1/semaphores and /v1/rwlocks route. It validates
 // the key and the body before it touches the session, so a bad request
 // changes nothing.
 func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
@@ -182,11 +187,19 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	}
 	req := engine.AcquireReq{Key: key, Limit: 1}
 	tok, err := s.readLockBody(ctx, o, &req)
+	if err == nil && (o == opRWAcquire || o == opRWEnqueue) {
+		req.Mode, err = rwModeOf(ctx)
+	}
 	if err != nil {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
 
+	idem := ctx.Request.Header.Peek(idempotencyHeader)
+	if len(idem) > 0 && !validIdempotencyKey(idem) {
+		writeError(ctx, errBadRequest, "bad Idempotency-Key: must be 1-64 printable ASCII characters without space")
+		return
+	}
 	id := sessionHeader(ctx)
 	if len(id) == 0 {
 		writeError(ctx, errSessionRequired, "X-Latchd-Session header required")
@@ -198,7 +211,7 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	}
 	defer s.endSession(owner)
 	req.Owner = owner
-	s.lockCall(ctx, o, req, tok)
+	s.lockCall(ctx, o, req, tok, scopedRequestID(owner, idem))
 }
 
 // readLockBody reads the JSON body of op o into req (limit, lease, timeout)
@@ -240,23 +253,24 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 
 // lockCall makes the backend call of op o for the session's owner
 // (req.Owner) and writes its answer.
-func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq, tok fence.Token) {
+func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq, tok fence.Token, rid []byte) {
 	switch o {
-	case opLockAcquire, opSemAcquire:
+	case opLockAcquire, opSemAcquire, opRWAcquire:
 		s.blocking(ctx, backend.Request{Op: backend.OpAcquire, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
-			TTL: req.TTL, Timeout: req.Timeout, LockDelay: req.LockDelay})
-	case opLockEnqueue, opSemEnqueue:
-		s.enqueue(ctx, req)
-	case opLockWait, opSemWait:
-		s.blocking(ctx, backend.Request{Op: backend.OpWait, Key: req.Key, Owner: req.Owner, Timeout: req.Timeout})
-	case opLockRelease, opSemRelease:
-		if err := s.release(req.Key, tok); err != nil {
+			Mode: req.Mode, TTL: req.TTL, Timeout: req.Timeout, ReqID: rid, LockDelay: req.LockDelay})
+	case opLockEnqueue, opSemEnqueue, opRWEnqueue:
+		s.enqueue(ctx, req, rid)
+	case opLockWait, opSemWait, opRWWait:
+		s.blocking(ctx, backend.Request{Op: backend.OpWait, Key: req.Key, Owner: req.Owner, Timeout: req.Timeout, ReqID: rid})
+	case opLockRelease, opSemRelease, opRWRelease:
+		if err := s.releaseID(req.Key, tok, rid); err != nil {
 			s.fail(ctx, err)
 			return
 		}
 		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
-	case opLockRenew, opSemRenew:
-		rep, err := s.be.Do(backend.Request{Op: backend.OpRenew, Key: req.Key, Token: tok, TTL: req.TTL, Owner: req.Owner}, nil)
+	case opLockRenew, opSemRenew, opRWRenew:
+		rep, err := s.be.Do(backend.Request{Op: backend.OpRenew, Key: req.Key, Token: tok, TTL: req.TTL, Owner: req.Owner,
+			ReqID: rid}, nil)
 		if err != nil {
 			s.fail(ctx, err)
 			return
@@ -299,9 +313,9 @@ func (s *Server) blocking(ctx *fasthttp.RequestCtx, r backend.Request) {
 	s.answer(ctx, r.Key, r.Owner, r.Timeout, rep.Outcome, err, sink)
 }
 
-func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq) {
+func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq, rid []byte) {
 	rep, err := s.be.Do(backend.Request{Op: backend.OpEnqueue, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
-		TTL: req.TTL, LockDelay: req.LockDelay}, nil)
+		Mode: req.Mode, TTL: req.TTL, ReqID: rid, LockDelay: req.LockDelay}, nil)
 	if err == nil && !s.alive(req.Owner) {
 		// Closed while we enqueued: its DropOwner may have run first.
 		_ = s.disconnect(req.Owner, true)

@@ -38,7 +38,14 @@ const (
 	opUIKeys           // GET /v1/ui/keys: the dashboard's key list
 	opLockGet          // GET /v1/locks/{key}
 	opSemGet           // GET /v1/semaphores/{key}
-	opWatch            // GET /v1/watch/{key}: events (SSE) or a long-poll
+	opAdminSnapshot    // GET /v1/admin/snapshot
+	opRWAcquire        // POST /v1/rwlocks/{key}?mode=read|write; the read-write family keeps the lock family's offsets
+	opRWRelease
+	opRWRenew
+	opRWEnqueue
+	opRWWait
+	opRWGet // GET /v1/rwlocks/{key}
+	opWatch // GET /v1/watch/{key}: events (SSE) or a long-poll
 	opCount
 )
 
@@ -71,12 +78,22 @@ var opNames = [opCount]string{
 	opUIKeys:           "ui_keys",
 	opLockGet:          "lock_get",
 	opSemGet:           "semaphore_get",
+	opAdminSnapshot:    "admin_snapshot",
+	opRWAcquire:        "rwlock_acquire",
+	opRWRelease:        "rwlock_release",
+	opRWRenew:          "rwlock_renew",
+	opRWEnqueue:        "rwlock_enqueue",
+	opRWWait:           "rwlock_wait",
+	opRWGet:            "rwlock_get",
 	opWatch:            "watch",
 }
 
-// proposes reports whether o changes engine state: a session, lock or
-// semaphore route. In cluster mode only the leader serves them.
-func (o op) proposes() bool { return o >= opSessionCreate && o <= opSemWait }
+// proposes reports whether o changes engine state: a session, lock,
+// semaphore or read-write lock route. In cluster mode only the leader
+// serves them.
+func (o op) proposes() bool {
+	return o >= opSessionCreate && o <= opSemWait || o >= opRWAcquire && o <= opRWWait
+}
 
 // match maps a method and a raw (still percent-encoded) path to an op and
 // its path parameter: the session id or the key. For a path that exists
@@ -114,6 +131,9 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 	if rest, ok := bytes.CutPrefix(path, []byte("/v1/semaphores/")); ok {
 		return matchKey(m, rest, opSemAcquire)
 	}
+	if rest, ok := bytes.CutPrefix(path, []byte("/v1/rwlocks/")); ok {
+		return matchKey(m, rest, opRWAcquire)
+	}
 	if rest, ok := bytes.CutPrefix(path, []byte("/v1/watch/")); ok && len(rest) > 0 {
 		return only(m, "GET", opWatch, rest)
 	}
@@ -143,7 +163,8 @@ func matchSession(method string, rest []byte) (op, []byte, string) {
 	return opNotFound, nil, ""
 }
 
-// matchKey matches what follows /v1/locks/ or /v1/semaphores/: {key} or
+// matchKey matches what follows /v1/locks/, /v1/semaphores/ or
+// /v1/rwlocks/: {key} or
 // {key}/renew, /enqueue, /wait. base is the family's acquire op; the other
 // ops of a family sit at the same offsets from it.
 func matchKey(method string, rest []byte, base op) (op, []byte, string) {
@@ -159,6 +180,8 @@ func matchKey(method string, rest []byte, base op) (op, []byte, string) {
 			return base + (opLockRelease - opLockAcquire), key, ""
 		case method == "GET" && base == opLockAcquire:
 			return opLockGet, key, ""
+		case method == "GET" && base == opRWAcquire:
+			return opRWGet, key, ""
 		case method == "GET":
 			return opSemGet, key, ""
 		}

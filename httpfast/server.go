@@ -42,6 +42,7 @@ type Server struct {
 
 	admin     backend.Admin // WithAdmin, else nil: the admin routes are 404
 	adminAuth []byte        // "Bearer <admin token>"
+	snapshot  SnapshotFunc  // WithSnapshot, else nil
 
 	ready func() error // WithReadiness, else nil
 
@@ -53,7 +54,7 @@ type Server struct {
 
 	// Stats bounds (stats.go).
 	budget   *budget.Budget
-	perIP    ipConns // open connections per client, when MaxConnectionsPerIP is on
+	perIP    authlimit.Conns // open connections per client, when MaxConnectionsPerIP is on
 	statsSem chan struct{}
 
 	mu       sync.Mutex
@@ -107,7 +108,10 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 		s.admin = o.admin.admin
 		s.adminAuth = []byte("Bearer " + o.admin.token)
 	}
-	if cfg.AuthFailuresPerMinute > 0 && (cfg.AuthToken != "" || o.admin != nil) {
+	if !s.applySnapshotOption(&o) {
+		return nil, errors.New("httpfast: the snapshot route needs a non-empty admin token")
+	}
+	if cfg.AuthFailuresPerMinute > 0 && (cfg.AuthToken != "" || s.adminAuth != nil) {
 		s.authLim = authlimit.New(cfg.AuthFailuresPerMinute, authlimit.DefaultMaxIPs)
 	}
 	if cfg.RateLimitPerIP > 0 {
@@ -234,8 +238,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	o, param, allow := match(ctx.Method(), ctx.URI().PathOriginal())
 	admin := false
-	if o == opNotFound && s.admin != nil {
-		o, param, allow = matchAdmin(ctx.Method(), ctx.URI().PathOriginal())
+	if o == opNotFound && s.adminAuth != nil {
+		o, param, allow = s.matchAdminRoute(ctx.Method(), ctx.URI().PathOriginal())
 		admin = o != opNotFound // an admin route, or one with another method
 	}
 	if s.admit(ctx, o, admin, start) {
@@ -318,7 +322,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.serveUI(ctx, param)
 	case opUIKeys:
 		s.serveUIKeys(ctx)
-	case opLockGet, opSemGet:
+	case opLockGet, opSemGet, opRWGet:
 		s.serveKey(ctx, o, param)
 	case opWatch:
 		s.serveWatch(ctx, param)
@@ -337,6 +341,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.keepalive(ctx, param)
 	case opAdminCluster, opAdminAddVoter, opAdminRemoveVoter, opAdminTransfer:
 		s.adminOp(ctx, o, param)
+	case opAdminSnapshot:
+		s.serveSnapshot(ctx)
 	default:
 		s.lockOp(ctx, o, param)
 	}
@@ -350,11 +356,11 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 		// once for every connection it was called for, refused or not.
 		switch st {
 		case fasthttp.StateNew:
-			if s.perIP.add(c.RemoteAddr(), 1) > max {
+			if s.perIP.Add(c.RemoteAddr(), 1) > max {
 				refusePerIP(c)
 			}
 		case fasthttp.StateClosed:
-			s.perIP.add(c.RemoteAddr(), -1)
+			s.perIP.Add(c.RemoteAddr(), -1)
 		}
 	}
 	if st == fasthttp.StateClosed && s.guard != nil {
@@ -377,33 +383,6 @@ func refusePerIP(c net.Conn) {
 		_, _ = c.Write(respPerIP)
 	}
 	_ = c.Close()
-}
-
-// ipConns counts open connections per client (authlimit.Key).
-type ipConns struct {
-	mu sync.Mutex
-	m  map[netip.Addr]int
-}
-
-// add adds d to the count of a's client and returns the new count.
-func (p *ipConns) add(a net.Addr, d int) int {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return 0
-	}
-	k := authlimit.Key(ta.AddrPort().Addr())
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m == nil {
-		p.m = make(map[netip.Addr]int)
-	}
-	n := p.m[k] + d
-	if n <= 0 {
-		delete(p.m, k)
-	} else {
-		p.m[k] = n
-	}
-	return n
 }
 
 // Drain marks the server as stopping: /healthz answers 503 shutting_down

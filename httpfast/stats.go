@@ -30,11 +30,7 @@ func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
 	st := eng.SnapshotMax(clock.Now(), limit)
 	_, g := eng.Metrics()
 	st.Connections = s.conns() + g.Sessions
-	var wrap func(engine.Stats) any
-	if cs := s.be.ClusterStatus(); cs != nil {
-		wrap = func(st engine.Stats) any { return clusterStats{Stats: st, Cluster: cs} }
-	}
-	body, err := engine.EncodeStats(st, limit, wrap)
+	body, err := engine.EncodeStats(st, limit, s.be.ClusterStatus())
 	if err != nil {
 		writeError(ctx, errInternal, "cannot encode stats")
 		return

@@ -1,6 +1,7 @@
 package httpfast
 
 import (
+	"cmp"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -44,10 +45,7 @@ var uiFiles = func() map[string]uiFile {
 			return err
 		}
 		name := strings.TrimPrefix(p, "ui/")
-		ct := mime.TypeByExtension(path.Ext(name))
-		if ct == "" {
-			ct = "application/octet-stream"
-		}
+		ct := cmp.Or(mime.TypeByExtension(path.Ext(name)), "application/octet-stream")
 		m[name] = uiFile{body: body, ctype: ct}
 		if name == "index.html" {
 			m[""] = m[name]
@@ -166,6 +164,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 		out.Keys[i] = uiKey{Key: k.Key, Kind: kindOf(k.Limit), Limit: k.Limit, Holders: k.Holders, Waiters: k.Waiters}
 		if k.Holders > 0 {
 			out.Keys[i].keyHolder = holderOf(engine.Holder{Owner: k.Owner, Fence: k.Fence, LeaseExpiresInS: k.LeaseExpiresInS})
+			out.Keys[i].Mode = rwModeName(k.Limit, k.Shared)
 		}
 	}
 	out.Cluster = s.be.ClusterStatus()
@@ -178,8 +177,11 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 }
 
 func kindOf(limit int) string {
-	if limit == 1 {
+	switch limit {
+	case 1:
 		return "lock"
+	case engine.RWLimit:
+		return "rwlock"
 	}
 	return "semaphore"
 }
@@ -191,6 +193,7 @@ type keyHolder struct {
 	Owner           string  `json:"owner"`
 	Fence           string  `json:"fence"`
 	LeaseExpiresInS float64 `json:"lease_expires_in_s"`
+	Mode            string  `json:"mode,omitempty"` // a read-write key's holder: read or write
 }
 
 func holderOf(h engine.Holder) keyHolder {
@@ -201,6 +204,7 @@ func holderOf(h engine.Holder) keyHolder {
 type keyWaiter struct {
 	Owner          string   `json:"owner"`
 	WaitExpiresInS *float64 `json:"wait_expires_in_s,omitempty"`
+	Mode           string   `json:"mode,omitempty"` // a read-write key's waiter: read or write
 }
 
 type keyState struct {
@@ -247,16 +251,21 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		Truncated: len(ki.Holders) < ki.HoldersTotal || len(ki.Waiters) < ki.WaitersTotal}
 	if !found {
 		st.Kind, st.Limit = "lock", 1
-		if o == opSemGet {
+		switch o {
+		case opSemGet:
 			st.Kind, st.Limit = "semaphore", 0
+		case opRWGet:
+			st.Kind, st.Limit = "rwlock", engine.RWLimit
 		}
 	} else {
 		st.Kind, st.Limit, st.IdleS = kindOf(ki.Limit), ki.Limit, ki.IdleS
 		for _, h := range ki.Holders {
-			st.Holders = append(st.Holders, holderOf(h))
+			kh := holderOf(h)
+			kh.Mode = rwModeName(ki.Limit, h.Shared)
+			st.Holders = append(st.Holders, kh)
 		}
 		for _, w := range ki.Waiters {
-			kw := keyWaiter{Owner: strconv.FormatUint(uint64(w.Owner), 10)}
+			kw := keyWaiter{Owner: strconv.FormatUint(uint64(w.Owner), 10), Mode: rwModeName(ki.Limit, w.Shared)}
 			if w.WaitExpiresInS >= 0 {
 				kw.WaitExpiresInS = &w.WaitExpiresInS
 			}

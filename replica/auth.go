@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,27 +9,24 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// The raft transport handshake (see authStreamLayer).
+// The raft transport handshake (see below).
 const (
-	authMagic         = "LTCHRAFT"
-	authVersion       = 1
-	authNonceLen      = 32
-	authHelloLen      = len(authMagic) + 1 + authNonceLen
-	authProofLen      = sha256.Size
-	authLabelDialer   = "latchd raft v1 dialer"
-	authLabelAccept   = "latchd raft v1 acceptor"
-	authTimeout       = 5 * time.Second // the acceptor's bound on one handshake
-	authMaxPending    = 64              // handshakes in progress at once
-	authMaxWarned     = 1024            // hosts remembered as already logged
-	authMinTokenLen   = 16
-	authAcceptBackoff = time.Second // the most the accept loop waits after an error
+	authMagic       = "LTCHRAFT"
+	authVersion     = 1
+	authNonceLen    = 32
+	authHelloLen    = len(authMagic) + 1 + authNonceLen
+	authProofLen    = sha256.Size
+	authLabelDialer = "latchd raft v1 dialer"
+	authLabelAccept = "latchd raft v1 acceptor"
+	authTimeout     = 5 * time.Second // the acceptor's bound on one handshake
+	authMaxPending  = 64              // handshakes in progress at once
+	authMaxWarned   = 1024            // hosts remembered as already logged
+	authMinTokenLen = 16
 )
 
 var (
@@ -38,9 +34,9 @@ var (
 	errAuthProof = errors.New("wrong auth token (bad proof)")
 )
 
-// authStreamLayer is a TCP listener (and dialer) that hands the raft
-// transport only connections whose peer has proved it knows the cluster's
-// auth token, and proves it in turn to every peer it dials.
+// With an auth token (Storage.key) the transport hands raft only
+// connections whose peer has proved it knows the cluster's token, and
+// proves it in turn to every peer it dials.
 //
 // The handshake, before any raft byte, on every connection:
 //
@@ -58,98 +54,39 @@ var (
 // This authenticates connections, it does not encrypt or sign the raft
 // traffic that follows: an on-path attacker can still read or alter it.
 //
-// Accept never fails for a bad peer (the transport's accept loop would
-// back off):
-// handshakes run on their own goroutines, at most authMaxPending at once,
-// each bounded by authTimeout; a failed one is closed and logged at warn
-// once per remote host, and Accept waits for the next good connection.
-type authStreamLayer struct {
-	ln        net.Listener
-	advertise net.Addr
-	key       []byte
-	timeout   time.Duration
-	log       *zap.Logger
+// A bad peer never holds up the accept loop: each handshake runs on its
+// connection's own goroutine, at most authMaxPending at once, each bounded
+// by handshakeWait; a failed one is closed and logged at warn once per
+// remote host.
 
-	conns  chan net.Conn   // authenticated, waiting for Accept
-	ctx    context.Context // done once Close begins
-	cancel context.CancelFunc
-	close  func() error  // Close's work, once
-	sem    chan struct{} // one slot per handshake in progress
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex
-	warned map[string]struct{} // hosts whose refusal has been logged
-
-	refused atomic.Uint64 // connections refused, for tests
-}
-
-// listenAuth listens on bind and starts accepting; timeout bounds each
-// handshake.
-func listenAuth(bind string, advertise net.Addr, token string, timeout time.Duration, log *zap.Logger) (*authStreamLayer, error) {
-	ln, err := net.Listen("tcp", bind)
-	if err != nil {
-		return nil, fmt.Errorf("replica: transport: %w", err)
-	}
+// advertisable checks that ln's address, or advertise if set, is one a
+// peer can dial.
+func advertisable(ln net.Listener, advertise string) error {
 	addr, ok := ln.Addr().(*net.TCPAddr)
-	if advertise != nil {
-		addr, ok = advertise.(*net.TCPAddr)
+	if advertise != "" {
+		var err error
+		if addr, err = net.ResolveTCPAddr("tcp", advertise); err != nil {
+			return fmt.Errorf("replica: advertise address: %w", err)
+		}
+		ok = true
 	}
 	if !ok || addr.IP == nil || addr.IP.IsUnspecified() {
-		_ = ln.Close() // the address error is the one to report
-		return nil, fmt.Errorf("replica: transport: %v is not an advertisable TCP address; set an advertise address", addr)
+		return fmt.Errorf("replica: transport: %v is not an advertisable TCP address; set an advertise address", addr)
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
-	s := &authStreamLayer{ln: ln, advertise: advertise, key: []byte(token), timeout: timeout, log: log,
-		conns: make(chan net.Conn), sem: make(chan struct{}, authMaxPending), warned: make(map[string]struct{})}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.close = sync.OnceValue(func() error {
-		s.cancel() // ends Accept, and each handshake in progress (serve)
-		err := s.ln.Close()
-		s.wg.Wait()
-		return err
-	})
-	s.wg.Add(1)
-	go s.acceptLoop()
-	return s, nil
+	return nil
 }
 
-// Accept implements net.Listener: the next authenticated connection. It
-// fails only once the layer is closed.
-func (s *authStreamLayer) Accept() (net.Conn, error) {
-	select {
-	case c := <-s.conns:
-		return c, nil
-	case <-s.ctx.Done():
-		return nil, net.ErrClosed
+// dialPeer connects to addr and, with a key, runs the dialer's half of the
+// handshake, all within dialTimeout.
+func dialPeer(addr string, key []byte) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, dialTimeout)
+	if err != nil || key == nil {
+		return c, err
 	}
-}
-
-// Close implements net.Listener: it stops listening, ends the handshakes
-// in progress and waits for their goroutines.
-func (s *authStreamLayer) Close() error { return s.close() }
-
-// Addr implements net.Listener: the advertised address if set.
-func (s *authStreamLayer) Addr() net.Addr {
-	if s.advertise != nil {
-		return s.advertise
-	}
-	return s.ln.Addr()
-}
-
-// Dial connects to address and runs the dialer's half of the handshake,
-// all within timeout.
-func (s *authStreamLayer) Dial(address string, timeout time.Duration) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	c, err := d.Dial("tcp", address)
-	if err != nil {
-		return nil, err
-	}
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if err := dialHandshake(c, s.key); err != nil {
+	_ = c.SetDeadline(time.Now().Add(dialTimeout))
+	if err := dialHandshake(c, key); err != nil {
 		_ = c.Close() // the handshake error is the one to report
-		return nil, fmt.Errorf("replica: raft handshake with %s: %w", address, err)
+		return nil, fmt.Errorf("replica: raft handshake with %s: %w", addr, err)
 	}
 	if err := c.SetDeadline(time.Time{}); err != nil {
 		_ = c.Close()
@@ -158,87 +95,46 @@ func (s *authStreamLayer) Dial(address string, timeout time.Duration) (net.Conn,
 	return c, nil
 }
 
-func (s *authStreamLayer) acceptLoop() {
-	defer s.wg.Done()
-	var delay time.Duration
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: back off.
-			delay = min(max(2*delay, 5*time.Millisecond), authAcceptBackoff)
-			s.log.Warn("raft transport: accept failed", zap.Error(err), zap.Duration("retry_in", delay))
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			continue
-		}
-		delay = 0
-		select {
-		case s.sem <- struct{}{}:
-		case <-s.ctx.Done():
-			_ = c.Close()
-			return
-		}
-		s.wg.Add(1) // the loop's own count keeps the group above zero
-		go s.serve(c)
-	}
-}
-
-// serve runs the acceptor's half of the handshake on c and hands c to
-// Accept, or closes it. Close cuts the handshake short by closing c.
-func (s *authStreamLayer) serve(c net.Conn) {
-	defer s.wg.Done()
-	stop := context.AfterFunc(s.ctx, func() { _ = c.Close() })
-	_ = c.SetDeadline(time.Now().Add(s.timeout))
-	err := acceptHandshake(c, s.key)
+// authenticate runs the acceptor's half of the handshake on c, within
+// handshakeWait, and frees its handshake slot. A failed one is refused.
+func (t *transport) authenticate(c net.Conn) bool {
+	_ = c.SetDeadline(time.Now().Add(t.handshakeWait))
+	err := acceptHandshake(c, t.st.key)
 	if err == nil {
 		err = c.SetDeadline(time.Time{})
 	}
-	if !stop() && err == nil {
-		err = net.ErrClosed // Close came as the handshake ended
-	}
-	<-s.sem
+	<-t.handshakes
 	if err != nil {
-		_ = c.Close()
-		s.refuse(c.RemoteAddr(), err)
-		return
+		t.refuse(c.RemoteAddr(), err)
 	}
-	select {
-	case s.conns <- c:
-	case <-s.ctx.Done():
-		_ = c.Close()
-	}
+	return err == nil
 }
 
 // refuse counts a refused connection and logs it at warn, once per host.
-func (s *authStreamLayer) refuse(addr net.Addr, err error) {
-	s.refused.Add(1)
-	if s.ctx.Err() != nil {
-		return // a handshake cut short by Close
-	}
+func (t *transport) refuse(addr net.Addr, err error) {
+	t.refused.Add(1)
 	host := addr.String()
 	if h, _, e := net.SplitHostPort(host); e == nil {
 		host = h
 	}
-	s.mu.Lock()
-	_, seen := s.warned[host]
-	if !seen {
-		if len(s.warned) >= authMaxWarned {
-			clear(s.warned)
-		}
-		s.warned[host] = struct{}{}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return // a handshake cut short by close
 	}
-	s.mu.Unlock()
+	_, seen := t.warned[host]
+	if !seen {
+		if len(t.warned) >= authMaxWarned {
+			clear(t.warned)
+		}
+		t.warned[host] = struct{}{}
+	}
+	t.mu.Unlock()
 	if seen {
-		s.log.Debug("raft transport: refused a connection", zap.String("peer", addr.String()), zap.Error(err))
+		t.log.Debug("raft transport: refused a connection", zap.String("peer", addr.String()), zap.Error(err))
 		return
 	}
-	s.log.Warn("raft transport: refused a connection that failed authentication; further refusals from this host are logged at debug",
+	t.log.Warn("raft transport: refused a connection that failed authentication; further refusals from this host are logged at debug",
 		zap.String("peer", addr.String()), zap.Error(err))
 }
 

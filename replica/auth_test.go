@@ -6,12 +6,15 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/proto"
 )
 
 const (
@@ -89,40 +92,42 @@ func TestAuthHandshakePipe(t *testing.T) {
 	}
 }
 
-// TestAuthStreamLayer runs the layer over TCP: good peers get through
-// while a silent client, a junk client, a wrong token and a replayed proof
-// are refused, each logged at warn once per host, and none of them holds
-// up Accept.
-func TestAuthStreamLayer(t *testing.T) {
+// TestTransportAuth runs the handshake in the transport over TCP: a good
+// peer's messages get through while a silent client, a junk client, a
+// wrong token and a replayed proof are refused, each logged at warn once
+// per host, and none of them holds up the accept loop.
+func TestTransportAuth(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	s, err := listenAuth("127.0.0.1:0", nil, testToken, 300*time.Millisecond, zap.New(core))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	addr := s.Addr().String()
-	peer, err := listenAuth("127.0.0.1:0", nil, testToken, 300*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = peer.Close() })
-	wrong, err := listenAuth("127.0.0.1:0", nil, wrongToken, 300*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wrong.Close() })
+	key := []byte(testToken)
+	st := dialOnlyStorage(t)
+	st.key = key
+	s := newTransport(st, zap.New(core))
+	s.handshakeWait = 300 * time.Millisecond
+	got := make(chan *raftpb.Message, 4)
+	s.recv = func(m *raftpb.Message) { got <- m }
+	s.start()
+	closeS := sync.OnceFunc(s.close)
+	t.Cleanup(closeS)
+	addr := st.ln.Addr().String()
 
-	accepted := make(chan net.Conn, 4)
-	go func() {
-		for {
-			c, err := s.Accept()
-			if err != nil {
-				close(accepted)
-				return
+	pst := dialOnlyStorage(t)
+	pst.key = key
+	peer := newTransport(pst, zap.NewNop())
+	peer.self = 2
+	peer.unreachable = func(uint64) {}
+	defer peer.close()
+	heartbeat := func() {
+		t.Helper()
+		peer.send(&raftpb.Message{Type: raftpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(1), From: proto.Uint64(2)})
+		select {
+		case m := <-got:
+			if m.GetFrom() != 2 {
+				t.Fatalf("got a message from %d; want 2", m.GetFrom())
 			}
-			accepted <- c
+		case <-time.After(5 * time.Second):
+			t.Fatal("a peer with the same token got no message through")
 		}
-	}()
+	}
 
 	// A silent client holds a handshake slot, not the accept loop.
 	silent, err := net.DialTimeout("tcp", addr, time.Second)
@@ -131,29 +136,21 @@ func TestAuthStreamLayer(t *testing.T) {
 	}
 	defer silent.Close()
 
-	good, err := peer.Dial(addr, 2*time.Second)
-	if err != nil {
-		t.Fatalf("Dial with the same token: %v", err)
-	}
-	defer good.Close()
-	var in net.Conn
-	select {
-	case in = <-accepted:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Accept returned nothing for a good peer")
-	}
-	// The handshake left no deadline and no stray byte on either side.
-	if _, err := good.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 4)
-	_ = in.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(in, buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("read %q, %v through the accepted conn; want ping", buf, err)
-	}
-	_ = in.Close()
+	peer.setPeer(1, addr)
+	heartbeat()
+	peer.mu.Lock()
+	p := peer.peers[1]
+	peer.mu.Unlock()
+	conn := p.live.Load()
 
 	readsEOF(t, silent, 5*time.Second) // dropped at its deadline
+
+	// The handshake left no deadline (its own has passed by now) and no
+	// stray byte: the same connection still carries messages.
+	heartbeat()
+	if p.live.Load() != conn {
+		t.Fatal("the peer's connection was dropped after the handshake")
+	}
 
 	junk, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -165,14 +162,13 @@ func TestAuthStreamLayer(t *testing.T) {
 	}
 	readsEOF(t, junk, 5*time.Second)
 
-	if c, err := wrong.Dial(addr, 2*time.Second); err == nil {
+	if c, err := dialPeer(addr, []byte(wrongToken)); err == nil {
 		_ = c.Close()
-		t.Fatal("Dial with a wrong token succeeded")
+		t.Fatal("dialing with a wrong token succeeded")
 	}
 
 	// Replay: a recorded proof fails on a new connection, whose acceptor
 	// nonce is fresh.
-	key := []byte(testToken)
 	raw, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -190,12 +186,6 @@ func TestAuthStreamLayer(t *testing.T) {
 		t.Fatalf("a correct manual handshake was refused: %v", err)
 	}
 	_ = raw.Close()
-	select {
-	case c := <-accepted:
-		_ = c.Close()
-	case <-time.After(5 * time.Second):
-		t.Fatal("Accept returned nothing for the manual handshake")
-	}
 	replay, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -214,16 +204,16 @@ func TestAuthStreamLayer(t *testing.T) {
 		_, all := refusals(logs)
 		return s.refused.Load() >= 4 && all >= 4
 	}, func() string { return fmt.Sprint(s.refused.Load(), " refused") })
-	if warn, all := refusals(logs); warn != 1 || all < 4 {
-		t.Fatalf("%d warn and %d refusal log entries in all; want 1 warn (one host) and at least 4", warn, all)
+	if warn, all := refusals(logs); warn != 1 || all != 4 || s.refused.Load() != 4 {
+		t.Fatalf("%d warn and %d refusal log entries, %d refused; want 1 warn (one host) and 4 refusals", warn, all, s.refused.Load())
 	}
 	select {
-	case c := <-accepted:
-		t.Fatalf("Accept returned a refused connection from %v", c.RemoteAddr())
+	case m := <-got:
+		t.Fatalf("a message got through from %d past a refused handshake", m.GetFrom())
 	default:
 	}
 
-	// Close ends Accept with net.ErrClosed, and a handshake in progress.
+	// close ends a handshake in progress.
 	pending, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -232,20 +222,10 @@ func TestAuthStreamLayer(t *testing.T) {
 	// Until the loop has accepted it, the connection sits in the kernel's
 	// backlog, and closing the listener resets it: wait for the handshake
 	// (or its end at the handshake's timeout, a fifth refusal: closed by
-	// the layer, which the read below sees the same).
+	// the transport, which the read below sees the same).
 	poll(t, 5*time.Second, "the handshake to start", func() bool {
-		return len(s.sem) == 1 || s.refused.Load() >= 5
-	}, func() string { return fmt.Sprint(len(s.sem), " pending") })
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	select {
-	case _, ok := <-accepted:
-		if ok {
-			t.Fatal("Accept returned a connection after Close")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Accept still blocked after Close")
-	}
+		return len(s.handshakes) == 1 || s.refused.Load() >= 5
+	}, func() string { return fmt.Sprint(len(s.handshakes), " pending") })
+	closeS()
 	readsEOF(t, pending, 5*time.Second)
 }

@@ -43,6 +43,12 @@ func command(r *backend.Request) (Command, bool) {
 	}
 	c := Command{Op: logOps[r.Op], Owner: r.Owner, Key: bytes.Clone(r.Key), Limit: r.Limit, TTL: r.TTL,
 		Timeout: r.Timeout, Token: r.Token, Release: r.Release, Client: r.Client, LockDelay: r.LockDelay}
+	if len(r.ReqID) > 0 {
+		c.ReqKey = bytes.Clone(r.ReqID)
+	}
+	if r.Mode != engine.ModeSlot {
+		rwCommand(&c, r.Mode)
+	}
 	switch r.Op {
 	case backend.OpRelease:
 		c.Owner = 0

@@ -29,11 +29,14 @@ const (
 	OpEndSession                 // engine.EndSession: Owner
 	OpRestamp                    // a new leader's clock: Key = its node ID, Addr = its client address, HTTPAddr = its REST address
 	OpCancelWait                 // engine.CancelWait: Owner, Key
+	OpRWAcquire                  // engine.Acquire of a read-write key: Owner, Key, Limit (the engine.Mode), TTL, Timeout, Salt
+	OpRWEnqueue                  // engine.Enqueue of a read-write key: Owner, Key, Limit (the engine.Mode), TTL, Salt
 	opEnd
 )
 
 var opNames = [...]string{"", "acquire", "enqueue", "wait", "release", "renew", "disconnect",
-	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait"}
+	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait",
+	"rw_acquire", "rw_enqueue"}
 
 // String names the op.
 func (o Op) String() string {
@@ -64,6 +67,11 @@ type Command struct {
 	// (empty when it does not). It is the last field of the encoding and
 	// optional: entries written before it existed decode unchanged.
 	HTTPAddr string
+	// ReqKey is the client's request id (Acquire, Enqueue, Wait,
+	// Release, Renew), empty for none: the FSM answers a second command
+	// with the same ReqKey from its window of recent ones (dedup.go). It
+	// comes after HTTPAddr in the encoding and is optional alike.
+	ReqKey []byte
 	// Client is who sent the command to this node (the TCP connection),
 	// for the proposing leader's batch wait (batchwait.go): whom it
 	// answered, and who is back. Not replicated; 0 (the REST API, the
@@ -95,6 +103,7 @@ const (
 	fRelease
 	fAddr
 	fHTTPAddr
+	fReqKey
 	fLockDelay
 	nFields
 	fAll = 1<<nFields - 1
@@ -116,7 +125,8 @@ const (
 var fieldKinds = [nFields]fieldKind{
 	fOrigin: uvarintField, fReqID: uvarintField, fNow: varintField, fOwner: uvarintField, fKey: bytesField,
 	fLimit: varintField, fTTL: varintField, fTimeout: varintField, fSalt: fixed64Field, fFence: uvarintField,
-	fTokSalt: fixed64Field, fRelease: flagField, fAddr: bytesField, fHTTPAddr: bytesField, fLockDelay: varintField,
+	fTokSalt: fixed64Field, fRelease: flagField, fAddr: bytesField, fHTTPAddr: bytesField,
+	fReqKey: bytesField, fLockDelay: varintField,
 }
 
 // fieldValues is c's fields by number: a numeric or flag field in num (a
@@ -136,6 +146,7 @@ func (v *fieldValues) get(c *Command) {
 		fLimit: uint64(c.Limit), fTTL: uint64(c.TTL), fTimeout: uint64(c.Timeout), fSalt: c.Salt,
 		fFence: c.Token.Fence, fTokSalt: c.Token.Salt, fRelease: release, fLockDelay: uint64(c.LockDelay)}
 	v.str[fKey], v.str[fAddr], v.str[fHTTPAddr] = c.Key, []byte(c.Addr), []byte(c.HTTPAddr)
+	v.str[fReqKey] = c.ReqKey
 }
 
 // set makes c the command op with v's fields.
@@ -145,7 +156,8 @@ func (v *fieldValues) set(c *Command, op Op) {
 		Owner: engine.OwnerID(num[fOwner]), Key: str[fKey], Limit: int(num[fLimit]), TTL: time.Duration(num[fTTL]),
 		Timeout: time.Duration(num[fTimeout]), Salt: num[fSalt],
 		Token: fence.Token{Fence: num[fFence], Salt: num[fTokSalt]}, Release: num[fRelease] != 0,
-		Addr: string(str[fAddr]), HTTPAddr: string(str[fHTTPAddr]), LockDelay: time.Duration(num[fLockDelay])}
+		Addr: string(str[fAddr]), HTTPAddr: string(str[fHTTPAddr]), ReqKey: str[fReqKey],
+		LockDelay: time.Duration(num[fLockDelay])}
 }
 
 // AppendCommand appends c's encoding to b: a version byte, the op, a

@@ -87,6 +87,11 @@ type Config struct {
 	// FenceFloor) through the log. Set it from a single node's fence
 	// journal when moving its clients to a cluster (--fence-state-file).
 	FenceFloor uint64
+	// LearnerPromoteLag, when this node leads, promotes a learner to a
+	// voter once raft replicates to it in its steady state and its log
+	// ends within this many entries of the commit index (promote.go); 0
+	// never does (promote by hand, AddVoter).
+	LearnerPromoteLag uint64
 }
 
 // DefaultConfig returns production defaults: a follower calls an election
@@ -103,8 +108,14 @@ func DefaultConfig() Config {
 		ExpireEvery:       10 * time.Millisecond,
 		ApplyTimeout:      5 * time.Second,
 		RaftLogLevel:      "warn",
+		LearnerPromoteLag: DefaultLearnerPromoteLag,
 	}
 }
+
+// DefaultLearnerPromoteLag is Config.LearnerPromoteLag's default: a
+// learner that far behind catches up in well under a second at the
+// cluster's usual commit rates, a few entries per client batch.
+const DefaultLearnerPromoteLag = 1000
 
 // Validate reports the first field out of range. Raft's own checks run
 // again when the Node starts.

@@ -21,9 +21,14 @@
 // nodes apply the entry with no Sink.
 //
 // A Node also offers membership changes and leadership transfer (leader
-// only, membership.go) and a Status for observation. Peers talk over one
+// only, membership.go); a leader promotes caught-up learners by itself
+// (promote.go). It offers a Status for observation. Peers talk over one
 // TCP stream each way (transport.go); with Config.AuthToken every
 // connection first passes a challenge-response handshake (auth.go).
+//
+// The data directory, its files, the records and snapshots, and the
+// transport's handshake carry format versions; what a newer release wrote
+// is refused with ErrNewerFormat (format.go, transportver.go).
 //
 // The package never reads flags or the environment and logs only through
 // the *zap.Logger it is given. docs/cluster.md is the operator's guide;

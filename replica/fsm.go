@@ -45,6 +45,7 @@ type FSM struct {
 	origin   uint64
 	eng      atomic.Pointer[engine.Engine]
 	lastNow  int64
+	dedup    dedup         // recent request ids (dedup.go)
 	index    atomic.Uint64 // last applied log index
 	restores atomic.Int64  // snapshots restored (tests)
 
@@ -53,6 +54,9 @@ type FSM struct {
 
 	pendMu  sync.Mutex
 	pending map[uint64]engine.Sink // this incarnation's parked requests by ReqID
+
+	fingerprint uint64                 // of cfg's settings (enginecheck.go)
+	unlike      atomic.Pointer[string] // the last leader whose settings differ
 }
 
 // NewFSM returns an FSM over a new engine built with cfg. origin is the
@@ -62,7 +66,8 @@ func NewFSM(cfg engine.Config, origin uint64) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]leaderAddrs), pending: make(map[uint64]engine.Sink)}
+	f := &FSM{cfg: cfg, origin: origin, leaders: make(map[string]leaderAddrs), pending: make(map[uint64]engine.Sink),
+		fingerprint: engineFingerprint(cfg)}
 	f.eng.Store(e)
 	return f, nil
 }
@@ -162,6 +167,7 @@ func (f *FSM) applyCommand(c *Command) Reply {
 		}
 		f.lastNow = c.Now
 		e.RaiseFence(c.Token.Fence)
+		f.checkEngine(string(c.Key), c.Token.Salt)
 		// REST requests in flight died with the old leader; their
 		// sessions go idle here, on every replica alike.
 		e.IdleSessions(c.Now)
@@ -173,9 +179,21 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	now := max(c.Now, f.lastNow)
 	f.lastNow = now
 	var sink engine.Sink
-	if (c.Op == OpAcquire || c.Op == OpWait) && c.Origin == f.origin && c.Origin != 0 {
+	if c.Op.parks() && c.Origin == f.origin && c.Origin != 0 {
 		sink = &routeSink{f: f, id: c.ReqID}
 	}
+	if len(c.ReqKey) > 0 {
+		if r, ok := f.applyDedup(e, now, c, sink); ok {
+			return r
+		}
+	}
+	r := f.applyOp(e, now, c, sink)
+	f.record(c, r)
+	return r
+}
+
+// applyOp runs c, a client's command, on e at now.
+func (f *FSM) applyOp(e *engine.Engine, now int64, c *Command, sink engine.Sink) Reply {
 	var r Reply
 	switch c.Op {
 	case OpAcquire:
@@ -184,6 +202,10 @@ func (f *FSM) applyCommand(c *Command) Reply {
 	case OpEnqueue:
 		r.Outcome, r.Err = e.Enqueue(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
 			TTL: c.TTL, Salt: c.Salt, LockDelay: c.LockDelay})
+	case OpRWAcquire:
+		r.Outcome, r.Err = e.Acquire(now, rwReq(c), sink)
+	case OpRWEnqueue:
+		r.Outcome, r.Err = e.Enqueue(now, rwReq(c))
 	case OpWait:
 		r.Outcome, r.Err = e.Wait(now, c.Key, c.Owner, c.Timeout, sink)
 	case OpRelease:
@@ -211,14 +233,16 @@ func (f *FSM) applyCommand(c *Command) Reply {
 }
 
 // Snapshot header versions. Version 1 lists each leader's ID and client
-// address; version 2 adds its REST address. A snapshot is written as
-// version 1 while no leader has announced a REST address, so clusters
-// that serve no REST API keep writing what older nodes read; Restore
-// reads both.
+// address; version 2 adds its REST address; version 3 adds the window of
+// request ids (dedup.go). A snapshot is written as version 1 while no
+// leader has announced a REST address and as version 2 while no command
+// carried a request id, so clusters that use neither keep writing what
+// older nodes read; Restore reads all three.
 const (
 	snapMagic     = "LTCHFSM"
 	snapVersion   = 1
 	snapVersionV2 = 2
+	snapVersionV3 = 3
 )
 
 // appendLocked appends the state to b: the FSM header (magic, version,
@@ -239,6 +263,9 @@ func (f *FSM) appendHeaderLocked(b []byte) []byte {
 			version = snapVersionV2
 		}
 	}
+	if len(f.dedup.ring) > 0 {
+		version = snapVersionV3
+	}
 	b = append(b, snapMagic...)
 	b = append(b, version)
 	b = binary.AppendUvarint(b, f.index.Load())
@@ -252,6 +279,9 @@ func (f *FSM) appendHeaderLocked(b []byte) []byte {
 		}
 	}
 	f.addrMu.Unlock()
+	if version >= snapVersionV3 {
+		b = f.dedup.appendTo(b)
+	}
 	return b
 }
 
@@ -285,7 +315,7 @@ func (f *FSM) Restore(all []byte) error {
 		return ErrBadSnapshot
 	}
 	version := all[len(snapMagic)]
-	if version != snapVersion && version != snapVersionV2 {
+	if version < snapVersion || version > snapVersionV3 {
 		return ErrBadSnapshot
 	}
 	d := decoder{b: all[len(snapMagic)+1:]}
@@ -304,6 +334,13 @@ func (f *FSM) Restore(all []byte) error {
 		}
 		leaders[id] = a
 	}
+	var window dedup
+	if version >= snapVersionV3 {
+		var ok bool
+		if window, ok = readDedup(&d); !ok {
+			return ErrBadSnapshot
+		}
+	}
 	if d.bad {
 		return ErrBadSnapshot
 	}
@@ -321,6 +358,7 @@ func (f *FSM) Restore(all []byte) error {
 	f.eng.Store(e)
 	f.index.Store(index)
 	f.lastNow = lastNow
+	f.dedup = window
 	f.addrMu.Lock()
 	f.leaders = leaders
 	f.addrMu.Unlock()

@@ -28,6 +28,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{name: "expire, all zero", c: Command{Op: OpExpire}},
 		{name: "restamp with a fence floor", c: Command{Op: OpRestamp, Now: 1, Key: []byte("n0"), Token: fence.Token{Fence: 1 << 61}}},
 		{name: "cancel wait", c: Command{Op: OpCancelWait, Now: 1, Owner: 3, Key: []byte("k")}},
+		{name: "acquire with a request id", c: Command{Op: OpAcquire, Now: 1, Owner: 3, Key: []byte("k"), Limit: 1,
+			ReqKey: []byte("c0ffee.1")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +63,7 @@ func commandsEqual(a, b Command) bool {
 	return a.Op == b.Op && a.Now == b.Now && a.Origin == b.Origin && a.ReqID == b.ReqID &&
 		a.Owner == b.Owner && bytes.Equal(a.Key, b.Key) && a.Limit == b.Limit && a.TTL == b.TTL &&
 		a.Timeout == b.Timeout && a.Salt == b.Salt && a.Token == b.Token && a.Release == b.Release && a.Addr == b.Addr &&
-		a.HTTPAddr == b.HTTPAddr
+		a.HTTPAddr == b.HTTPAddr && bytes.Equal(a.ReqKey, b.ReqKey)
 }
 
 // TestCommandWithoutHTTPAddr: an entry written before Command.HTTPAddr
@@ -95,6 +97,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add(AppendCommand(nil, &Command{Op: OpAcquire, Now: 5, Key: []byte("k"), Limit: 1, Salt: 9}))
 	f.Add(AppendCommand(nil, &Command{Op: OpRenew, Token: fence.Token{Fence: 3, Salt: 4}, TTL: time.Second}))
 	f.Add(AppendCommand(nil, &Command{Op: OpRestamp, Now: 1, Key: []byte("n1"), Addr: "c:1", HTTPAddr: "h:1"}))
+	f.Add(AppendCommand(nil, &Command{Op: OpAcquire, Now: 5, Owner: 2, Key: []byte("k"), Limit: 1, ReqKey: []byte("c0ffee.1")}))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var c Command
 		if DecodeCommand(in, &c) != nil {

@@ -31,7 +31,8 @@ func (st *Storage) readHardState() (*raftpb.HardState, error) {
 		return &raftpb.HardState{}, nil
 	}
 	if n != hardStateSize || crc32.Checksum(b[:24], walCRC) != binary.LittleEndian.Uint32(b[24:]) {
-		return nil, fmt.Errorf("%w: hardstate damaged", errWALCorrupt)
+		return nil, fmt.Errorf("%w: %s is damaged at byte 0 (the hard state: term, vote and commit index): "+
+			"%d bytes, or a checksum that does not match. %s", errWALCorrupt, st.hs.Name(), n, walRepair)
 	}
 	return &raftpb.HardState{
 		Term:   new(binary.LittleEndian.Uint64(b)),

@@ -23,6 +23,7 @@ func testConfig(id string) Config {
 	cfg.ApplyTimeout = 2 * time.Second
 	cfg.RaftLogLevel = "off"
 	cfg.Engine.Shards = 8
+	cfg.LearnerPromoteLag = 0 // tests that want learners promoted on their own set it
 	return cfg
 }
 

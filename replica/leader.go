@@ -3,6 +3,8 @@ package replica
 import (
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/latchd/latchd/fence"
 )
 
@@ -14,7 +16,10 @@ func (n *Node) run() {
 	defer n.wg.Done()
 	tick := time.NewTicker(n.cfg.ExpireEvery)
 	defer tick.Stop()
-	var stampTerm uint64
+	var (
+		stampTerm uint64
+		unlike    string // the leader with other engine settings, as last reported
+	)
 	for {
 		select {
 		case <-n.stop:
@@ -22,6 +27,7 @@ func (n *Node) run() {
 			return
 		case <-tick.C:
 		}
+		unlike = n.reportUnlike(unlike)
 		lt := n.leadTerm.Load()
 		if lt == 0 || n.appFailed.Load() {
 			stampTerm = 0
@@ -31,7 +37,7 @@ func (n *Node) run() {
 		if stampTerm != lt {
 			n.setReady(false)
 			c := Command{Op: OpRestamp, Key: []byte(n.cfg.NodeID), Addr: n.cfg.ClientAddr, HTTPAddr: n.cfg.HTTPAddr,
-				Token: fence.Token{Fence: max(uint64(max(n.now(), 0)), n.cfg.FenceFloor)}}
+				Token: fence.Token{Fence: max(uint64(max(n.now(), 0)), n.cfg.FenceFloor), Salt: n.fsm.fingerprint}}
 			if _, err := n.applyRaw(c); err != nil || n.leadTerm.Load() != lt {
 				continue
 			}
@@ -48,4 +54,16 @@ func (n *Node) run() {
 func (n *Node) applyRaw(c Command) (Reply, error) {
 	n.stamp(&c)
 	return n.wait(&proposal{c: c, raw: true, done: make(chan proposalResult, 1)})
+}
+
+// reportUnlike logs, once per change, that the leader's engine settings
+// differ from this node's (enginecheck.go), and returns whom it reported.
+func (n *Node) reportUnlike(was string) string {
+	u := n.fsm.engineUnlike()
+	if u != was && u != "" {
+		n.log.Error("engine settings differ from the leader's: replicas diverge; give every node the same "+
+			"--shards, --max-locks, --max-waiters, --max-keys-per-owner, --default-lease-ttl and --gc-max-idle",
+			zap.String("leader", u))
+	}
+	return u
 }

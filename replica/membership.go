@@ -53,6 +53,13 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 }
 
 func (n *Node) confChange(ctx context.Context, typ raftpb.ConfChangeType, id, addr string) error {
+	return n.confChangeV2(ctx, typ, id, addr, raftpb.ConfChangeTransition_ConfChangeTransitionAuto)
+}
+
+// confChangeV2 proposes one change of member id with the given transition
+// and waits until this node applies it (with a joint transition: the
+// entry that enters the joint configuration).
+func (n *Node) confChangeV2(ctx context.Context, typ raftpb.ConfChangeType, id, addr string, tr raftpb.ConfChangeTransition) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -67,6 +74,9 @@ func (n *Node) confChange(ctx context.Context, typ raftpb.ConfChangeType, id, ad
 	req := n.seq.Add(1)
 	cctx := appendString(appendString(binary.AppendUvarint(nil, req), id), addr)
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(raftID(id))}}, Context: cctx}
+	if tr != raftpb.ConfChangeTransition_ConfChangeTransitionAuto {
+		cc.Transition = tr.Enum()
+	}
 	ch := make(chan error, 1)
 	n.waitMu.Lock()
 	n.ccWait[req] = ch

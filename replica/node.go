@@ -1,9 +1,11 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,6 +185,8 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		n.maybeSnapshot(false)
 	})
 	go n.run()
+	n.wg.Add(1)
+	go n.promoteLoop()
 	return n, nil
 }
 
@@ -194,6 +198,9 @@ func (n *Node) loadState() error {
 	snap, err := st.loadSnapshot()
 	if err != nil {
 		return err
+	}
+	if len(st.passedOver) > 0 {
+		n.log.Warn("damaged snapshots passed over", zap.Strings("files", st.passedOver))
 	}
 	hs, err := st.readHardState()
 	if err != nil {
@@ -234,7 +241,7 @@ func (n *Node) loadState() error {
 		// Entries are written (and synced) before the commit index that
 		// covers them: a commit past the log means entries were lost.
 		return fmt.Errorf("%w: raft dir %s: committed entries are missing: the hard state's commit index is %d, "+
-			"the log and snapshot end at %d. %s", errWALCorrupt, st.dir, c, li, walRepair)
+			"the log and snapshot end at %d%s. %s", errWALCorrupt, st.dir, c, li, passedOver(st.passedOver), walRepair)
 	}
 	hs.Commit = new(max(hs.GetCommit(), n.snapIndex))
 	if err := n.mem.SetHardState(hs); err != nil {
@@ -268,12 +275,9 @@ func (n *Node) raftConfig() *raft.Config {
 // startTransport connects the transport to raft and starts it, with a
 // stream to every member the restored configuration names.
 func (n *Node) startTransport() {
-	n.tr = newTransport(&n.st, n.log)
+	n.tr = newTransport(&n.st, n.log.With(zap.String("node_id", n.cfg.NodeID)))
 	n.tr.self = n.id
-	n.tr.selfAddr = n.cfg.AdvertiseAddr
-	if n.tr.selfAddr == "" {
-		n.tr.selfAddr = n.st.ln.Addr().String()
-	}
+	n.tr.selfAddr = cmp.Or(n.cfg.AdvertiseAddr, n.st.ln.Addr().String())
 	n.tr.recv = func(m *raftpb.Message) { n.stepKick(true, m) }
 	n.tr.unreachable = func(id uint64) { n.do(func() { n.rn.ReportUnreachable(id) }) }
 	n.tr.snapDone = func(id uint64, ok bool) {
@@ -427,4 +431,12 @@ func (n *Node) stopping() bool {
 	default:
 		return false
 	}
+}
+
+// passedOver names the damaged snapshots a refusal follows from, if any.
+func passedOver(files []string) string {
+	if len(files) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (damaged snapshots passed over: %s)", strings.Join(files, ", "))
 }

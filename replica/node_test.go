@@ -447,7 +447,7 @@ func TestEtcdAuthTransport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd, err := New(cfg, zap.NewNop(), st)
+		nd, err := New(cfg, zap.New(core), st)
 		if err != nil {
 			_ = st.Close()
 			t.Fatal(err)
@@ -503,7 +503,7 @@ func TestEtcdAuthTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := New(cfg, zap.NewNop(), st)
+	x, err := New(cfg, zap.New(core), st)
 	if err != nil {
 		_ = st.Close()
 		t.Fatal(err)

@@ -140,10 +140,10 @@ func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*p
 		return nil, ctx.Err()
 	}
 	n.stamp(&c)
-	if c.Op == OpAcquire || c.Op == OpEnqueue {
+	if c.Op.grants() {
 		c.Salt = clock.Salt()
 	}
-	p := &proposal{c: c, parks: sink != nil && (c.Op == OpAcquire || c.Op == OpWait)}
+	p := &proposal{c: c, parks: sink != nil && c.Op.parks()}
 	if ctx != nil {
 		p.done = make(chan proposalResult, 1) // Propose waits on it; ProposeFunc sets a callback
 	}

@@ -199,16 +199,12 @@ func (n *Node) releaseReadsLocked() {
 		if low == 0 || low > applied {
 			return
 		}
-		kept := ri.parked[:0]
-		for _, r := range ri.parked {
+		ri.parked = slices.DeleteFunc(ri.parked, func(r *readRound) bool {
 			if r.index <= applied {
 				finishRead(r, nil)
-			} else {
-				kept = append(kept, r)
 			}
-		}
-		clear(ri.parked[len(kept):])
-		ri.parked = kept
+			return r.index <= applied
+		})
 	}
 }
 

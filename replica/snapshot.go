@@ -57,6 +57,9 @@ func appendSnapHeader(b []byte, book map[uint64]Member) []byte {
 // restoreSnapshot loads snap's members and FSM state.
 func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	data := snap.GetData()
+	if err := newerSnapshot(data); err != nil {
+		return err
+	}
 	if len(data) < len(etcdSnapMagic) || string(data[:len(etcdSnapMagic)]) != etcdSnapMagic {
 		return ErrBadSnapshot
 	}

@@ -129,6 +129,10 @@ func (n *Node) Ready() error {
 		// cluster goes on without it; an operator must see it.
 		return errors.New("a write of the raft log failed: this node no longer acknowledges entries (see the log; restart it once its disk is fixed)")
 	}
+	if u := n.fsm.engineUnlike(); u != "" {
+		return fmt.Errorf("engine settings differ from leader %s's (--shards, --max-locks, --max-waiters, "+
+			"--max-keys-per-owner, --default-lease-ttl, --gc-max-idle must be the same on every node)", u)
+	}
 	lead := n.lead.Load()
 	switch {
 	case lead == raft.None:

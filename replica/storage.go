@@ -17,11 +17,13 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/latchd/latchd/internal/listen"
 )
 
 // The on-disk layout of --raft-dir:
 //
-//	FORMAT      "latchd etcd-raft 1": written at creation, checked at start
+//	FORMAT      "latchd etcd-raft 2": the data format (format.go), checked at start
 //	LOCK        flock'ed while a process uses the directory
 //	wal/        the raft log (WAL), one record per entry (a raftpb.Entry)
 //	hardstate   term, vote, commit and a CRC-32C, rewritten in place
@@ -31,7 +33,6 @@ import (
 // snapshots/ or wal/ and no FORMAT) is refused with ErrOldRaftDir: its log
 // is not read, so nothing of it is lost or changed.
 const (
-	etcdFormat  = "latchd etcd-raft 1\n"
 	snapFileExt = ".snap"
 	dialTimeout = 2 * time.Second
 )
@@ -47,14 +48,19 @@ type Storage struct {
 	wal  *WAL
 	hs   *os.File
 	lock *os.File
-	ln   net.Listener
-	dial func(addr string, timeout time.Duration) (net.Conn, error)
+	ln   net.Listener // a listen.Guard: Accept fails only once closed
+	key  []byte       // the raft auth token (auth.go), or nil
+	// format, when set, moves a directory of the previous format to this
+	// one before the first write (format.go).
+	format *formatMark
 	// Close, if set, runs after the node has stopped (closes files, sockets).
 	Close func() error
+	// passedOver are the damaged snapshot files loadSnapshot skipped.
+	passedOver []string
 }
 
 // DiskStorage opens (or creates) cfg.RaftDir and listens on cfg.BindAddr,
-// with the HMAC handshake of authStreamLayer when cfg.AuthToken is set.
+// with the HMAC handshake of auth.go when cfg.AuthToken is set.
 func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if cfg.RaftDir == "" || cfg.BindAddr == "" {
 		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
@@ -78,7 +84,7 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return fail(fmt.Errorf("replica: raft dir %s is in use by another process: %w", cfg.RaftDir, err))
 	}
-	if err := checkFormat(cfg.RaftDir); err != nil {
+	if st.format, err = checkFormat(cfg.RaftDir); err != nil {
 		return fail(err)
 	}
 	if st.wal, err = OpenWAL(filepath.Join(cfg.RaftDir, "wal"), 0); err != nil {
@@ -93,34 +99,21 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.RaftDir, "snap"), 0o700); err != nil {
 		return fail(fmt.Errorf("replica: %w", err))
 	}
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return fail(fmt.Errorf("replica: transport: %w", err))
+	}
 	if cfg.AuthToken != "" {
-		var adv net.Addr
-		if cfg.AdvertiseAddr != "" {
-			if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
-				return fail(fmt.Errorf("replica: advertise address: %w", err))
-			}
-		}
-		a, err := listenAuth(cfg.BindAddr, adv, cfg.AuthToken, authTimeout, log.With(zap.String("node_id", cfg.NodeID)))
-		if err != nil {
+		if err := advertisable(ln, cfg.AdvertiseAddr); err != nil {
+			_ = ln.Close() // the address error is the one to report
 			return fail(err)
 		}
-		st.ln = a
-		st.dial = a.Dial
-	} else {
-		ln, err := net.Listen("tcp", cfg.BindAddr)
-		if err != nil {
-			return fail(fmt.Errorf("replica: transport: %w", err))
-		}
-		st.ln = ln
-		st.dial = func(addr string, timeout time.Duration) (net.Conn, error) {
-			return net.DialTimeout("tcp", addr, timeout)
-		}
+		st.key = []byte(cfg.AuthToken)
 	}
+	// Guarded: an accept error (EMFILE) is logged, backed off and retried.
+	st.ln = listen.NewSet(log, nil).Wrap("raft", ln)
 	st.Close = func() error {
-		err := st.ln.Close()
-		if errors.Is(err, net.ErrClosed) {
-			err = nil // the node's transport closed it first
-		}
+		err := st.ln.Close() // nil when the node's transport closed it first
 		st.closeFiles()
 		return err
 	}
@@ -137,33 +130,6 @@ func (st *Storage) closeFiles() {
 	if st.lock != nil {
 		_ = st.lock.Close() // drops the flock
 	}
-}
-
-// checkFormat refuses an old directory (ErrOldRaftDir) and marks a new one.
-func checkFormat(dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, "FORMAT"))
-	if err == nil {
-		if string(b) != etcdFormat {
-			return fmt.Errorf("replica: raft dir %s has an unknown FORMAT %q", dir, b)
-		}
-		return nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("replica: %w", err)
-	}
-	for _, name := range []string{"raft.db", "snapshots", "wal"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			return fmt.Errorf("%w (found %s in %s). The directory is left as it is. "+
-				"If the other nodes run this release: remove this node from the cluster (DELETE /v1/admin/voters/{id} "+
-				"on the leader), move %s aside or empty it, start the node and add it back (POST /v1/admin/voters); "+
-				"it catches up from the leader's snapshot. If no node does: start a new cluster on empty directories "+
-				"(docs/cluster.md)", ErrOldRaftDir, name, dir, dir)
-		}
-	}
-	if err := writeFileSync(filepath.Join(dir, "FORMAT"), []byte(etcdFormat)); err != nil {
-		return fmt.Errorf("replica: %w", err)
-	}
-	return nil
 }
 
 // writeFileSync writes a file whole and durably: a temporary file, fsync,
@@ -197,10 +163,14 @@ func writeFileSync(path string, parts ...[]byte) error {
 // the state's own bytes (snapshotParts): a large state is not copied to
 // be written.
 func (st *Storage) saveSnapshot(snap *raftpb.Snapshot, retain int) error {
+	if err := st.format.mark(); err != nil {
+		return err
+	}
 	parts, err := snapshotParts(snap)
 	if err != nil {
 		return err
 	}
+	parts = append([][]byte{snapFileHeader()}, parts...)
 	var crc uint32
 	for _, p := range parts {
 		crc = crc32.Update(crc, walCRC, p)
@@ -272,16 +242,25 @@ func indexedFiles(dir, ext string) ([]uint64, error) {
 func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
 	idx, _ := indexedFiles(filepath.Join(st.dir, "snap"), snapFileExt)
 	for i := len(idx) - 1; i >= 0; i-- {
-		b, err := os.ReadFile(indexedPath(filepath.Join(st.dir, "snap"), idx[i], snapFileExt))
+		path := indexedPath(filepath.Join(st.dir, "snap"), idx[i], snapFileExt)
+		b, err := os.ReadFile(path)
 		if err != nil || len(b) < 4 {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
-		body := b[:len(b)-4]
-		if crc32.Checksum(body, walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		// A newer release's file is refused before its checksum, which
+		// that release may compute otherwise, is read.
+		body, err := cutSnapFileHeader(b[:len(b)-4], path)
+		if errors.Is(err, ErrNewerFormat) {
+			return nil, err
+		}
+		if err != nil || crc32.Checksum(b[:len(b)-4], walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
 		snap := &raftpb.Snapshot{}
 		if err := proto.Unmarshal(body, snap); err != nil {
+			st.passedOver = append(st.passedOver, path)
 			continue
 		}
 		return snap, nil
@@ -294,6 +273,9 @@ func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
 func (st *Storage) appendEntries(ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
+	}
+	if err := st.format.mark(); err != nil {
+		return err
 	}
 	// A conflicting tail goes first: from ents' first index on (all of
 	// the log when that is at or below its first entry).

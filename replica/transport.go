@@ -3,7 +3,6 @@ package replica
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,9 +17,9 @@ import (
 )
 
 // The raft transport: one outgoing TCP stream per peer, over the
-// listener and dialer of Storage (so with an auth token every connection
-// has passed authStreamLayer's handshake before a message crosses it),
-// carrying frames (frame.go). Messages to a peer whose queue is full, or whose connection failed, are
+// listener of Storage (with an auth token every connection passes the
+// handshake of auth.go before a message crosses it), carrying frames
+// (frame.go). Messages to a peer whose queue is full, or whose connection failed, are
 // dropped and the peer is reported unreachable: raft retransmits.
 const (
 	peerQueue    = 4096
@@ -67,15 +66,24 @@ type transport struct {
 	// a network partition, for tests.
 	cut atomic.Pointer[func(peer uint64) bool]
 
-	mu     sync.Mutex
-	peers  map[uint64]*peerStream
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	handshakeWait time.Duration // the acceptor's bound on one auth handshake
+	handshakes    chan struct{} // one slot per auth handshake in progress
+	refused       atomic.Uint64 // connections refused by the handshake, for tests
+
+	mu            sync.Mutex
+	peers         map[uint64]*peerStream
+	conns         map[net.Conn]struct{}
+	warned        map[string]struct{} // hosts whose refusal has been logged
+	versionWarned map[string]bool     // peers refused for a newer version, logged (transportver.go)
+	closed        bool
+	quit          chan struct{} // closed by close
+	wg            sync.WaitGroup
 }
 
 func newTransport(st *Storage, log *zap.Logger) *transport {
-	return &transport{st: st, log: log, peers: make(map[uint64]*peerStream), conns: make(map[net.Conn]struct{})}
+	return &transport{st: st, log: log, peers: make(map[uint64]*peerStream), conns: make(map[net.Conn]struct{}),
+		handshakeWait: authTimeout, handshakes: make(chan struct{}, authMaxPending),
+		warned: make(map[string]struct{}), quit: make(chan struct{})}
 }
 
 // start begins accepting connections.
@@ -89,14 +97,15 @@ func (t *transport) acceptLoop() {
 	for {
 		c, err := t.st.ln.Accept()
 		if err != nil {
-			t.mu.Lock()
-			closed := t.closed
-			t.mu.Unlock()
-			if closed || errors.Is(err, net.ErrClosed) {
+			return // closed: the listener's Guard retries every other error
+		}
+		if t.st.key != nil {
+			select {
+			case t.handshakes <- struct{}{}: // freed by authenticate
+			case <-t.quit:
+				_ = c.Close()
 				return
 			}
-			time.Sleep(redialPause)
-			continue
 		}
 		t.mu.Lock()
 		if t.closed {
@@ -119,16 +128,19 @@ func (t *transport) readLoop(c net.Conn) {
 		delete(t.conns, c)
 		t.mu.Unlock()
 	}()
+	if t.st.key != nil && !t.authenticate(c) {
+		return
+	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	// The hello: the dialer's raft ID and address, so that a node that
-	// does not know its peers yet (one just added, empty) can answer.
+	// does not know its peers yet (one just added, empty) can answer, and
+	// its version (transportver.go).
 	hello, err := readFrame(r, maxHello)
 	if err != nil {
 		return
 	}
-	d := decoder{b: hello}
-	from, addr := d.uvarint(), string(d.bytes())
-	if d.bad || len(d.b) != 0 {
+	from, addr, major, minor, ok := parseHello(hello)
+	if !ok || !t.answerHello(c, from, addr, major, minor) {
 		return
 	}
 	t.mu.Lock()
@@ -353,17 +365,19 @@ func (p *peerStream) cut() {
 
 // dial connects p and sends the hello (p.wmu held).
 func (t *transport) dial(p *peerStream) error {
-	c, err := t.st.dial(p.addr, dialTimeout)
+	c, err := dialPeer(p.addr, t.st.key)
 	if err != nil {
 		return err
 	}
 	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
 	p.live.Store(&c)
-	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr)
+	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr) // version 1.0: transportver.go
 	if err := t.writeFrame(p, hello); err != nil {
 		t.dropConn(p)
 		return err
 	}
+	t.wg.Add(1)
+	go t.watchReply(p, c)
 	return nil
 }
 
@@ -469,6 +483,7 @@ func (t *transport) writeQueued(p *peerStream, q []frame) error {
 func (t *transport) close() {
 	t.mu.Lock()
 	t.closed = true
+	close(t.quit)
 	for id, p := range t.peers {
 		p.cut()
 		delete(t.peers, id)

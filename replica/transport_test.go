@@ -314,14 +314,12 @@ func TestSnapshotQueuedForARemovedPeerFails(t *testing.T) {
 	}
 }
 
-// dialOnlyStorage is a Storage with only what a transport that sends
-// needs: a dialer, and a listener for close to close.
+// dialOnlyStorage is a Storage with only what a transport needs: a
+// listener, which close closes.
 func dialOnlyStorage(t *testing.T) *Storage {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Storage{ln: ln, dial: func(addr string, timeout time.Duration) (net.Conn, error) {
-		return net.DialTimeout("tcp", addr, timeout)
-	}}
+	return &Storage{ln: ln}
 }

@@ -15,8 +15,9 @@ import (
 
 // WAL is the raft log: append-only segment files, one write and one
 // fdatasync per Append. Each record is one raft entry. A segment is named
-// by the index of its first record (%020d.wal) and holds consecutive
-// records:
+// by the index of its first record (%020d.wal); it opens with a header
+// (walSegHeader; none in a segment of data format 1, format.go) and holds
+// consecutive records:
 //
 //	u32 body length | u32 CRC-32C of index and body | u64 index | body
 //
@@ -186,6 +187,11 @@ func (w *WAL) Append(recs []walRecord) error {
 	if err != nil {
 		return w.fail(err)
 	}
+	hdr := int64(0)
+	if s.size == 0 { // a new segment: its header goes with its first records
+		w.buf = append(walSegHeader(s.first), w.buf...)
+		hdr = walHeaderSize
+	}
 	if end := s.size + int64(len(w.buf)); end > s.alloc {
 		if err := s.prealloc(end); err != nil {
 			return w.fail(err)
@@ -206,7 +212,7 @@ func (w *WAL) Append(recs []walRecord) error {
 	}
 	w.mu.Lock()
 	for _, o := range offs {
-		s.offs = append(s.offs, s.size+o)
+		s.offs = append(s.offs, s.size+hdr+o)
 	}
 	s.size += int64(len(w.buf))
 	if w.first == 0 {
@@ -454,6 +460,10 @@ func encodeRecord(b []byte, r walRecord) []byte {
 // decodeRecord decodes the body v of the record at index; what it returns
 // does not share v's memory.
 func decodeRecord(v []byte, index uint64) (walRecord, error) {
+	if len(v) > 0 && v[0] > walRecordVersion {
+		return walRecord{}, fmt.Errorf("%w: the log entry at index %d is of record version %d; this release reads %d",
+			ErrNewerFormat, index, v[0], walRecordVersion)
+	}
 	if len(v) < 1 || v[0] != walRecordVersion {
 		return walRecord{}, fmt.Errorf("%w: bad record at index %d", errWALCorrupt, index)
 	}

@@ -69,8 +69,12 @@ func newestSegment(t *testing.T, dir string) (string, []byte) {
 }
 
 // recordOffsets are the offsets of the intact records at the front of a
-// segment whose first record is first, and the end of the last one.
+// segment whose first record is first (after its header), and the end of
+// the last one.
 func recordOffsets(data []byte, first uint64) (offs []int, end int) {
+	if h, err := readSegHeader(data, first, "segment"); err == nil {
+		end = int(h)
+	}
 	for i := first; ; i++ {
 		n, ok := walCheck(data[end:], i)
 		if !ok {

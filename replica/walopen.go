@@ -29,8 +29,9 @@ const walRepair = "The files are left as they are. Repair this node as one that 
 // the raft directory's LOCK).
 //
 // Open changes no file. A bad record is taken for a write that never
-// finished only at the tail of the newest segment and only if nothing
-// intact follows it (intactAfter); it is cut off before the next write
+// finished only at the tail of the newest segment, only if nothing
+// intact follows it (intactAfter) and only if it looks unfinished
+// (unfinished); it is cut off before the next write
 // (cutTorn), so that a node that finds more damage after Open (a commit
 // index past the log) can still refuse with the files as they were. Any
 // other damage refuses the open with errWALCorrupt naming the file and the
@@ -100,8 +101,12 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("replica: read %s: %w", f.Name(), err)
 	}
+	off, err := readSegHeader(data, first, f.Name())
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	s := &walSegment{first: first, f: f, alloc: int64(len(data))}
-	var off int64
 	for off < int64(len(data)) {
 		n, ok := walCheck(data[off:], first+uint64(len(s.offs)))
 		if !ok {
@@ -119,13 +124,17 @@ func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 	why := "it is in a segment older than the newest"
 	if tail {
 		at := intactAfter(data, off, next)
-		if at < 0 {
+		switch {
+		case at < 0 && unfinished(data, off):
 			// A write that never finished: never acknowledged, so it goes.
 			w.cut = int64(len(rest))
 			w.torn = s
 			return s, nil
+		case at < 0:
+			why = "the entry is whole (no disk sector of it is blank) but does not match its checksum"
+		default:
+			why = fmt.Sprintf("an intact entry follows it at byte %d", at)
 		}
-		why = fmt.Sprintf("an intact entry follows it at byte %d", at)
 	}
 	_ = f.Close()
 	return nil, fmt.Errorf("%w: %s is damaged at byte %d (entry %d): %s, so it is not a write "+
@@ -169,6 +178,42 @@ func intactAfter(data []byte, off int64, next uint64) int64 {
 		}
 	}
 	return -1
+}
+
+// walSector is the unit a disk writes whole or not at all.
+const walSector = 512
+
+// unfinished reports whether the bad record at off can be a write that a
+// crash cut short: its header does not describe a record that fits in
+// data (the write ended inside it), or a part of it still holds the zeros
+// the segment was preallocated with: its end (a write that stopped short)
+// or a whole disk sector of it (sectors written out of order). Every
+// record ends in one zero byte (encodeRecord's empty field), so a write
+// that lost any byte that is not zero ends in two or more. A whole record
+// with a wrong checksum is damage: it may have been acknowledged, and
+// cutting it could lose a committed entry that the node's commit index
+// has not caught up with.
+func unfinished(data []byte, off int64) bool {
+	b := data[off:]
+	if len(b) < walHeaderSize {
+		return true
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > walMaxRecord || uint64(len(b)) < walHeaderSize+uint64(n) {
+		return true
+	}
+	end := off + walHeaderSize + int64(n)
+	if data[end-1] == 0 && data[end-2] == 0 {
+		return true
+	}
+	for p := off; p < end; {
+		next := min(end, (p/walSector+1)*walSector)
+		if len(bytes.TrimLeft(data[p:next], "\x00")) == 0 {
+			return true
+		}
+		p = next
+	}
+	return false
 }
 
 // walCheck reports the size of the record at the front of b, if it is

@@ -66,10 +66,7 @@ func (q *answerQueue) put(n int, fn func()) bool {
 		// The loops are shutting down: what is queued runs here, in
 		// order (a put after the take finds nothing queued and gets
 		// here too).
-		q.mu.Lock()
-		fns := q.take()
-		q.mu.Unlock()
-		runAll(fns)
+		q.runQueued(false)
 	}
 	return true
 }
@@ -77,10 +74,7 @@ func (q *answerQueue) put(n int, fn func()) bool {
 // run is the loop's task.
 func (q *answerQueue) run(context.Context) error {
 	q.ran.Add(1)
-	q.mu.Lock()
-	fns := q.take()
-	q.mu.Unlock()
-	runAll(fns)
+	fns := q.runQueued(false)
 	q.mu.Lock()
 	if q.spare == nil {
 		q.spare = fns[:0]
@@ -89,31 +83,26 @@ func (q *answerQueue) run(context.Context) error {
 	return nil
 }
 
-// take empties the queue; under mu.
-func (q *answerQueue) take() []func() {
-	fns := q.fns
-	q.fns, q.spare = q.spare, nil
-	q.queued = false
-	return fns
-}
-
 // close runs what is still queued, on the caller, and makes put refuse
 // from then on: for Stop, once the loops have ended (a task they never
 // ran would leave its clients, and Stop's wait for them, hanging). When
 // Stop gave up waiting for the loops, a loop may still be running earlier
 // batches meanwhile: harmless, as a connection has one proposal in flight
 // at a time, so no two batches answer the same one.
-func (q *answerQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	fns := q.take()
-	q.mu.Unlock()
-	runAll(fns)
-}
+func (q *answerQueue) close() { q.runQueued(true) }
 
-func runAll(fns []func()) {
+// runQueued empties the queue, closing it first if closing, and runs what
+// it held, in order. It returns the emptied slice, for reuse.
+func (q *answerQueue) runQueued(closing bool) []func() {
+	q.mu.Lock()
+	q.closed = q.closed || closing
+	fns := q.fns
+	q.fns, q.spare = q.spare, nil
+	q.queued = false
+	q.mu.Unlock()
 	for i, fn := range fns {
 		fn()
 		fns[i] = nil
 	}
+	return fns
 }

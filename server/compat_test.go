@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server"
 	"github.com/latchd/latchd/server/servertest"
@@ -344,7 +345,7 @@ func startCompatServer(t *testing.T, c compatCfg) string {
 
 // startDflockd runs a dflockd binary with the case's settings.
 func startDflockd(t *testing.T, bin string, c compatCfg) string {
-	addr := testutil.FreePort(t)
+	addr := testport.Free(t)
 	_, port, _ := net.SplitHostPort(addr)
 	sweep := "1"
 	if c.noSweep {

@@ -27,6 +27,11 @@ type Config struct {
 	// AutoRelease releases what a connection held when it closes. Its
 	// queued waits are withdrawn either way.
 	AutoRelease bool
+	// OrphanTTL is how long what a session's connection held and waited
+	// for is kept after it closes, for a new connection naming the session
+	// to take back (orphan.go); 0 turns TCP sessions off. Only a
+	// replicated backend offers them.
+	OrphanTTL time.Duration
 	// MaxParked caps the bytes a client may pipeline behind a request that
 	// is waiting; past it the connection is closed.
 	MaxParked int
@@ -82,6 +87,7 @@ func DefaultConfig() Config {
 		Addr:        "127.0.0.1:6388",
 		ReadTimeout: 23 * time.Second,
 		AutoRelease: true,
+		OrphanTTL:   5 * time.Second,
 		MaxParked:   64 << 10,
 
 		AuthFailuresPerMinute: 60,
@@ -124,6 +130,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server: auth token must be at most %d bytes with no line break, got %d bytes", codec.MaxLine, len(c.AuthToken))
 	case c.AuthFailuresPerMinute < 0:
 		return fmt.Errorf("server: auth failures per minute must be >= 0, got %d", c.AuthFailuresPerMinute)
+	case c.OrphanTTL < 0:
+		return fmt.Errorf("server: orphan TTL must be >= 0, got %v", c.OrphanTTL)
 	case c.MaxParked < 1024:
 		return fmt.Errorf("server: max parked bytes must be >= 1024, got %d", c.MaxParked)
 	case c.MaxConnOutput < 64<<10:

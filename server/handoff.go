@@ -142,9 +142,8 @@ func (ss *session) writeClaimed(line []byte) {
 		wake = true
 	} else {
 		ss.parked = false
-		if ss.met != nil && ss.parkedAt != 0 {
-			ss.met.Answered(ss.parkedCmd, now()-ss.parkedAt)
-			ss.parkedAt = 0
+		if ss.parkedAt != 0 { // set only with metrics on
+			ss.srv.unparked(ss)
 		}
 	}
 	if !ss.hand.CompareAndSwap(handClaimed, handLoop) {

@@ -71,40 +71,37 @@ func (s *Server) refuse(remote net.Addr, r metrics.Refusal, why string) (*sessio
 	return nil, false
 }
 
-// reasonFor maps the error behind a protocol violation to its metric
-// label: the codec's error kinds and the server's own.
+// reasons maps the errors behind protocol violations to their metric
+// labels: the codec's error kinds and the server's own.
+var reasons = [...]struct {
+	err error
+	r   metrics.Reason
+}{
+	{codec.ErrLineTooLong, metrics.ReasonLineTooLong},
+	{codec.ErrUnknownCmd, metrics.ReasonUnknownCmd},
+	{codec.ErrBadKey, metrics.ReasonBadKey},
+	{codec.ErrBadArg, metrics.ReasonBadArg},
+	{codec.ErrBadInt, metrics.ReasonBadInt},
+	{codec.ErrNegative, metrics.ReasonNegative},
+	{codec.ErrNonPositive, metrics.ReasonNonPositive},
+	{codec.ErrEmptyToken, metrics.ReasonEmptyToken},
+	{codec.ErrArgCount, metrics.ReasonArgCount},
+	{errNotAuthed, metrics.ReasonAuth},
+	{errBadAuth, metrics.ReasonAuth},
+	{errAuthLimited, metrics.ReasonAuthLimited},
+	{errParkedOverflow, metrics.ReasonParkedOverflow},
+	{errOutboundOverflow, metrics.ReasonOutboundCap},
+	{errOutputBudget, metrics.ReasonOutputBudget},
+	{errWriteTimeout, metrics.ReasonWriteTimeout},
+}
+
+// reasonFor returns the metric label of the error behind a protocol
+// violation.
 func reasonFor(err error) metrics.Reason {
-	switch {
-	case errors.Is(err, codec.ErrLineTooLong):
-		return metrics.ReasonLineTooLong
-	case errors.Is(err, codec.ErrUnknownCmd):
-		return metrics.ReasonUnknownCmd
-	case errors.Is(err, codec.ErrBadKey):
-		return metrics.ReasonBadKey
-	case errors.Is(err, codec.ErrBadArg):
-		return metrics.ReasonBadArg
-	case errors.Is(err, codec.ErrBadInt):
-		return metrics.ReasonBadInt
-	case errors.Is(err, codec.ErrNegative):
-		return metrics.ReasonNegative
-	case errors.Is(err, codec.ErrNonPositive):
-		return metrics.ReasonNonPositive
-	case errors.Is(err, codec.ErrEmptyToken):
-		return metrics.ReasonEmptyToken
-	case errors.Is(err, codec.ErrArgCount):
-		return metrics.ReasonArgCount
-	case errors.Is(err, errNotAuthed), errors.Is(err, errBadAuth):
-		return metrics.ReasonAuth
-	case errors.Is(err, errAuthLimited):
-		return metrics.ReasonAuthLimited
-	case errors.Is(err, errParkedOverflow):
-		return metrics.ReasonParkedOverflow
-	case errors.Is(err, errOutboundOverflow):
-		return metrics.ReasonOutboundCap
-	case errors.Is(err, errOutputBudget):
-		return metrics.ReasonOutputBudget
-	case errors.Is(err, errWriteTimeout):
-		return metrics.ReasonWriteTimeout
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.r
+		}
 	}
 	return metrics.ReasonOther
 }

@@ -179,11 +179,7 @@ func (s *Server) stats(ss *session, consistent bool) {
 	}
 	st := s.be.Engine().SnapshotMax(now(), limit)
 	st.Connections = s.Connections()
-	var wrap func(engine.Stats) any
-	if cs := s.be.ClusterStatus(); cs != nil {
-		wrap = func(st engine.Stats) any { return clusterStats{Stats: st, Cluster: cs} }
-	}
-	body, err := engine.EncodeStats(st, limit, wrap)
+	body, err := engine.EncodeStats(st, limit, s.be.ClusterStatus())
 	var line []byte
 	if err != nil {
 		line = codec.AppendStatus(nil, codec.StatusError)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -52,7 +51,7 @@ type Server struct {
 	violations atomic.Uint64
 	nextID     atomic.Uint64
 	reg        sync.Map // *session -> struct{}: every open session, for the sweeper
-	perIP      ipCounts
+	perIP      authlimit.Conns
 	authLim    *authlimit.Limiter // failed auth per IP; nil when off or no auth
 	loops      sync.Map           // gnet.EventLoop -> *loop
 
@@ -325,20 +324,18 @@ func (s *Server) open(remote net.Addr, p peer) (*session, bool) {
 	if max := s.cfg.MaxConnections; max > 0 && n > int64(max) {
 		return s.refuse(remote, metrics.RefusedMaxConnections, "max connections")
 	}
-	ip := ""
-	if s.cfg.MaxConnectionsPerIP > 0 {
-		ip = remote.String()
-		if a := addrOf(remote); a.IsValid() {
-			ip = authlimit.Key(a).String() // an IPv6 client is its /64
-		}
-		if !s.perIP.acquire(ip, s.cfg.MaxConnectionsPerIP) {
+	var ip net.Addr
+	if max := s.cfg.MaxConnectionsPerIP; max > 0 {
+		ip = remote
+		if s.perIP.Add(ip, 1) > max {
+			s.perIP.Add(ip, -1)
 			return s.refuse(remote, metrics.RefusedMaxConnectionsPerIP, "max connections per IP")
 		}
 	}
 	ss := &session{conn: p, id: engine.OwnerID(s.nextID.Add(1)), authed: s.cfg.AuthToken == "", ip: ip,
 		fd: -1, met: s.met, srv: s}
 	if s.authLim != nil {
-		ss.authIP = addrOf(remote)
+		ss.authIP = authlimit.AddrOf(remote)
 	}
 	s.reg.Store(ss, struct{}{})
 	if s.met != nil {
@@ -355,8 +352,8 @@ func (s *Server) close(ss *session, err error) {
 	if s.met != nil {
 		s.met.Closed()
 	}
-	if ss.ip != "" {
-		s.perIP.release(ss.ip)
+	if ss.ip != nil {
+		s.perIP.Add(ss.ip, -1)
 	}
 	s.reg.Delete(ss)
 	if s.guard != nil {
@@ -386,43 +383,6 @@ func (s *Server) Refused() uint64 { return s.refused.Load() }
 // Violations returns how many connections were closed for a protocol
 // violation (bad request, failed auth, read timeout, parked overflow).
 func (s *Server) Violations() uint64 { return s.violations.Load() }
-
-// addrOf returns a's IP (IPv4-mapped addresses unmapped), or the zero
-// Addr when a carries none.
-func addrOf(a net.Addr) netip.Addr {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.AddrPort().Addr().Unmap()
-	}
-	ap, _ := netip.ParseAddrPort(a.String())
-	return ap.Addr().Unmap()
-}
-
-// ipCounts counts open connections per client IP.
-type ipCounts struct {
-	mu sync.Mutex
-	m  map[string]int
-}
-
-func (c *ipCounts) acquire(ip string, max int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[string]int)
-	}
-	if c.m[ip] >= max {
-		return false
-	}
-	c.m[ip]++
-	return true
-}
-
-func (c *ipCounts) release(ip string) {
-	c.mu.Lock()
-	if c.m[ip]--; c.m[ip] <= 0 {
-		delete(c.m, ip)
-	}
-	c.mu.Unlock()
-}
 
 // sweep closes connections that sat on a partial request for longer than
 // ReadTimeout, and wakes those whose answers waited past WriteTimeout

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ type session struct {
 	parked bool       // a blocking request waits; decoding is paused
 	authed bool       // auth passed, or none is configured
 	out    []byte     // answers of one OnTraffic call, written once
-	ip     string     // client IP, kept only when MaxConnectionsPerIP is on
+	ip     net.Addr   // client address, kept only when MaxConnectionsPerIP is on
 	authIP netip.Addr // client IP, kept only while auth is limited and pending
 	// fd is the socket a direct hand-off writes to (handoff.go); -1 for
 	// none (TLS). The hand-off also carries the answers the backend
@@ -60,6 +61,11 @@ type session struct {
 	inflight     atomic.Int32
 	closed       atomic.Bool
 	disconnected atomic.Bool
+	// sess is the owner of the session the connection acts for
+	// (orphan.go), 0 for none: then the connection is its own owner.
+	sess atomic.Uint64
+	// redirected: it was answered error_not_leader (redirect.go).
+	redirected atomic.Bool
 
 	// Output accounting (output.go). Event loop only: bytes handed to
 	// the transport so far, unsent bytes counted in the budget, bytes

@@ -7,24 +7,32 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
-// statusFor maps an engine error to its wire status. It is the one place
-// that does.
-func statusFor(err error) codec.Status {
-	switch {
-	case errors.Is(err, engine.ErrMaxKeys):
-		return codec.StatusErrorMaxLocks
-	case errors.Is(err, engine.ErrMaxWaiters):
-		return codec.StatusErrorMaxWaiters
-	case errors.Is(err, engine.ErrLimitMismatch):
-		return codec.StatusErrorLimitMismatch
-	case errors.Is(err, engine.ErrNotQueued):
-		return codec.StatusErrorNotEnqueued
-	case errors.Is(err, engine.ErrAlreadyQueued):
-		return codec.StatusErrorAlreadyEnqueued
-	case errors.Is(err, engine.ErrLeaseExpired):
-		return codec.StatusErrorLeaseExpired
+// engineStatuses are the engine's answers to a request, each with its
+// wire status: the one place that maps them.
+var engineStatuses = [...]struct {
+	err error
+	st  codec.Status
+}{
+	{engine.ErrMaxKeys, codec.StatusErrorMaxLocks},
+	{engine.ErrMaxWaiters, codec.StatusErrorMaxWaiters},
+	{engine.ErrLimitMismatch, codec.StatusErrorLimitMismatch},
+	{engine.ErrNotQueued, codec.StatusErrorNotEnqueued},
+	{engine.ErrAlreadyQueued, codec.StatusErrorAlreadyEnqueued},
+	{engine.ErrLeaseExpired, codec.StatusErrorLeaseExpired},
+	{engine.ErrNotHolder, codec.StatusError},
+	{engine.ErrBadRequest, codec.StatusError},
+	{engine.ErrDraining, codec.StatusError},
+}
+
+// statusFor returns the wire status of an engine error, and false for an
+// error that is not the engine's (the backend's).
+func statusFor(err error) (codec.Status, bool) {
+	for _, e := range engineStatuses {
+		if errors.Is(err, e.err) {
+			return e.st, true
+		}
 	}
-	return codec.StatusError
+	return codec.StatusError, false
 }
 
 // appendOutcome encodes a grant or a timeout; grants to blocking requests

@@ -40,13 +40,6 @@ import (
 // stays clear: it marks REST sessions.
 func ownerBase() uint64 { return (clock.Salt() & 0x7fff_ffff) << 32 }
 
-// clusterStats is the stats answer of a replicated node: the engine's
-// fields and the node's raft state under "cluster".
-type clusterStats struct {
-	engine.Stats
-	Cluster any `json:"cluster"`
-}
-
 // submit runs a mutating request. It returns the output and whether the
 // connection must close after it is written. Event loop only.
 func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([]byte, bool) {
@@ -54,14 +47,19 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	// would escape. Set field by field (a composite literal would be
 	// built aside and copied); the session fields stay zero.
 	r := &ss.req
-	r.Key, r.Owner, r.Client, r.Now = req.Key, ss.id, ss.id, t
-	r.TTL, r.Timeout, r.Token, r.Limit = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1
+	r.Key, r.Owner, r.Client, r.Now, r.ReqID = req.Key, ss.id, ss.id, t, req.ReqID
+	if o := ss.sess.Load(); o != 0 {
+		r.Owner = engine.OwnerID(o)
+	}
+	r.TTL, r.Timeout, r.Token, r.Limit, r.Mode = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1, 0
 	r.LockDelay = time.Duration(req.LockDelayMS) * time.Millisecond
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
+	} else if req.Cmd.RW() {
+		r.Mode = rwMode(req.Cmd)
 	}
 	var sink engine.Sink
-	switch req.Cmd {
+	switch req.Cmd.Base() {
 	case codec.CmdLock, codec.CmdSemLock:
 		r.Op, sink = backend.OpAcquire, ss
 	case codec.CmdEnqueue, codec.CmdSemEnqueue:
@@ -74,7 +72,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 			return codec.AppendStatus(out, codec.StatusError), false
 		}
 		r.Op, r.Token = backend.OpRelease, tok
-		if req.Cmd == codec.CmdRenew || req.Cmd == codec.CmdSemRenew {
+		if b := req.Cmd.Base(); b == codec.CmdRenew || b == codec.CmdSemRenew {
 			r.Op = backend.OpRenew
 		}
 	default:
@@ -91,7 +89,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 		later = (*parkable)(ss)
 	}
 	rep, pending, err := s.be.Submit(r, sink, ss.via(), later)
-	r.Key = nil // a view of the read buffer
+	r.Key, r.ReqID = nil, nil // views of the read buffer
 	if pending {
 		// Answer may have run already, on another goroutine: the
 		// counters may pass through -1, which no reader acts on before
@@ -103,9 +101,19 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	}
 	if err == nil {
 		ss.used = true
+	} else {
+		ss.noteRedirect(err)
 	}
 	out, ss.parked, _ = appendReply(out, req.Cmd, rep, err, false)
 	return out, false
+}
+
+// rwMode is the engine mode of a read-write command.
+func rwMode(c codec.Cmd) engine.Mode {
+	if c.Write() {
+		return engine.ModeWrite
+	}
+	return engine.ModeRead
 }
 
 // appendReply appends the answer to a request of cmd that the backend
@@ -118,7 +126,7 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 	if err != nil {
 		return appendErr(out, cmd, err, taken)
 	}
-	switch cmd {
+	switch cmd.Base() {
 	case codec.CmdLock, codec.CmdSemLock, codec.CmdWait, codec.CmdSemWait:
 		if rep.Outcome.Result == engine.Queued {
 			return out, true, false
@@ -136,20 +144,21 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 
 // appendErr is appendReply for an error.
 func appendErr(out []byte, cmd codec.Cmd, err error, taken bool) (_ []byte, park, closeNow bool) {
+	cmd = cmd.Base()
+	st, engines := statusFor(err)
 	switch {
-	case !engineError(err):
+	case !engines:
 		if addr, ok := notLeader(err); ok {
 			return appendNotLeader(out, addr), false, false
 		}
 		if taken {
 			return out, false, true
 		}
-		return codec.AppendStatus(out, codec.StatusError), false, false
 	case cmd == codec.CmdRelease || cmd == codec.CmdSemRelease ||
 		cmd == codec.CmdRenew || cmd == codec.CmdSemRenew:
-		return codec.AppendStatus(out, codec.StatusError), false, false
+		st = codec.StatusError
 	}
-	return codec.AppendStatus(out, statusFor(err)), false, false
+	return codec.AppendStatus(out, st), false, false
 }
 
 // notLeader returns the leader's client address when err is a
@@ -161,19 +170,6 @@ func notLeader(err error) (string, bool) {
 		return nl.Leader.ClientAddr, true
 	}
 	return "", false
-}
-
-// engineError reports whether err is the engine's answer to a request
-// (which the protocol has a status for), not the backend's.
-func engineError(err error) bool {
-	for _, e := range [...]error{engine.ErrMaxKeys, engine.ErrMaxWaiters, engine.ErrLimitMismatch,
-		engine.ErrNotHolder, engine.ErrAlreadyQueued, engine.ErrNotQueued, engine.ErrLeaseExpired,
-		engine.ErrBadRequest, engine.ErrDraining} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // Answer implements backend.Later: the reply to ss's pending request,
@@ -198,6 +194,9 @@ func (ss *session) answer(cmd codec.Cmd, rep backend.Reply, err error) {
 	s := ss.srv
 	defer s.inflight.Add(-1)
 	defer s.answered1(ss) // before the count: it may submit a Disconnect
+	if err != nil {
+		ss.noteRedirect(err)
+	}
 	line, park, closeNow := appendReply(nil, cmd, rep, err, true)
 	switch {
 	case park:
@@ -232,6 +231,16 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 	if !ss.disconnected.CompareAndSwap(false, true) {
 		return
 	}
+	owner := ss.id
+	if o := engine.OwnerID(ss.sess.Load()); o != 0 {
+		if _, ok := s.be.Engine().SessionKey(o); ok {
+			// A session's connection: what it holds and waits for is
+			// kept for the orphan TTL, for a new connection to take back.
+			s.be.EndSessionAsync(o)
+			return
+		}
+		owner = o // the session ended under it: drop what is left now
+	}
 	release := s.cfg.AutoRelease
 	if s.be.Replicated() && s.stopping() {
 		// Shutting down: the clients move to the next leader and renew
@@ -242,9 +251,12 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 		// for a lease.
 		release = false
 	}
+	if s.be.Replicated() && ss.redirected.Load() {
+		release = false // its client may hold its grants elsewhere (redirect.go)
+	}
 	s.inflight.Add(1)
 	r := &ss.req
-	*r = backend.Request{Op: backend.OpDisconnect, Owner: ss.id, Release: release}
+	*r = backend.Request{Op: backend.OpDisconnect, Owner: owner, Release: release}
 	_, pending, err := s.be.Submit(r, nil, via, (*dropped)(ss))
 	*r = backend.Request{}
 	if !pending {

@@ -119,6 +119,9 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 		s.protocolError(ss, errNotAuthed)
 		return codec.AppendStatus(out, codec.StatusErrorAuth), true
 	}
+	if req.Cmd == codec.CmdSession {
+		return s.sessionCmd(ss, req, out)
+	}
 	if req.Cmd == codec.CmdWatch {
 		return s.watch(ss, req, out)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/soak"
 )
 
@@ -228,7 +228,7 @@ func acceptErrors(scrape, name string) float64 {
 
 // freeAddr is a free loopback address below the ephemeral range, where an
 // outgoing connection cannot take it before the child binds it.
-func freeAddr(t *testing.T) string { return testutil.FreePort(t) }
+func freeAddr(t *testing.T) string { return testport.Free(t) }
 
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)

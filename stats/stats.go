@@ -17,6 +17,10 @@ type Report struct {
 	Semaphores     []Semaphore `json:"semaphores"`
 	IdleLocks      []Idle      `json:"idle_locks"`
 	IdleSemaphores []Idle      `json:"idle_semaphores"`
+	// RWLocks lists the read-write keys in use; left out of the JSON
+	// when there are none, so a dflockd client's answer is unchanged.
+	// An idle read-write key is listed in IdleLocks.
+	RWLocks []RWLock `json:"rwlocks,omitempty"`
 	// Delayed lists the slots a lock-delay holds back, one entry per
 	// slot; absent when there is none.
 	Delayed []Delayed `json:"delayed,omitempty"`
@@ -32,6 +36,7 @@ type Totals struct {
 	Semaphores     int `json:"semaphores"`
 	IdleLocks      int `json:"idle_locks"`
 	IdleSemaphores int `json:"idle_semaphores"`
+	RWLocks        int `json:"rwlocks,omitempty"`
 }
 
 // Lock describes a held lock (a key with limit 1).
@@ -69,4 +74,16 @@ type Delayed struct {
 type Idle struct {
 	Key   string  `json:"key"`
 	IdleS float64 `json:"idle_s"`
+}
+
+// RWLock describes a read-write key in use: its mode now ("read" when
+// readers hold it, "write" when a writer does, "" when nobody holds it
+// and a request still waits), how many hold it, and how many wait (of
+// them, how many are writers).
+type RWLock struct {
+	Key            string `json:"key"`
+	Mode           string `json:"mode"`
+	Holders        int    `json:"holders"`
+	Waiters        int    `json:"waiters"`
+	WritersWaiting int    `json:"writers_waiting"`
 }

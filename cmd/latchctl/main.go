@@ -2,7 +2,8 @@
 // client: it runs a command while holding a lock, a semaphore slot or an
 // election's leadership, shows the server's state (stats, top) and
 // health, and changes a cluster's membership and leadership over its
-// admin API (member, leader). docs/cli.md documents it.
+// admin API (member, leader), and backs up the state (snapshot).
+// docs/cli.md documents it.
 package main
 
 import (
@@ -42,7 +43,7 @@ func main() {
 const usage = `latchctl is the command-line client of latchd.
 
 Usage:
-  latchctl [flags] lock KEY [--timeout D] [--ttl D] [--kill-after D] [--lock-delay D] -- CMD [ARGS...]
+  latchctl [flags] lock KEY [--shared | --exclusive] [--timeout D] [--ttl D] [--kill-after D] [--lock-delay D] -- CMD [ARGS...]
   latchctl [flags] sem KEY --limit N [--timeout D] [--ttl D] [--kill-after D] [--lock-delay D] -- CMD [ARGS...]
   latchctl [flags] elect NAME [--ttl D] [--kill-after D] -- CMD [ARGS...]
   latchctl [flags] observe NAME [--count N]
@@ -51,7 +52,11 @@ Usage:
   latchctl [flags] health [--http URL]
   latchctl [flags] member list [--json] | add ID RAFT_ADDR [--learner] | promote ID | remove ID
   latchctl [flags] leader transfer [ID]
+  latchctl [flags] snapshot save FILE | status FILE [--json]
   latchctl version
+
+lock --shared and --exclusive take a read-write key's read hold (with other
+readers) or its write hold (alone); plain lock is an ordinary lock.
 
 CMD runs with LATCHD_KEY, LATCHD_TOKEN and LATCHD_FENCE in its environment
 while the lease is held and renewed. Durations are seconds ("10") or Go
@@ -63,6 +68,9 @@ member and leader change a cluster over its admin API: their flags
 --http, --admin-token-file (or env LATCHD_ADMIN_TOKEN) and --learner,
 --json go after the subcommand (latchctl member -h). Exit status: 0 done,
 1 refused or failed (the server's error on stderr), 2 bad command line.
+
+snapshot save writes a backup of the state to FILE over the same admin
+API (and flags); snapshot status checks a backup file and prints its header.
 
 Flags (before or after the subcommand):
 `
@@ -305,6 +313,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runMember(fs, &c, rest, getenv, stdout)
 	case "leader":
 		err = runLeader(fs, &c, rest, getenv, stdout)
+	case "snapshot":
+		err = runSnapshot(fs, &c, rest, getenv, stdout)
 	case "version":
 		fmt.Fprintf(stdout, "latchctl %s\n", buildinfo.Get())
 		return 0

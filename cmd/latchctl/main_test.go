@@ -414,7 +414,7 @@ func TestStatsAndHealth(t *testing.T) {
 	reg := metrics.NewRegistryFunc(func() *engine.Engine { return eng })
 	s := servertest.StartServerWith(t, []server.Option{server.WithMetrics(reg.TCP())})
 	eng = s.Engine
-	stopMetrics, metricsAddr, err := metrics.Serve("127.0.0.1:0", reg, zap.NewNop())
+	stopMetrics, metricsAddr, err := metrics.Serve("127.0.0.1:0", reg, zap.NewNop(), metrics.ServeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/httpfast"
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server/servertest"
@@ -68,7 +69,7 @@ func everyone(t *testing.T, c *servertest.Cluster, id, want string) {
 func startEmpty(t *testing.T, id string) (*replica.Node, string) {
 	t.Helper()
 	cfg := servertest.ClusterConfig(id)
-	cfg.BindAddr = testutil.FreePort(t)
+	cfg.BindAddr = testport.Free(t)
 	cfg.RaftDir = filepath.Join(t.TempDir(), "raft")
 	st, err := replica.DiskStorage(cfg, zap.NewNop())
 	if err != nil {

@@ -40,6 +40,7 @@ type held struct {
 	timeout, ttl, killAfter time.Duration // the flags; timeout -1: not given
 	lockDelay               time.Duration // --lock-delay: 0 the server's, client.NoLockDelay none
 	limit                   int
+	shared, exclusive       bool // lock: a read-write key's read or write hold
 	c                       *common
 	opts                    []client.Option
 	stderr                  io.Writer
@@ -73,6 +74,10 @@ func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io
 	if sub == "sem" {
 		fs.IntVar(&r.limit, "limit", 0, "the semaphore's limit: how many may hold it at once (required)")
 	}
+	if sub == "lock" {
+		fs.BoolVar(&r.shared, "shared", false, "take a read-write key's shared (read) hold, with other readers")
+		fs.BoolVar(&r.exclusive, "exclusive", false, "take a read-write key's exclusive (write) hold")
+	}
 	if sub != "elect" {
 		fs.Func("lock-delay", "if the lease is lost (not released), the server grants the key again only this long after (a duration such as 15s, or none; default: the server's --lock-delay)", r.parseLockDelay)
 	}
@@ -81,6 +86,9 @@ func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io
 	pos, cmd, err := parse(fs, args)
 	if err == nil {
 		err = checkHeld(sub, pos, cmd, r.limit)
+	}
+	if err == nil && r.shared && r.exclusive {
+		err = usagef("lock takes --shared or --exclusive, not both")
 	}
 	if err != nil {
 		return nil, err
@@ -128,11 +136,14 @@ func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
 		release func(context.Context) error
 		acquire func(context.Context) (bool, error)
 	)
-	if r.sub == "lock" {
+	switch {
+	case r.shared || r.exclusive:
+		h, release, acquire = r.rwLock()
+	case r.sub == "lock":
 		l := &client.Lock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout), LockDelay: r.lockDelay}
 		setTarget(r.c, &l.Servers, &l.Cluster)
 		h, release, acquire = l, l.Release, l.Acquire
-	} else {
+	default:
 		s := &client.Semaphore{Key: r.key, Limit: r.limit, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout), LockDelay: r.lockDelay}
 		setTarget(r.c, &s.Servers, &s.Cluster)
 		h, release, acquire = s, s.Release, s.Acquire
@@ -151,6 +162,17 @@ func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
 		}
 		// No --timeout: wait again.
 	}
+}
+
+// rwLock is take's read-write lock: a read hold with --shared, the write
+// hold with --exclusive.
+func (r *held) rwLock() (holder, func(context.Context) error, func(context.Context) (bool, error)) {
+	l := &client.RWLock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout)}
+	setTarget(r.c, &l.Servers, &l.Cluster)
+	if r.shared {
+		return l, l.Release, l.RLock
+	}
+	return l, l.Release, l.Lock
 }
 
 // release gives up what CMD ran under and returns the exit status: CMD's,

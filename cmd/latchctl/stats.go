@@ -39,6 +39,10 @@ func rows(st *client.Stats, all bool) []row {
 		out = append(out, row{key: l.Key, kind: "lock", holders: 1, waiters: l.Waiters, limit: "1",
 			leaseLeft: fmt.Sprintf("%.1fs", l.LeaseExpiresInS)})
 	}
+	for _, l := range st.RWLocks {
+		out = append(out, row{key: l.Key, kind: "rw/" + cmp.Or(l.Mode, "free"), holders: l.Holders, waiters: l.Waiters,
+			limit: "-", leaseLeft: "-"})
+	}
 	for _, s := range st.Semaphores {
 		out = append(out, row{key: s.Key, kind: "sem", holders: s.Holders, waiters: s.Waiters,
 			limit: strconv.Itoa(s.Limit), leaseLeft: "-"})
@@ -105,8 +109,8 @@ func runStats(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
-	fmt.Fprintf(stdout, "connections: %d  held locks: %d  semaphores in use: %d  idle keys: %d\n\n",
-		st.Connections, len(st.Locks), len(st.Semaphores), len(st.IdleLocks)+len(st.IdleSemaphores))
+	fmt.Fprintf(stdout, "connections: %d  held locks: %d  semaphores in use: %d  read-write locks in use: %d  idle keys: %d\n\n",
+		st.Connections, len(st.Locks), len(st.Semaphores), len(st.RWLocks), len(st.IdleLocks)+len(st.IdleSemaphores))
 	return writeTable(stdout, rows(st, *all), *all)
 }
 
@@ -241,7 +245,7 @@ func writeTop(w io.Writer, c *common, st *client.Stats, cur, prev map[string]flo
 	}
 	fmt.Fprintf(w, "latchctl top  %s  %s\n", strings.Join(c.targets(), ","), now.Format("15:04:05"))
 	fmt.Fprintf(w, "connections %d  keys in use %d  held %d  waiting %d  idle keys %d\n",
-		st.Connections, len(st.Locks)+len(st.Semaphores), held, waiting, len(st.IdleLocks)+len(st.IdleSemaphores))
+		st.Connections, len(st.Locks)+len(st.Semaphores)+len(st.RWLocks), held, waiting, len(st.IdleLocks)+len(st.IdleSemaphores))
 	switch {
 	case !haveURL:
 		fmt.Fprintln(w, "ops/s: give --metrics-url http://HOST:PORT/metrics to see rates")

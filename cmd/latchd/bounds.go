@@ -46,6 +46,8 @@ var bounds = map[string]bound{
 	"http-session-ttl":            {1, maxSecs},
 	"auth-failures-per-minute":    {0, noMax},
 	"raft-batch-wait":             {0, float64(100 * time.Millisecond)},
+	"learner-promote-lag":         {0, noMax},
+	"orphan-ttl":                  {0, float64(time.Hour)},
 	"lock-delay":                  {0, float64(maxSecs * time.Second)},
 	"event-loops":                 {0, 1 << 16},
 	"shards":                      {1, 1 << 16},

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/internal/testport"
 )
 
 // TestMain lets a test re-run this binary as a latchd process (see
@@ -173,7 +173,7 @@ func (c *child) signal(sig os.Signal, limit time.Duration) time.Duration {
 
 // freePort is a free loopback address below the ephemeral range, where
 // an outgoing connection cannot take it before the child binds it.
-func freePort(t testing.TB) string { return testutil.FreePort(t) }
+func freePort(t testing.TB) string { return testport.Free(t) }
 
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)

@@ -143,6 +143,7 @@ func (o *options) replicaConfig(ecfg engine.Config) (replica.Config, error) {
 	c.Bootstrap = o.bootstrap
 	c.RaftLogLevel = o.raftLogLevel
 	c.BatchWait = o.raftBatchWait
+	c.LearnerPromoteLag = uint64(o.learnerPromoteLag)
 	c.AuthToken = o.raftAuthToken
 	ps, err := o.peers()
 	if err != nil {
@@ -180,6 +181,9 @@ func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, 
 			return nil, err
 		}
 		log.Info("fence floor from the fence journal", zap.String("file", o.fenceFile), zap.Uint64("floor", rcfg.FenceFloor))
+	}
+	if err := seedRaftDir(o, &rcfg, log); err != nil {
+		return nil, err
 	}
 	st, err := replica.DiskStorage(rcfg, log.Named("raft"))
 	if err != nil {

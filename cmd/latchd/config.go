@@ -11,7 +11,7 @@ import (
 	"github.com/latchd/latchd/engine"
 	"github.com/latchd/latchd/httpfast"
 	"github.com/latchd/latchd/internal/listen"
-	"github.com/latchd/latchd/internal/metrics"
+	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
 )
 
@@ -50,9 +50,16 @@ type options struct {
 	raftAuthTokenFile, adminToken            string
 	adminTokenFile, raftLogLevel             string
 	raftBatchWait                            time.Duration
+	learnerPromoteLag                        int
+	orphanTTL                                time.Duration
 	lockDelay                                time.Duration
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
+
+	// --restore (restore.go).
+	restore      string
+	restoreForce bool
+	backup       *replica.BackupInfo // read from restore
 
 	// dflockd compatibility (compat.go).
 	leaseSweepInterval, gcInterval int
@@ -104,6 +111,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return nil, err
 	}
 	if err := o.clusterOptions(); err != nil {
+		return nil, err
+	}
+	if err := o.restoreOptions(); err != nil {
 		return nil, err
 	}
 	if err := o.loadTLS(); err != nil {
@@ -166,13 +176,13 @@ func checkAuthSecret(tok, source string) error {
 	return nil
 }
 
-// metricsOptions protects --metrics-addr with the auth token, as the REST
-// API's /metrics is, unless --metrics-public opens it.
-func (o *options) metricsOptions() []metrics.ServeOption {
-	if o.metricsPublic || o.authToken == "" {
-		return nil
+// metricsToken is the token --metrics-addr requires: the auth token, as
+// the REST API's /metrics does, unless --metrics-public opens it.
+func (o *options) metricsToken() string {
+	if o.metricsPublic {
+		return ""
 	}
-	return []metrics.ServeOption{metrics.WithBearerToken(o.authToken)}
+	return o.authToken
 }
 
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }
@@ -198,6 +208,7 @@ func (o *options) serverConfig() (server.Config, error) {
 	c.MaxConnections = o.maxConns
 	c.AuthToken = o.authToken
 	c.AutoRelease = o.autoRelease
+	c.OrphanTTL = o.orphanTTL
 	c.TLS = o.tls
 	c.MaxConnectionsPerIP = o.maxConnsPerIP
 	c.AuthFailuresPerMinute = o.authFailuresPerMinute

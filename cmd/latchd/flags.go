@@ -4,6 +4,8 @@ import (
 	"flag"
 	"io"
 	"time"
+
+	"github.com/latchd/latchd/replica"
 )
 
 // The flags, by the section of --help they appear in. Each group function
@@ -22,6 +24,7 @@ func (o *options) flagGroups(fs *flag.FlagSet) []*flagGroup {
 		{"Leases", o.leaseFlags},
 		{"Security", o.securityFlags},
 		{"Cluster", o.clusterFlags},
+		{"Backup and restore", o.restoreFlags},
 		{"Observability", o.observabilityFlags},
 		{"Tuning", o.tuningFlags},
 		{"dflockd compatibility", o.addDflockdFlags},
@@ -95,9 +98,11 @@ func (o *options) clusterFlags(g *flagGroup) {
 	g.boolFlag(&o.bootstrap, "bootstrap", false, "cluster mode: write the first configuration (this node, or --cluster-peers) into an empty raft dir")
 	g.strFlag(&o.clusterPeers, "cluster-peers", "", "cluster mode: initial voters, id=raft_addr=client_addr,... (with --bootstrap on each)")
 	g.strFlag(&o.join, "join", "", "cluster mode: HTTP addresses of members to ask to add this node, host:port,...")
+	g.intFlag(&o.learnerPromoteLag, "learner-promote-lag", replica.DefaultLearnerPromoteLag, "cluster mode: the leader promotes a learner to a voter once its log is within this many entries of the commit index (0 = never: promote by hand)")
 	g.strFlag(&o.raftAuthTokenFile, "raft-auth-token-file", "", "cluster mode: file holding the secret nodes prove to each other")
-	g.strFlag(&o.adminToken, "admin-token", "", "bearer token for the cluster admin API (/v1/admin/*; off when empty)")
+	g.strFlag(&o.adminToken, "admin-token", "", "bearer token for the admin API (/v1/admin/*: cluster membership, and snapshots on a single node too; off when empty)")
 	g.strFlag(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token")
+	g.durFlag(&o.orphanTTL, "orphan-ttl", 5*time.Second, "cluster mode: how long what a TCP session's connection held and waited for is kept after the connection dies, for the client to take back (0 = no TCP sessions: released at once)")
 	g.durFlag(&o.raftBatchWait, "raft-batch-wait", 2*time.Millisecond, "cluster mode: how long the leader holds queued commands for the clients it just answered, to commit them together (0 = off; at most 100ms)")
 	g.strFlag(&o.raftLogLevel, "raft-log-level", "warn", "raft's log level: off, error, warn, info, debug")
 }

@@ -20,7 +20,7 @@ func TestHelpGroups(t *testing.T) {
 		t.Fatalf("--help: exit %d, want 0", code)
 	}
 	help := errb.String()
-	wantGroups := []string{"Listeners", "Limits", "Leases", "Security", "Cluster", "Observability", "Tuning", "dflockd compatibility"}
+	wantGroups := []string{"Listeners", "Limits", "Leases", "Security", "Cluster", "Backup and restore", "Observability", "Tuning", "dflockd compatibility"}
 	var groups []string
 	for line := range strings.Lines(help) {
 		if m := regexp.MustCompile(`^(\S.*):$`).FindStringSubmatch(strings.TrimRight(line, "\n")); m != nil {
@@ -123,7 +123,7 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 
 // outside returns a value of flag name one step past edge in direction dir.
 func outside(name string, edge float64, dir int) string {
-	if name == "raft-batch-wait" || name == "lock-delay" {
+	if name == "raft-batch-wait" || name == "orphan-ttl" || name == "lock-delay" {
 		return (time.Duration(edge) + time.Duration(dir)*time.Millisecond).String()
 	}
 	if name == "http-rate-limit-per-ip" {

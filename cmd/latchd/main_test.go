@@ -260,7 +260,8 @@ func TestMetricsAddrNeedsToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stop, addr, err := metrics.Serve("127.0.0.1:0", metrics.NewRegistry(nil), zap.NewNop(), o.metricsOptions()...)
+			stop, addr, err := metrics.Serve("127.0.0.1:0", metrics.NewRegistry(nil), zap.NewNop(),
+				metrics.ServeConfig{BearerToken: o.metricsToken()})
 			if err != nil {
 				t.Fatal(err)
 			}

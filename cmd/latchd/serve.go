@@ -151,6 +151,7 @@ func (d *daemon) startEngine() error {
 	if err != nil {
 		return err
 	}
+	d.restoreEngine(eng)
 	if journal != nil {
 		d.spawn(func(stop <-chan struct{}) {
 			journal.Keep(stop, eng.LastFence, eng.RaiseFenceLimit, func(err error) {
@@ -180,7 +181,7 @@ func (d *daemon) instrument(ctx context.Context) {
 	}
 
 	d.out = budget.New(d.scfg.MaxOutput)
-	d.reg.MustRegister(metrics.NewOutputCollector(d.out.Used, d.out.Max()))
+	d.reg.MustRegister(metrics.OutputCollectors(d.out.Used, d.out.Max())...)
 	// Held counts the engine's entries too: when a flood of waiters goes,
 	// it becomes garbage that was live at the last collection, which
 	// neither the quiet rule nor the runtime notices before its forced
@@ -232,6 +233,7 @@ func (d *daemon) startHTTP() error {
 	hopts := []httpfast.Option{httpfast.WithConnections(d.srv.Connections), httpfast.WithMetrics(d.reg),
 		httpfast.WithReadiness(d.rd.check), httpfast.WithListeners(d.lns),
 		httpfast.WithOutputBudget(d.out)}
+	hopts = append(hopts, d.snapshotOption()...)
 	if d.node != nil && d.o.adminToken != "" {
 		hopts = append(hopts, httpfast.WithAdmin(d.node, d.o.adminToken))
 	}
@@ -251,9 +253,9 @@ func (d *daemon) startHTTP() error {
 // --metrics-addr, --debug-addr, and the --join requests.
 func (d *daemon) startSidecars(ctx context.Context) error {
 	if d.o.metricsAddr != "" { // the REST port serves /metrics too, when it is on
-		mopts := append(d.o.metricsOptions(), metrics.WithReadiness(d.rd.check),
-			metrics.WithListenerWrap(func(ln net.Listener) net.Listener { return d.lns.Wrap("metrics", ln) }))
-		stopMetrics, _, err := metrics.Serve(d.o.metricsAddr, d.reg, d.log.Named("metrics"), mopts...)
+		stopMetrics, _, err := metrics.Serve(d.o.metricsAddr, d.reg, d.log.Named("metrics"), metrics.ServeConfig{
+			Ready: d.rd.check, BearerToken: d.o.metricsToken(),
+			Wrap: func(ln net.Listener) net.Listener { return d.lns.Wrap("metrics", ln) }})
 		if err != nil {
 			return err
 		}

@@ -31,13 +31,11 @@ func main() {
 
 	var wg sync.WaitGroup
 	for i := range *instances {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := runOnce(*addr, fmt.Sprintf("host-%d", i+1)); err != nil {
 				log.Print(err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }

@@ -104,7 +104,7 @@
       const kc = cell(tr, k.key, "key");
       kc.title = "show holders and waiters";
       kc.addEventListener("click", () => { selected = { key: k.key, kind: k.kind }; poll(); });
-      cell(tr, k.kind === "lock" ? "lock" : "semaphore/" + k.limit);
+      cell(tr, k.kind === "lock" ? "lock" : k.kind === "rwlock" ? "rwlock/" + (k.mode || "free") : "semaphore/" + k.limit);
       cell(tr, k.owner || "–", "mono holder");
       cell(tr, k.fence || "–", "mono");
       cell(tr, k.holders ? secs(k.lease_expires_in_s) : "–");
@@ -120,18 +120,18 @@
   async function renderDetail() {
     const d = $("detail");
     if (!selected) { d.hidden = true; return; }
-    const route = selected.kind === "lock" ? "/v1/locks/" : "/v1/semaphores/";
+    const route = { lock: "/v1/locks/", rwlock: "/v1/rwlocks/" }[selected.kind] || "/v1/semaphores/";
     const st = await get(route + encodeURIComponent(selected.key));
     d.hidden = false;
     text($("d-title"), st.key + "  (" + st.kind + ", limit " + st.limit + (st.exists ? "" : ", not in memory") + ")");
     $("d-holders").replaceChildren(...st.holders.map((h) => {
       const tr = document.createElement("tr");
-      cell(tr, h.owner, "mono"); cell(tr, h.fence, "mono"); cell(tr, secs(h.lease_expires_in_s));
+      cell(tr, h.owner + (h.mode ? " (" + h.mode + ")" : ""), "mono"); cell(tr, h.fence, "mono"); cell(tr, secs(h.lease_expires_in_s));
       return tr;
     }));
     $("d-waiters").replaceChildren(...st.waiters.map((w, i) => {
       const tr = document.createElement("tr");
-      cell(tr, String(i + 1)); cell(tr, w.owner, "mono");
+      cell(tr, String(i + 1)); cell(tr, w.owner + (w.mode ? " (" + w.mode + ")" : ""), "mono");
       cell(tr, w.wait_expires_in_s === undefined ? "no deadline" : secs(w.wait_expires_in_s));
       return tr;
     }));

@@ -7,7 +7,8 @@
 // half the bound it becomes the previous one and the old previous is
 // dropped, so a flood of source addresses can never grow it past the
 // bound, and the IPs forgotten are those least recently seen (they start
-// again with a full bucket). Safe for concurrent use.
+// again with a full bucket). Conns counts each client's open connections
+// for the per-IP connection caps. Safe for concurrent use.
 package authlimit
 
 import (

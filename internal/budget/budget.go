@@ -55,8 +55,5 @@ func (b *Budget) Max() int64 {
 	return b.max
 }
 
-// Over reports whether the count is past the maximum.
-func (b *Budget) Over() bool { return b.Max() > 0 && b.Used() > b.max }
-
 // Fits reports whether n more bytes stay within the maximum.
 func (b *Budget) Fits(n int64) bool { return b.Max() == 0 || b.Used()+n <= b.max }

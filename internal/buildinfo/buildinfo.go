@@ -5,6 +5,7 @@
 package buildinfo
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -55,16 +56,9 @@ func read(version, commit string, build func() (*debug.BuildInfo, bool)) Info {
 				i.Commit += "-dirty"
 			}
 		}
-		if bi.GoVersion != "" {
-			i.GoVersion = bi.GoVersion
-		}
+		i.GoVersion = cmp.Or(bi.GoVersion, i.GoVersion)
 	}
-	if i.Version == "" {
-		i.Version = "devel"
-	}
-	if i.Commit == "" {
-		i.Commit = "unknown"
-	}
+	i.Version, i.Commit = cmp.Or(i.Version, "devel"), cmp.Or(i.Commit, "unknown")
 	return i
 }
 

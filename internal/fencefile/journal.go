@@ -261,12 +261,8 @@ func (j *Journal) EngineHooks() (seed, limit uint64, reserve func(need uint64) u
 // syncDir fsyncs a directory, making a new entry in it durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fencefile: sync directory %s: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		err = errors.Join(d.Sync(), d.Close())
 	}
 	if err != nil {
 		return fmt.Errorf("fencefile: sync directory %s: %w", dir, err)

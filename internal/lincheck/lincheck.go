@@ -323,6 +323,15 @@ func (lc *Client) Do(req string, deadline time.Time) (line string, sent bool) {
 func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Duration, stop <-chan struct{}, h Hooks) {
 	secs := int64(ttl / time.Second)
 	defer lc.Close()
+	if h.Done == nil {
+		h.Done = func(int64, bool) {}
+	}
+	if h.Granted == nil {
+		h.Granted = func(string, string) {}
+	}
+	if h.Releasing == nil {
+		h.Releasing = func(string) {}
+	}
 	for {
 		select {
 		case <-stop:
@@ -340,19 +349,19 @@ func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Dura
 		tok := "0000000000000001aaaaaaaaaaaaaaaa" // a stale token, when not granted
 		f := strings.Fields(line)
 		granted := len(f) == 3 && f[0] == "ok"
-		h.done(call, granted)
+		h.Done(call, granted)
 		if granted {
 			tok = f[1]
-			h.granted(key, tok)
+			h.Granted(key, tok)
 		}
 		for _, req := range []string{fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs), fmt.Sprintf("r\n%s\n%s\n", key, tok)} {
 			if req[0] == 'r' && granted {
-				h.releasing(key)
+				h.Releasing(key)
 			}
 			call := rec.Now()
 			if line, sent := lc.Do(req, time.Now().Add(5*time.Second)); sent {
 				rec.Record(id, Input{Op: req[0], Key: key, Token: tok}, call, line)
-				h.done(call, false)
+				h.Done(call, false)
 			}
 		}
 	}
@@ -366,22 +375,4 @@ type Hooks struct {
 	Done      func(call int64, granted bool)
 	Granted   func(key, tok string)
 	Releasing func(key string)
-}
-
-func (h Hooks) done(call int64, granted bool) {
-	if h.Done != nil {
-		h.Done(call, granted)
-	}
-}
-
-func (h Hooks) granted(key, tok string) {
-	if h.Granted != nil {
-		h.Granted(key, tok)
-	}
-}
-
-func (h Hooks) releasing(key string) {
-	if h.Releasing != nil {
-		h.Releasing(key)
-	}
 }

@@ -207,10 +207,6 @@ func (g *Guard) Close() error {
 	return g.Listener.Close()
 }
 
-// Accepting reports whether the listener can take a connection now (see
-// Set.Down).
-func (g *Guard) Accepting() bool { return !g.down() }
-
 // down: sleeping a backoff step, or short of descriptors with none free
 // now. A listener short of them whose process has one free is not down:
 // its next accept takes it, whether Accept is about to call the kernel

@@ -249,8 +249,8 @@ func TestGuardReportWhileWaitingIsNotDownForEver(t *testing.T) {
 	if down := waitDown(set, nil, 10*time.Second); len(down) != 0 {
 		t.Fatalf("Down() = %v with descriptors free and nobody connecting; want none", down)
 	}
-	if !g.Accepting() {
-		t.Fatal("Accepting() = false with descriptors free")
+	if g.down() {
+		t.Fatal("down() = true with descriptors free")
 	}
 }
 

@@ -85,10 +85,13 @@ func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, ch
 	defer t.Stop()
 	var peak, prev int64 // Held's highest since the last trim, and at the last check
 	var falls int        // checks in a row that saw Held fall
-	var made uint64
-	if g.Made != nil {
-		made = g.Made()
+	if g.Held == nil {
+		g.Held = func() int64 { return 0 }
 	}
+	if g.Made == nil {
+		g.Made = func() uint64 { return 0 }
+	}
+	made := g.Made()
 	last := read()
 	low := last.live // lowest live heap seen since the last trim
 	for {
@@ -99,15 +102,8 @@ func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, ch
 		}
 		// Read before trimming: what is freed while the trim runs must
 		// count for the next one.
-		var h int64
-		var mk uint64
-		if g.Held != nil {
-			h = g.Held()
-			peak = max(peak, h)
-		}
-		if g.Made != nil {
-			mk = g.Made()
-		}
+		h, mk := g.Held(), g.Made()
+		peak = max(peak, h)
 		m := read()
 		// A trim marks the whole live heap, twice: it must free at least
 		// minIdle and a liveShare'th of the live heap to be worth that.

@@ -252,8 +252,8 @@ func TestTCPRecording(t *testing.T) {
 			t.Errorf("unexpected cmd label %q", name)
 		}
 	}
-	if n := len(mfs["latchd_tcp_requests_total"].Metric); n != int(codec.CmdStats) {
-		t.Errorf("%d cmd series; want %d", n, codec.CmdStats)
+	if n := len(mfs["latchd_tcp_requests_total"].Metric); n != int(codec.CmdLast) {
+		t.Errorf("%d cmd series; want %d", n, codec.CmdLast)
 	}
 }
 

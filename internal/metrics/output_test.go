@@ -8,7 +8,7 @@ import (
 func TestOutputCollector(t *testing.T) {
 	reg := NewRegistry(nil)
 	used := int64(1234)
-	reg.MustRegister(NewOutputCollector(func() int64 { return used }, 64<<20))
+	reg.MustRegister(OutputCollectors(func() int64 { return used }, 64<<20)...)
 	var b strings.Builder
 	if _, err := reg.WriteTo(&b); err != nil {
 		t.Fatal(err)

@@ -14,37 +14,20 @@ import (
 	"go.uber.org/zap"
 )
 
-// ServeOption adjusts Serve.
-type ServeOption func(*serveOptions)
-
-type serveOptions struct {
-	ready  func() error
-	wrap   func(net.Listener) net.Listener
-	bearer []byte // "Bearer <token>", or nil: no auth
-}
-
-// WithReadiness also serves GET /healthz (always 200) and GET /readyz:
-// 200 while ready returns nil, else 503 with its error, in the REST API's
-// JSON shapes.
-func WithReadiness(ready func() error) ServeOption {
-	return func(o *serveOptions) { o.ready = ready }
-}
-
-// WithListenerWrap passes the listener through wrap first, to guard its
-// accept loop (listen.Set.Wrap).
-func WithListenerWrap(wrap func(net.Listener) net.Listener) ServeOption {
-	return func(o *serveOptions) { o.wrap = wrap }
-}
-
-// WithBearerToken makes GET /metrics require "Authorization: Bearer
-// <token>", as the REST API's /metrics does when auth is on; a request
-// without it gets 401. An empty token leaves /metrics open.
-func WithBearerToken(token string) ServeOption {
-	return func(o *serveOptions) {
-		if token != "" {
-			o.bearer = []byte("Bearer " + token)
-		}
-	}
+// ServeConfig is what Serve does besides serving /metrics; the zero
+// value, nothing.
+type ServeConfig struct {
+	// Ready, if set, also serves GET /healthz (always 200) and GET
+	// /readyz: 200 while Ready returns nil, else 503 with its error, in
+	// the REST API's JSON shapes.
+	Ready func() error
+	// Wrap, if set, passes the listener through it first, to guard its
+	// accept loop (listen.Set.Wrap).
+	Wrap func(net.Listener) net.Listener
+	// BearerToken, if set, makes GET /metrics require "Authorization:
+	// Bearer <token>", as the REST API's /metrics does when auth is on; a
+	// request without it gets 401.
+	BearerToken string
 }
 
 // Serve listens on addr (port 0 picks one) and serves reg on GET /metrics
@@ -52,13 +35,9 @@ func WithBearerToken(token string) ServeOption {
 // /metrics, is off. It returns once the socket is bound, with a stop
 // function that shuts the listener down gracefully within ctx, and the
 // bound address.
-func Serve(addr string, reg *Registry, log *zap.Logger, opts ...ServeOption) (stop func(context.Context) error, boundAddr string, err error) {
+func Serve(addr string, reg *Registry, log *zap.Logger, cfg ServeConfig) (stop func(context.Context) error, boundAddr string, err error) {
 	if reg == nil {
 		return nil, "", errNilRegistry
-	}
-	var so serveOptions
-	for _, o := range opts {
-		o(&so)
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -67,17 +46,17 @@ func Serve(addr string, reg *Registry, log *zap.Logger, opts ...ServeOption) (st
 	if err != nil {
 		return nil, "", fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
-	if so.wrap != nil {
-		ln = so.wrap(ln)
+	if cfg.Wrap != nil {
+		ln = cfg.Wrap(ln)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", requireBearer(so.bearer, reg.Handler()))
-	if so.ready != nil {
+	mux.Handle("GET /metrics", requireBearer(cfg.BearerToken, reg.Handler()))
+	if cfg.Ready != nil {
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		})
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if err := so.ready(); err != nil {
+			if err := cfg.Ready(); err != nil {
 				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "unavailable", "message": "not ready: " + err.Error()})
 				return
 			}
@@ -127,13 +106,14 @@ func writeJSON(w http.ResponseWriter, status int, v map[string]string) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// requireBearer wraps h so that it runs only for requests carrying want
-// in their Authorization header (compared in constant time); nil want
-// lets every request through.
-func requireBearer(want []byte, h http.Handler) http.Handler {
-	if want == nil {
+// requireBearer wraps h so that it runs only for requests carrying token
+// in their Authorization header (compared in constant time); an empty
+// token lets every request through.
+func requireBearer(token string, h http.Handler) http.Handler {
+	if token == "" {
 		return h
 	}
+	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="latchd"`)

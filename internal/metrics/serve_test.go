@@ -17,7 +17,7 @@ func TestServe(t *testing.T) {
 	eng := newTestEngine(t)
 	r := NewRegistry(eng)
 	r.TCP().Opened()
-	stop, addr, err := Serve("127.0.0.1:0", r, zaptest.NewLogger(t))
+	stop, addr, err := Serve("127.0.0.1:0", r, zaptest.NewLogger(t), ServeConfig{})
 	if err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
@@ -74,25 +74,25 @@ func TestServe(t *testing.T) {
 }
 
 func TestServeErrors(t *testing.T) {
-	if _, _, err := Serve("127.0.0.1:0", nil, nil); err == nil {
+	if _, _, err := Serve("127.0.0.1:0", nil, nil, ServeConfig{}); err == nil {
 		t.Fatalf("Serve(nil registry) succeeded")
 	}
-	if _, _, err := Serve("256.0.0.1:bad", NewRegistry(nil), nil); err == nil {
+	if _, _, err := Serve("256.0.0.1:bad", NewRegistry(nil), nil, ServeConfig{}); err == nil {
 		t.Fatalf("Serve(bad address) succeeded")
 	}
 }
 
-// TestServeReadiness: with WithReadiness the metrics port answers
+// TestServeReadiness: with Ready set the metrics port answers
 // /healthz and /readyz, which follows the check.
 func TestServeReadiness(t *testing.T) {
 	var ready atomic.Bool
 	stop, addr, err := Serve("127.0.0.1:0", NewRegistry(newTestEngine(t)), zaptest.NewLogger(t),
-		WithReadiness(func() error {
+		ServeConfig{Ready: func() error {
 			if !ready.Load() {
 				return errors.New("tcp listener not accepting yet")
 			}
 			return nil
-		}))
+		}})
 	if err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
@@ -123,7 +123,7 @@ func TestServeReadiness(t *testing.T) {
 // TestServeBearer: with a bearer token, /metrics answers 401 without it or
 // with a wrong one, and the metrics with it.
 func TestServeBearer(t *testing.T) {
-	stop, addr, err := Serve("127.0.0.1:0", NewRegistry(newTestEngine(t)), zaptest.NewLogger(t), WithBearerToken("s3cret"))
+	stop, addr, err := Serve("127.0.0.1:0", NewRegistry(newTestEngine(t)), zaptest.NewLogger(t), ServeConfig{BearerToken: "s3cret"})
 	if err != nil {
 		t.Fatalf("Serve: %v", err)
 	}

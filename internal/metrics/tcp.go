@@ -8,8 +8,8 @@ import (
 	"github.com/latchd/latchd/codec"
 )
 
-// numCmds bounds the arrays indexed by codec.Cmd; CmdStats is the last.
-const numCmds = int(codec.CmdStats) + 1
+// numCmds bounds the arrays indexed by codec.Cmd.
+const numCmds = int(codec.CmdLast) + 1
 
 // Reason is why the TCP server closed a connection for a protocol
 // violation. The set is fixed: each value is one label value of
@@ -57,14 +57,6 @@ var reasonNames = [numReasons]string{
 	ReasonOutputBudget:   "output_budget",
 	ReasonWriteTimeout:   "write_timeout",
 	ReasonOther:          "other",
-}
-
-// String returns the reason's label value.
-func (r Reason) String() string {
-	if r < numReasons {
-		return reasonNames[r]
-	}
-	return reasonNames[ReasonOther]
 }
 
 // Refusal is why the TCP server refused a connection.

@@ -1,15 +1,13 @@
 // Package testutil holds generic helpers for tests: polling a condition
-// with a deadline and claiming a free loopback port. It imports nothing of
-// the project above internal/, so every package's tests may use it; the
-// helpers that start servers live beside them (server/servertest). Only
-// _test.go files import it.
+// with a deadline (free loopback ports are internal/testport's). It
+// imports nothing of the project above internal/, so every package's
+// tests may use it; the helpers that start servers live beside them
+// (server/servertest). Only _test.go files import it.
 package testutil
 
 import (
 	"testing"
 	"time"
-
-	"github.com/latchd/latchd/internal/testport"
 )
 
 // Eventually polls cond every few milliseconds until it holds or timeout
@@ -23,11 +21,4 @@ func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, msg stri
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// FreePort returns a loopback address nobody listens on now, for a
-// server to bind a moment later: see internal/testport.
-func FreePort(tb testing.TB) string {
-	tb.Helper()
-	return testport.Free(tb)
 }

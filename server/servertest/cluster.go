@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/latchd/latchd/internal/testport"
 	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/replica"
 	"github.com/latchd/latchd/server"
@@ -86,10 +87,10 @@ func StartClusterOpts(tb testing.TB, n int, o ClusterOptions) *Cluster {
 	c := &Cluster{tb: tb, edit: o.Edit, sedit: o.ServerEdit, http: o.HTTP}
 	var peers []replica.Peer
 	for i := range n {
-		m := &Member{ID: fmt.Sprint("n", i+1), Addr: testutil.FreePort(tb), RaftAddr: testutil.FreePort(tb),
+		m := &Member{ID: fmt.Sprint("n", i+1), Addr: testport.Free(tb), RaftAddr: testport.Free(tb),
 			Dir: filepath.Join(tb.TempDir(), "raft")}
 		if c.http != nil {
-			m.HTTPAddr = testutil.FreePort(tb)
+			m.HTTPAddr = testport.Free(tb)
 		}
 		c.members = append(c.members, m)
 		peers = append(peers, replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.Addr})
@@ -200,6 +201,22 @@ func (c *Cluster) Stop(i int) {
 			c.tb.Logf("Shutdown(%s): %v", m.ID, err)
 		}
 	}
+}
+
+// Crash stops member i as a kill -9 would look to its clients and to the
+// others: its node first, so that nothing its servers do on the way down
+// (a closed connection's Disconnect) reaches the log, then its REST and
+// TCP servers, which drop every connection. A no-op for a stopped member.
+func (c *Cluster) Crash(i int) {
+	c.mu.Lock()
+	node := c.members[i].Node
+	c.mu.Unlock()
+	if node != nil {
+		if err := node.Shutdown(); err != nil {
+			c.tb.Logf("Shutdown(%s): %v", c.members[i].ID, err)
+		}
+	}
+	c.Stop(i)
 }
 
 // LeaderTimeout is how long tests should give Leader: generous for a
