@@ -158,9 +158,9 @@ type Request struct {
 	// ReqID is the request id the key line may carry after the key
 	// (requestid.go); nil when it carries none.
 	ReqID []byte
-	// LockDelayMS is the optional last field delay=<ms> of l, e, sl and
-	// se: the request's own lock-delay in milliseconds. 0 means absent
-	// (the server's); delay=0 (no delay) decodes as -1.
+	// LockDelayMS is the optional last field delay=<ms> of l, e, sl, se,
+	// rl, wl, re and we: the request's own lock-delay in milliseconds. 0
+	// means absent (the server's); delay=0 (no delay) decodes as -1.
 	LockDelayMS int64
 	// Prefix is set on a watch whose argument is "prefix": the key is a
 	// prefix of the keys watched.
@@ -286,12 +286,13 @@ func parse(req *Request, name []byte) error {
 	}
 }
 
-// delayField opens the optional lock-delay field of l, e, sl and se.
+// delayField opens the optional lock-delay field of l, e, sl, se, rl, wl,
+// re and we.
 const delayField = "delay="
 
 // parseDelay parses a delay=<ms> field's value into req.
 func parseDelay(req *Request, b []byte) error {
-	switch req.Cmd {
+	switch req.Cmd.Base() { // rl, wl, re, we too
 	case CmdLock, CmdSemLock, CmdEnqueue, CmdSemEnqueue:
 	default:
 		return ErrBadArg

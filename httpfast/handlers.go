@@ -163,10 +163,10 @@ var allowed = [opCount]fields{
 	opSemRenew:    fToken | fLeaseTTL,
 	opSemEnqueue:  fLeaseTTL | fLimit | fLockDelay,
 	opSemWait:     fWaitTimeout,
-	opRWAcquire:   fAcquireTimeout | fLeaseTTL,
+	opRWAcquire:   fAcquireTimeout | fLeaseTTL | fLockDelay,
 	opRWRelease:   fToken,
 	opRWRenew:     fToken | fLeaseTTL,
-	opRWEnqueue:   fLeaseTTL,
+	opRWEnqueue:   fLeaseTTL | fLockDelay,
 	opRWWait:      fWaitTimeout,
 }
 

@@ -87,3 +87,22 @@ func tokenFence(t *testing.T, tok string) uint64 {
 	}
 	return x.Fence
 }
+
+// TestLockDelayReadWriteOverTCP: a writer that disconnects holds a
+// read-write key back for its own delay=<ms>; readers wait it out.
+func TestLockDelayReadWriteOverTCP(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	s := servertest.StartServer(t)
+	w, r := dial(t, s.Addr), dial(t, s.Addr)
+	grant(t, w.do("wl", "rw", "0 30 delay=300"), "ok")
+	lost := time.Now() // no later than the loss
+	_ = w.c.Close()
+	testutil.Eventually(t, 5*time.Second, func() bool { return len(s.Engine.Snapshot(0).Delayed) == 1 }, "key held back")
+	if got := dial(t, s.Addr).do("rl", "rw", "0"); got != "timeout" {
+		t.Fatalf("reader during the delay: %q", got)
+	}
+	grant(t, r.do("rl", "rw", "10"), "ok")
+	if waited := time.Since(lost); waited < delay {
+		t.Fatalf("reader granted %v after the loss, before the %v delay", waited, delay)
+	}
+}
