@@ -80,6 +80,8 @@ const (
 	OpOpenSession                // engine.OpenSessionKeyed: Owner, TTL, MaxSessions, SessionKey
 	OpCloseSession               // engine.CloseSession: Owner; Reply.OK
 	OpBeginSession               // engine.BeginSession: Owner; Reply.OK
+	OpAcquireSet                 // engine.AcquireSet: Keys, Owner, Limit, TTL, Timeout; SetSink; Reply.Set
+	OpCancelSet                  // engine.CancelSet: Key (the set's first), Owner; Reply.OK
 )
 
 // Request is one mutation and its inputs. The backend supplies the time
@@ -94,6 +96,13 @@ type Request struct {
 	TTL     time.Duration
 	Timeout time.Duration
 	Token   fence.Token
+	// Keys are an AcquireSet's keys (views, not kept after the call);
+	// SetSink hears a queued set's outcome; SetOut, if not nil, is where
+	// a single node writes the reply's set outcome (Reply.Set points to
+	// it), so that the call allocates nothing.
+	Keys    [][]byte
+	SetSink engine.SetSink
+	SetOut  *engine.SetOutcome
 	// MaxSessions caps the open sessions an OpenSession may find (0: no
 	// cap); SessionKey is kept with the session.
 	MaxSessions int
@@ -122,6 +131,7 @@ type Request struct {
 type Reply struct {
 	Outcome engine.Outcome
 	OK      bool
+	Set     *engine.SetOutcome // OpAcquireSet: the set's outcome
 }
 
 // Leader is what a node knows of the leader's addresses; empty when it

@@ -42,6 +42,10 @@ func (b *Local) Submit(r *Request, sink engine.Sink, via engine.Via, _ Later) (r
 		rep.OK = b.eng.CloseSession(now, r.Owner)
 	case OpBeginSession:
 		rep.OK = b.eng.BeginSession(now, r.Owner)
+	case OpAcquireSet:
+		rep.Set, err = b.acquireSet(now, r)
+	case OpCancelSet:
+		rep.OK = b.eng.CancelSet(now, r.Key, r.Owner)
 	default:
 		err = engine.ErrBadRequest
 	}
@@ -82,3 +86,16 @@ func (b *Local) Barrier(context.Context) error { return nil }
 
 // Ready returns nil: a single node serves once it is built.
 func (b *Local) Ready() error { return nil }
+
+// acquireSet runs an OpAcquireSet, its outcome in r.SetOut if given.
+func (b *Local) acquireSet(now int64, r *Request) (*engine.SetOutcome, error) {
+	out := r.SetOut
+	if out == nil {
+		out = new(engine.SetOutcome)
+	}
+	req := engine.SetReq{Keys: r.Keys, Owner: r.Owner, Limit: r.Limit, TTL: r.TTL, Timeout: r.Timeout,
+		Salt: clock.Salt()}
+	var err error
+	*out, err = b.eng.AcquireSet(now, &req, r.SetSink)
+	return out, err
+}

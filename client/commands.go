@@ -11,6 +11,7 @@ import (
 // whatever the connection.
 type commander interface {
 	acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error)
+	acquireMany(ctx context.Context, k cmds, keys []string, limit int, timeout, ttl time.Duration) ([]Grant, error)
 	enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error)
 	wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error)
 	renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error)

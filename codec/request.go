@@ -53,6 +53,8 @@ const (
 	CmdStats
 	CmdWatch        // watch: turns the connection into an event stream (event.go)
 	CmdSession      // session (session.go)
+	CmdMultiLock    // ml: many keys at once, all or none
+	CmdMultiSemLock // msl: a slot of many semaphores at once
 	CmdReadLock     // rl
 	CmdWriteLock    // wl
 	CmdReadRelease  // rr
@@ -70,21 +72,23 @@ const (
 const CmdLast = numCmds - 1
 
 var cmdNames = [numCmds]string{
-	CmdInvalid:    "",
-	CmdAuth:       "auth",
-	CmdLock:       "l",
-	CmdRelease:    "r",
-	CmdRenew:      "n",
-	CmdEnqueue:    "e",
-	CmdWait:       "w",
-	CmdSemLock:    "sl",
-	CmdSemRelease: "sr",
-	CmdSemRenew:   "sn",
-	CmdSemEnqueue: "se",
-	CmdSemWait:    "sw",
-	CmdStats:      "stats",
-	CmdWatch:      "watch",
-	CmdSession:    "session",
+	CmdInvalid:      "",
+	CmdAuth:         "auth",
+	CmdLock:         "l",
+	CmdRelease:      "r",
+	CmdRenew:        "n",
+	CmdEnqueue:      "e",
+	CmdWait:         "w",
+	CmdSemLock:      "sl",
+	CmdSemRelease:   "sr",
+	CmdSemRenew:     "sn",
+	CmdSemEnqueue:   "se",
+	CmdSemWait:      "sw",
+	CmdStats:        "stats",
+	CmdWatch:        "watch",
+	CmdSession:      "session",
+	CmdMultiLock:    "ml",
+	CmdMultiSemLock: "msl",
 
 	CmdReadLock: "rl", CmdWriteLock: "wl", CmdReadRelease: "rr", CmdWriteRelease: "wr",
 	CmdReadRenew: "rn", CmdWriteRenew: "wn", CmdReadEnqueue: "re", CmdWriteEnqueue: "we",
@@ -105,8 +109,12 @@ func (c Cmd) Semaphore() bool { return c >= CmdSemLock && c <= CmdSemWait }
 // Blocking reports whether c may park the connection until a grant.
 func (c Cmd) Blocking() bool {
 	b := c.Base()
-	return b == CmdLock || b == CmdWait || b == CmdSemLock || b == CmdSemWait
+	return b == CmdLock || b == CmdWait || b == CmdSemLock || b == CmdSemWait ||
+		c == CmdMultiLock || c == CmdMultiSemLock
 }
+
+// Multi reports whether c takes many keys at once (ml, msl).
+func (c Cmd) Multi() bool { return c == CmdMultiLock || c == CmdMultiSemLock }
 
 func lookupCmd(b []byte) Cmd {
 	switch string(b) { // no allocation: the compiler compares in place
@@ -138,6 +146,10 @@ func lookupCmd(b []byte) Cmd {
 		return CmdWatch
 	case "session":
 		return CmdSession
+	case "ml":
+		return CmdMultiLock
+	case "msl":
+		return CmdMultiSemLock
 	}
 	return lookupRW(b)
 }
@@ -239,6 +251,9 @@ func parse(req *Request, name []byte) error {
 		}
 		req.Token = req.Arg // the secret, spaces and all
 		return nil
+	}
+	if req.Cmd.Multi() {
+		return parseMulti(req) // every word is a key: no request id
 	}
 	if !ValidKey(req.Key) && !splitRequestID(req) {
 		return ErrBadKey

@@ -169,6 +169,14 @@ func DecodeResponse(buf []byte, resp *Response) (n int, err error) {
 			}
 			resp.Token, resp.N = f[0], v
 		default:
+			if resp.Status == StatusOK && rest[0] != '{' {
+				// "ok <token1> ... <tokenN> <ttl>": an ml or msl grant
+				// (SplitGrants reads the tokens).
+				if v, ok := lastInt(rest); ok {
+					resp.N = v
+					return i + 1, nil
+				}
+			}
 			if resp.Status == StatusAcquired || rest[0] != '{' {
 				return i + 1, ErrBadResponse
 			}
@@ -184,4 +192,11 @@ func lookupStatus(w []byte) Status {
 		}
 	}
 	return StatusInvalid
+}
+
+// lastInt parses the last space-separated field of b.
+func lastInt(b []byte) (int64, bool) {
+	j := bytes.LastIndexByte(b, ' ')
+	v, err := parseInt(b[j+1:])
+	return v, err == nil
 }

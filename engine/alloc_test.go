@@ -116,3 +116,22 @@ func TestAllocsWatched(t *testing.T) {
 		t.Fatalf("%v allocs per acquire+release with a watcher", n)
 	}
 }
+
+// TestSetAllocs checks that taking and releasing a free set of keys
+// allocates nothing once warm.
+func TestSetAllocs(t *testing.T) {
+	e := newTestEngine(t, nil)
+	req := &SetReq{Keys: [][]byte{[]byte("a"), []byte("b"), []byte("c")}, Owner: 1, Limit: 1, TTL: time.Minute}
+	n := testing.AllocsPerRun(100, func() {
+		out, err := e.AcquireSet(0, req, nil)
+		if err != nil || out.Result != Granted {
+			t.Fatal(out.Result, err)
+		}
+		if err := e.ReleaseSet(0, req.Keys, out.Tokens[:3], nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != 0 {
+		t.Fatalf("acquire+release of a set: %v allocs, want 0", n)
+	}
+}

@@ -19,6 +19,7 @@ type StateCapture struct {
 	parts   [][]byte       // per shard: appendStateLocked
 	lapsed  [][]lapsedList // per shard: its lapsed two-phase grants
 	delays  [][]byte       // per shard: appendDelaysLocked
+	sets    []byte         // the waiting sets' section
 }
 
 // lapsedList is one owner's lapsed keys in a shard, sorted.
@@ -37,6 +38,7 @@ func (e *Engine) CaptureState() *StateCapture {
 		e:       e,
 		counter: e.fence.Load(),
 		sess:    e.sess.appendState(nil),
+		sets:    e.sets.appendState(nil),
 		parts:   make([][]byte, len(e.shards)),
 		lapsed:  make([][]lapsedList, len(e.shards)),
 		delays:  make([][]byte, len(e.shards)),
@@ -105,7 +107,7 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	run()
 	wg.Wait()
-	n, lists, version := 0, 0, byte(stateVersion)
+	n, lists, version := 0, 0, c.version()
 	for i, p := range c.parts {
 		n += len(p) + len(c.delays[i])
 		lists += len(c.lapsed[i])
@@ -124,6 +126,9 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	b = append(b, c.sess...)
 	b = appendLapsed(b, c.lapsed, lists)
+	if version >= setsVersion {
+		b = append(b, c.sets...)
+	}
 	if version >= stateVersionDelays {
 		b = appendDelays(b, c.delays)
 	}

@@ -17,6 +17,7 @@ func (e *Engine) CaptureStateNow() *StateCapture {
 		e:       e,
 		counter: e.fence.Load(),
 		sess:    e.sess.appendState(nil),
+		sets:    e.sets.appendState(nil),
 		parts:   make([][]byte, len(e.shards)),
 		lapsed:  make([][]lapsedList, len(e.shards)),
 		delays:  make([][]byte, len(e.shards)),

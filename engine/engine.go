@@ -144,6 +144,7 @@ type Engine struct {
 	keys   atomic.Int64  // keys in memory, for MaxKeys
 	sess   sessions
 	own    ownerCounts // per-owner entries, for MaxKeysPerOwner
+	sets   setRegistry // waiting sets of keys (AcquireSet)
 
 	// Requests refused at MaxKeys, MaxWaiters and MaxKeysPerOwner (rare:
 	// kept off the shards' counters).
@@ -354,18 +355,22 @@ func (e *Engine) Wait(now int64, key []byte, owner OwnerID, timeout time.Duratio
 	if timeout < 0 {
 		return Outcome{}, ErrBadRequest
 	}
-	return e.shardFor(key).wait(now, key, owner, timeout, sink)
+	out, err := e.shardFor(key).wait(now, key, owner, timeout, sink)
+	e.settleSets(now, nil)
+	return out, err
 }
 
 // Release frees the slot of key held with tok and hands it to the oldest
 // waiter. An unknown key, a wrong token or an expired lease is ErrNotHolder.
 func (e *Engine) Release(now int64, key []byte, tok fence.Token) error {
-	return e.shardFor(key).release(now, key, tok, nil)
+	return e.ReleaseVia(now, key, tok, nil)
 }
 
 // ReleaseVia is Release with the grants it makes handed to via.
 func (e *Engine) ReleaseVia(now int64, key []byte, tok fence.Token, via Via) error {
-	return e.shardFor(key).release(now, key, tok, via)
+	err := e.shardFor(key).release(now, key, tok, via)
+	e.settleSets(now, via)
+	return err
 }
 
 // Renew restarts the lease of key held with tok at now+ttl (ttl 0: the
@@ -385,7 +390,9 @@ func (e *Engine) RenewAs(now int64, key []byte, tok fence.Token, ttl time.Durati
 	if ttl < 0 {
 		return 0, ErrBadRequest
 	}
-	return e.shardFor(key).renew(now, key, tok, ttl, owner)
+	got, err := e.shardFor(key).renew(now, key, tok, ttl, owner)
+	e.settleSets(now, nil)
+	return got, err
 }
 
 // CancelWait withdraws owner's parked request on key (an Acquire that
@@ -414,9 +421,11 @@ func (e *Engine) Disconnect(now int64, owner OwnerID, release bool) {
 
 // DisconnectVia is Disconnect with the grants it makes handed to via.
 func (e *Engine) DisconnectVia(now int64, owner OwnerID, release bool, via Via) {
+	e.withdrawSets(now, func(ks *kset) bool { return ks.owner == owner }, Canceled, via)
 	for i := range e.shards {
 		e.shards[i].dropOwner(now, owner, !release, via)
 	}
+	e.settleSets(now, via)
 }
 
 // Drain prepares the engine for a graceful stop: from now on it grants
@@ -428,7 +437,7 @@ func (e *Engine) DisconnectVia(now int64, owner OwnerID, release bool, via Via) 
 // single node's engine: a replica's state changes only through its log.
 func (e *Engine) Drain(now int64) int {
 	e.draining.Store(true)
-	n := 0
+	n := e.withdrawSets(now, nil, Drained, nil)
 	for i := range e.shards {
 		n += e.shards[i].drain(now)
 	}
@@ -445,6 +454,7 @@ func (e *Engine) Expire(now int64) {
 	for i := range e.shards {
 		e.shards[i].expire(now)
 	}
+	e.settleSets(now, nil)
 	e.expireSessions(now)
 }
 

@@ -213,7 +213,8 @@ func (e *Engine) readDelays(d *stateReader, rss []restoring) {
 	for i := range e.shards {
 		s := &e.shards[i]
 		for _, r := range rss[i].res {
-			if !r.consistentDelayed() || r.idle != r.empty() {
+			headSet := r.waiters.head != nil && r.waiters.head.set != nil
+			if !(r.consistentDelayed() || headSet) || r.idle != r.empty() {
 				d.fail("resource %q breaks its invariants", r.key)
 				return
 			}

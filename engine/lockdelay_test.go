@@ -155,7 +155,7 @@ func TestLockDelayState(t *testing.T) {
 	if err := e.WriteState(&plain); err != nil {
 		t.Fatal(err)
 	}
-	if v := plain.Bytes()[len(stateMagic)]; v != stateVersion {
+	if v := plain.Bytes()[len(stateMagic)]; v != setsVersion-1 {
 		t.Fatalf("state without lock-delay written as version %d", v)
 	}
 	mustGrant(t, e, 0, AcquireReq{Key: key, Owner: 1, Limit: 1, TTL: time.Second})
@@ -233,5 +233,28 @@ func TestLockDelayReadWrite(t *testing.T) {
 	e.Expire(6 * sec)
 	if got := rec.take(); len(got) != 2 || got[0].owner != 2 || got[1].owner != 3 {
 		t.Fatalf("after the delay: %v; want both readers", got)
+	}
+}
+
+// TestLockDelaySet: a set of keys waits out a lock-delay on any of them,
+// and is granted, all at once, when it ends.
+func TestLockDelaySet(t *testing.T) {
+	e := delayEngine(t, 5*time.Second)
+	mustGrant(t, e, 0, AcquireReq{Key: []byte("a"), Owner: 1, Limit: 1, TTL: time.Second})
+	e.Expire(sec)
+	if out, _ := e.AcquireSet(sec, setReq(2, 0, "a", "b"), nil); out.Result != TimedOut {
+		t.Fatalf("set try-lock during the delay: %v", out.Result)
+	}
+	var sr setRec
+	if out, _ := e.AcquireSet(sec, setReq(2, time.Minute, "a", "b"), &sr); out.Result != Queued {
+		t.Fatalf("set during the delay: %v", out.Result)
+	}
+	e.Expire(5 * sec)
+	if got := sr.take(); len(got) != 0 {
+		t.Fatalf("set granted during the delay: %v", got)
+	}
+	e.Expire(6 * sec)
+	if got := sr.take(); len(got) != 1 || got[0].Result != Granted {
+		t.Fatalf("set after the delay: %v", got)
 	}
 }

@@ -14,11 +14,16 @@ import (
 // stateMagic and stateVersion open every state written by WriteState.
 const (
 	stateMagic   = "LTCHST"
-	stateVersion = 3 // 2: a key per session; 3: lapsed two-phase grants; ReadState still reads 1 and 2
-	// stateVersionDelays adds the lock-delay sections; a state is written
-	// as version 3 while it holds no lock-delay, so that an engine that
-	// uses none writes what older ones read.
-	stateVersionDelays = 4
+	stateVersion = 4 // 2: a key per session; 3: lapsed two-phase grants; 4: waiting sets; ReadState still reads 1 to 3
+	// setsVersion is the first version with the waiting sets' section. A
+	// state without a waiting set is written as version 3, which nodes
+	// built before sets read (a rolling upgrade).
+	setsVersion = 4
+	// stateVersionDelays (5) adds the lock-delay sections after the
+	// waiting sets'; a state is written as version 5 only while it holds
+	// a lock-delay, so that an engine that uses none writes what older
+	// ones read.
+	stateVersionDelays = 5
 )
 
 // entry flags in the state format.
@@ -26,6 +31,7 @@ const (
 	flagTwoPhase = 1 << iota // enqueued with e/se and not yet collected
 	flagInHeap               // has a deadline: a lease, or a parked wait
 	flagShared               // a reader of a read-write key (limit 0 in the state)
+	flagSet                  // a waiting set's entry (AcquireSet); see setRegistry.appendState
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -180,6 +186,9 @@ func appendEntry(b []byte, en *entry) []byte {
 	}
 	if en.shared {
 		f |= flagShared
+	}
+	if en.set != nil {
+		f |= flagSet
 	}
 	return append(b, f)
 }

@@ -18,7 +18,9 @@ func (e *Engine) Reclaim(now int64, key []byte, from, to OwnerID, sink Sink) (Ou
 	if len(key) == 0 || from == 0 || to == 0 {
 		return Outcome{}, false
 	}
-	return e.shardFor(key).reclaim(now, key, from, to, sink)
+	out, ok := e.shardFor(key).reclaim(now, key, from, to, sink)
+	e.settleSets(now, nil)
+	return out, ok
 }
 
 func (s *shard) reclaim(now int64, key []byte, from, to OwnerID, sink Sink) (Outcome, bool) {
@@ -27,6 +29,9 @@ func (s *shard) reclaim(now int64, key []byte, from, to OwnerID, sink Sink) (Out
 	var en *entry
 	if res := s.res[string(key)]; res != nil {
 		en = s.findOwned(from, res, false)
+		if en != nil && en.set != nil {
+			en = nil // a waiting set moves as one, never by a single key's retry
+		}
 		if en != nil && en.holding && en.deadline <= now {
 			s.noteLapsedLocked(en)
 			s.lostLocked(now, en, EventExpired)

@@ -22,6 +22,7 @@ type entry struct {
 	shared   bool          // a reader of a read-write key (see rwlock.go)
 	sidx     int32         // scratch: its number in the state WriteState writes
 	sink     Sink          // a parked request's Sink; nil otherwise
+	set      *kset         // the waiting set it belongs to (AcquireSet); nil otherwise
 	delay    time.Duration // AcquireReq.LockDelay: 0 the engine's, < 0 none
 	qprev    *entry
 	qnext    *entry // resource's holders or waiters list

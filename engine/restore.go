@@ -62,6 +62,9 @@ func (e *Engine) ReadState(r io.Reader) error {
 	if d.version >= 3 {
 		e.readLapsed(d)
 	}
+	if d.version >= setsVersion {
+		e.readSets(d)
+	}
 	if d.version >= stateVersionDelays {
 		e.readDelays(d, rss)
 	}
@@ -153,9 +156,11 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 			rs.ents = append(rs.ents, en)
 		}
 	}
-	// From version 4 a lock-delay may hold a slot back: readDelays checks
+	// A slot is free with waiters only behind a waiting set at the head.
+	// From version 5 a lock-delay may hold a slot back: readDelays checks
 	// these once it has read them.
-	if d.version < stateVersionDelays && (!r.consistent() || r.idle != r.empty()) {
+	headSet := r.holders.n < r.limit && r.waiters.head != nil && r.waiters.head.set != nil
+	if d.version < stateVersionDelays && (!(r.consistent() || headSet) || r.idle != r.empty()) {
 		d.fail("resource %q breaks its invariants", key)
 		return false
 	}
@@ -180,6 +185,9 @@ func readEntry(d *stateReader, r *resource, holding bool) (*entry, bool) {
 	en.shared = f&flagShared != 0
 	if en.shared && r.limit != rwLimit {
 		d.fail("a shared entry on a key with limit %d", r.limit)
+	}
+	if f&flagSet != 0 {
+		en.set = &restoringSet // linked by readSets
 	}
 	return en, f&flagInHeap != 0
 }

@@ -265,6 +265,10 @@ func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delive
 	}
 	for res.holders.n+res.reserved < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
 		en := res.waiters.head
+		if en.set != nil {
+			s.noteSetLocked(en) // granted with its set's other keys
+			break
+		}
 		res.waiters.remove(en)
 		s.waiting--
 		s.grantLocked(now, en)
@@ -436,7 +440,7 @@ func (s *shard) cancelWait(now int64, key []byte, owner OwnerID) bool {
 			// A parked request is queued and not two-phase (a Wait clears
 			// the mark). Not en.sink: replicas without the Sink must find
 			// the same entry.
-			if en.res == res && !en.holding && !en.twoPhase {
+			if en.res == res && !en.holding && !en.twoPhase && en.set == nil {
 				break
 			}
 		}
@@ -554,6 +558,9 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 		next := en.onext
 		res := en.res
 		switch {
+		case en.set != nil:
+			en = next // a waiting set goes as one (withdrawSets)
+			continue
 		case en.holding && keepHeld:
 			// Nobody is left to collect a two-phase grant: its expiry
 			// must not leave a lapsed record behind.
@@ -622,6 +629,10 @@ func (s *shard) expire(now int64) {
 		budget--
 		en := s.heap[0]
 		res := en.res
+		if en.set != nil {
+			s.expireSetLocked(en)
+			continue
+		}
 		if en.holding {
 			s.ctr.expiries++
 			s.noteLapsedLocked(en)

@@ -188,13 +188,10 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 			case idleSemList:
 				st.IdleSemaphores = append(st.IdleSemaphores, IdleStat{Key: r.key, IdleS: seconds(now - r.idleAt)})
 			case lockList:
-				h := r.holders.head
-				if h == nil { // its slot is held back: listed in Delayed
+				if r.holders.head == nil && r.reserved > 0 { // held back: listed in Delayed
 					continue
 				}
-				st.Locks = append(st.Locks, LockStat{Key: r.key, OwnerConnID: uint64(h.owner),
-					OwnerConnIDStr:  strconv.FormatUint(uint64(h.owner), 10),
-					LeaseExpiresInS: seconds(h.deadline - now), Waiters: r.waiters.n})
+				st.Locks = append(st.Locks, lockStat(now, r))
 			case rwList:
 				st.RWLocks = append(st.RWLocks, r.rwStat())
 			default:
@@ -226,4 +223,16 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 // seconds converts nanoseconds to seconds rounded to milliseconds.
 func seconds(ns int64) float64 {
 	return float64(ns/int64(time.Millisecond)) / 1000
+}
+
+// lockStat is a busy lock's line. A lock can have waiters and no holder:
+// a set of keys (AcquireSet) at the head of its queue waits for its other
+// keys; then the owner is 0 and the lease time 0.
+func lockStat(now int64, r *resource) LockStat {
+	ls := LockStat{Key: r.key, OwnerConnIDStr: "0", Waiters: r.waiters.n}
+	if h := r.holders.head; h != nil {
+		ls.OwnerConnID, ls.LeaseExpiresInS = uint64(h.owner), seconds(h.deadline-now)
+		ls.OwnerConnIDStr = strconv.FormatUint(uint64(h.owner), 10)
+	}
+	return ls
 }

@@ -46,6 +46,7 @@ const (
 	opRWWait
 	opRWGet // GET /v1/rwlocks/{key}
 	opWatch // GET /v1/watch/{key}: events (SSE) or a long-poll
+	opMulti // POST /v1/multi: many keys at once
 	opCount
 )
 
@@ -86,13 +87,14 @@ var opNames = [opCount]string{
 	opRWWait:           "rwlock_wait",
 	opRWGet:            "rwlock_get",
 	opWatch:            "watch",
+	opMulti:            "multi_acquire",
 }
 
 // proposes reports whether o changes engine state: a session, lock,
-// semaphore or read-write lock route. In cluster mode only the leader
+// semaphore, read-write lock or many-keys route. In cluster mode only the leader
 // serves them.
 func (o op) proposes() bool {
-	return o >= opSessionCreate && o <= opSemWait || o >= opRWAcquire && o <= opRWWait
+	return o >= opSessionCreate && o <= opSemWait || o >= opRWAcquire && o <= opRWWait || o == opMulti
 }
 
 // match maps a method and a raw (still percent-encoded) path to an op and
@@ -115,6 +117,8 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 		return only(m, "GET", opOpenAPI, nil)
 	case "/v1/sessions":
 		return only(m, "POST", opSessionCreate, nil)
+	case "/v1/multi":
+		return only(m, "POST", opMulti, nil)
 	}
 	if rest, ok := bytes.CutPrefix(path, []byte("/v1/sessions/")); ok {
 		return matchSession(m, rest)

@@ -343,6 +343,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.adminOp(ctx, o, param)
 	case opAdminSnapshot:
 		s.serveSnapshot(ctx)
+	case opMulti:
+		s.multiOp(ctx)
 	default:
 		s.lockOp(ctx, o, param)
 	}

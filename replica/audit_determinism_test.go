@@ -58,6 +58,9 @@ func detApply(t *testing.T, f *FSM, index uint64, data []byte) (string, [32]byte
 		if r.Outcome.Result == engine.Granted {
 			toks = append(toks, r.Outcome.Token)
 		}
+		if r.Set != nil && r.Set.Result == engine.Granted {
+			toks = append(toks, r.Set.Tokens[:r.Set.N]...)
+		}
 	}
 	var buf bytes.Buffer
 	if at, err := f.WriteState(&buf); err != nil || at != index {
@@ -103,7 +106,7 @@ func (g *detGen) command() Command {
 		c.Now = g.now - rng.Int64N(2*sec) // an old leader's entry, stamped earlier
 	}
 	ttl := time.Duration(rng.IntN(20)) * time.Second // 0: the engine's default
-	switch rng.IntN(17) {
+	switch rng.IntN(19) {
 	case 0, 1:
 		c.Op, c.Limit, c.TTL, c.Salt = OpAcquire, limit, ttl, rng.Uint64()
 		if rng.IntN(2) == 0 {
@@ -136,6 +139,19 @@ func (g *detGen) command() Command {
 		c.Op, c.Key, c.Limit, c.TTL, c.Salt = OpRWAcquire, []byte("rw"), 1+rng.IntN(2), ttl, rng.Uint64()
 	case 14:
 		c.Op, c.Key, c.Limit, c.TTL, c.Salt = OpRWEnqueue, []byte("rw"), 1+rng.IntN(2), ttl, rng.Uint64()
+	case 15, 16: // many keys at once, in one entry
+		perm := rng.Perm(4)[:1+rng.IntN(3)]
+		ks := make([]string, len(perm))
+		for i, p := range perm {
+			ks[i] = detKeys[p]
+		}
+		c.Op, c.Key, c.Limit, c.TTL, c.Salt = OpAcquireSet, []byte(strings.Join(ks, " ")), 1, ttl, rng.Uint64()
+		if rng.IntN(3) != 0 {
+			c.Timeout = time.Duration(1+rng.IntN(10)) * time.Second
+		}
+		if rng.IntN(4) == 0 {
+			c.Op, c.Key, c.Limit, c.TTL, c.Salt, c.Timeout = OpCancelSet, []byte(ks[0]), 0, 0, 0, 0
+		}
 	default:
 		c.Op = OpCancelWait
 	}

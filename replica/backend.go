@@ -33,6 +33,7 @@ var logOps = [...]Op{
 	backend.OpAcquire: OpAcquire, backend.OpEnqueue: OpEnqueue, backend.OpWait: OpWait, backend.OpRelease: OpRelease,
 	backend.OpRenew: OpRenew, backend.OpDisconnect: OpDisconnect, backend.OpCancelWait: OpCancelWait,
 	backend.OpOpenSession: OpOpenSession, backend.OpCloseSession: OpCloseSession, backend.OpBeginSession: OpBeginSession,
+	backend.OpAcquireSet: OpAcquireSet, backend.OpCancelSet: OpCancelSet,
 }
 
 // command returns r as a log entry's Command. The key is copied: the
@@ -54,6 +55,8 @@ func command(r *backend.Request) (Command, bool) {
 		c.Owner = 0
 	case backend.OpOpenSession:
 		c.Salt = r.SessionKey // the session key travels in Salt (see OpOpenSession)
+	case backend.OpAcquireSet:
+		c.Key = joinKeys(r.Keys)
 	}
 	return c, true
 }
@@ -78,7 +81,7 @@ func (n *Node) request(r *backend.Request) (Command, error) {
 
 // reply is r as the backend's: a Renew's lease length goes in Outcome.TTL.
 func reply(r Reply) backend.Reply {
-	rep := backend.Reply{Outcome: r.Outcome, OK: r.OK}
+	rep := backend.Reply{Outcome: r.Outcome, OK: r.OK, Set: r.Set}
 	if r.TTL != 0 {
 		rep.Outcome.TTL = r.TTL
 	}
@@ -106,6 +109,9 @@ func (n *Node) Submit(r *backend.Request, sink engine.Sink, _ engine.Via, l back
 		}()
 		return backend.Reply{}, true, nil
 	}
+	if r.Op == backend.OpAcquireSet && r.SetSink != nil {
+		sink = setRoute{r.SetSink}
+	}
 	err = n.ProposeFunc(c, sink, func(rep Reply, err error) { l.Answer(reply(rep), backendErr(err)) })
 	if err != nil {
 		return backend.Reply{}, false, backendErr(err)
@@ -118,6 +124,9 @@ func (n *Node) Do(r backend.Request, sink engine.Sink) (backend.Reply, error) {
 	c, err := n.request(&r)
 	if err != nil {
 		return backend.Reply{}, err
+	}
+	if r.Op == backend.OpAcquireSet && r.SetSink != nil {
+		sink = setRoute{r.SetSink}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), proposeWait)
 	defer cancel()

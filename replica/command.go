@@ -31,12 +31,14 @@ const (
 	OpCancelWait                 // engine.CancelWait: Owner, Key
 	OpRWAcquire                  // engine.Acquire of a read-write key: Owner, Key, Limit (the engine.Mode), TTL, Timeout, Salt
 	OpRWEnqueue                  // engine.Enqueue of a read-write key: Owner, Key, Limit (the engine.Mode), TTL, Salt
+	OpAcquireSet                 // engine.AcquireSet: Owner, Key (the keys, space-separated), Limit, TTL, Timeout, Salt
+	OpCancelSet                  // engine.CancelSet: Owner, Key (the set's first key)
 	opEnd
 )
 
 var opNames = [...]string{"", "acquire", "enqueue", "wait", "release", "renew", "disconnect",
 	"expire", "open_session", "close_session", "begin_session", "end_session", "restamp", "cancel_wait",
-	"rw_acquire", "rw_enqueue"}
+	"rw_acquire", "rw_enqueue", "acquire_set", "cancel_set"}
 
 // String names the op.
 func (o Op) String() string {

@@ -16,10 +16,11 @@ import (
 
 // Reply is what applying one Command answered.
 type Reply struct {
-	Outcome engine.Outcome // Acquire, Enqueue, Wait
-	TTL     time.Duration  // Renew: the lease length
-	OK      bool           // BeginSession, CloseSession
-	Err     error          // the engine's error, or ErrBadCommand
+	Outcome engine.Outcome     // Acquire, Enqueue, Wait
+	TTL     time.Duration      // Renew: the lease length
+	OK      bool               // BeginSession, CloseSession
+	Err     error              // the engine's error, or ErrBadCommand
+	Set     *engine.SetOutcome // AcquireSet
 }
 
 // FSM is the engine as the raft group's state machine. Every node
@@ -226,6 +227,10 @@ func (f *FSM) applyOp(e *engine.Engine, now int64, c *Command, sink engine.Sink)
 		e.EndSession(now, c.Owner)
 	case OpCancelWait:
 		r.OK = e.CancelWait(now, c.Key, c.Owner)
+	case OpAcquireSet:
+		r.Set, r.Err = applyAcquireSet(e, now, c, sink)
+	case OpCancelSet:
+		r.OK = e.CancelSet(now, c.Key, c.Owner)
 	default:
 		r.Err = ErrBadCommand
 	}

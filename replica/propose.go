@@ -321,7 +321,7 @@ func (n *Node) finishTo(w *waiter, res any, err error, later *[]laterAnswer) {
 				r.Err = ErrBadCommand
 			}
 		}
-		if p.parks && (err != nil || r.Err != nil || r.Outcome.Result != engine.Queued) {
+		if p.parks && (err != nil || r.Err != nil || !queued(&r)) {
 			n.fsm.unregister(p.c.ReqID)
 		}
 		if later != nil && p.cb != nil {

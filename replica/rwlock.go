@@ -28,8 +28,10 @@ func rwReq(c *Command) engine.AcquireReq {
 
 // grants reports whether o may grant a fresh token (it needs a salt).
 func (o Op) grants() bool {
-	return o == OpAcquire || o == OpEnqueue || o == OpRWAcquire || o == OpRWEnqueue
+	return o == OpAcquire || o == OpEnqueue || o == OpRWAcquire || o == OpRWEnqueue || o == OpAcquireSet
 }
 
 // parks reports whether o may park on its key until a grant (a Sink hears it).
-func (o Op) parks() bool { return o == OpAcquire || o == OpWait || o == OpRWAcquire }
+func (o Op) parks() bool {
+	return o == OpAcquire || o == OpWait || o == OpRWAcquire || o == OpAcquireSet
+}

@@ -58,6 +58,7 @@ type session struct {
 	used         bool
 	cmd          codec.Cmd
 	req          backend.Request // the request being submitted
+	multi        *multiState     // ml/msl buffers, made at the first (multi.go)
 	inflight     atomic.Int32
 	closed       atomic.Bool
 	disconnected atomic.Bool

@@ -46,6 +46,9 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	// One Request per connection: Submit takes a pointer, and a local
 	// would escape. Set field by field (a composite literal would be
 	// built aside and copied); the session fields stay zero.
+	if req.Cmd.Multi() {
+		return s.submitSet(ss, t, req, out)
+	}
 	r := &ss.req
 	r.Key, r.Owner, r.Client, r.Now, r.ReqID = req.Key, ss.id, ss.id, t, req.ReqID
 	if o := ss.sess.Load(); o != 0 {
@@ -138,6 +141,8 @@ func appendReply(out []byte, cmd codec.Cmd, rep backend.Reply, err error, taken 
 		return codec.AppendStatus(out, codec.StatusOK), false, false
 	case codec.CmdRenew, codec.CmdSemRenew:
 		return codec.AppendRemaining(out, int64(rep.Outcome.TTL/time.Second)), false, false
+	case codec.CmdMultiLock, codec.CmdMultiSemLock:
+		return appendSetReply(out, rep.Set)
 	}
 	return codec.AppendStatus(out, codec.StatusError), false, false
 }
@@ -186,7 +191,11 @@ type parkable session
 
 // Answer implements backend.Later.
 func (p *parkable) Answer(rep backend.Reply, err error) {
-	(*session)(p).answer(codec.CmdLock, rep, err)
+	cmd := codec.CmdLock
+	if rep.Set != nil {
+		cmd = codec.CmdMultiLock
+	}
+	(*session)(p).answer(cmd, rep, err)
 }
 
 // answer hands the reply to a request of cmd back to the connection.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,7 +36,8 @@ type holder interface {
 // held is one lock, sem or elect run: what to hold, and the command to
 // run while holding it.
 type held struct {
-	sub, key                string
+	sub, key                string   // key: the keys joined by spaces
+	keys                    []string // lock and sem: 1 to client.MaxKeys
 	cmd                     []string
 	timeout, ttl, killAfter time.Duration // the flags; timeout -1: not given
 	lockDelay               time.Duration // --lock-delay: 0 the server's, client.NoLockDelay none
@@ -90,13 +92,16 @@ func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io
 	if err == nil && r.shared && r.exclusive {
 		err = usagef("lock takes --shared or --exclusive, not both")
 	}
+	if err == nil && (r.shared || r.exclusive) && len(pos) > 1 {
+		err = usagef("--shared and --exclusive take one KEY")
+	}
 	if err != nil {
 		return nil, err
 	}
 	if r.opts, err = c.options(); err != nil {
 		return nil, usagef("%v", err)
 	}
-	r.key, r.cmd = pos[0], cmd
+	r.key, r.keys, r.cmd = strings.Join(pos, " "), pos, cmd
 	return r, nil
 }
 
@@ -137,6 +142,8 @@ func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
 		acquire func(context.Context) (bool, error)
 	)
 	switch {
+	case len(r.keys) > 1:
+		h, release, acquire = r.many()
 	case r.shared || r.exclusive:
 		h, release, acquire = r.rwLock()
 	case r.sub == "lock":
@@ -238,7 +245,9 @@ func checkHeld(sub string, pos, cmd []string, limit int) error {
 		what = "NAME"
 	}
 	switch {
-	case len(pos) != 1:
+	case sub != "elect" && (len(pos) < 1 || len(pos) > client.MaxKeys):
+		return usagef("%s needs 1 to %d KEYs before --, got %q", sub, client.MaxKeys, pos)
+	case sub == "elect" && len(pos) != 1:
 		return usagef("%s needs exactly one %s before --, got %q", sub, what, pos)
 	case len(cmd) == 0:
 		return usagef("%s needs a command after --: latchctl %s %s -- CMD [ARGS...]", sub, sub, what)
@@ -284,7 +293,7 @@ func supervise(h holder, key string, argv []string, killAfter time.Duration, sig
 	cmd.Env = append(os.Environ(),
 		"LATCHD_KEY="+key,
 		"LATCHD_TOKEN="+h.Token(),
-		fmt.Sprintf("LATCHD_FENCE=%016x", h.Fence()))
+		"LATCHD_FENCE="+fenceEnv(h))
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(stderr, "latchctl: %v\n", err)
