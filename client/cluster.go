@@ -34,7 +34,7 @@ import (
 //     sent again with it. A cluster applies a request id once: a retry
 //     whose first attempt was applied gets that attempt's answer, and its
 //     new connection takes over the grant it made (same token) or its place
-//     in the queue (docs/cluster.md "Retries"). The caller sees one result.
+//     in the queue (docs/failover.md "Retries"). The caller sees one result.
 //     Only a canceled context (and a key too long to carry the id) leaves
 //     the outcome unknown: the call returns an error wrapping
 //     ErrUnknownOutcome and the cause.

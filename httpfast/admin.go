@@ -42,6 +42,8 @@ func matchAdmin(method, path []byte) (o op, param []byte, allow string) {
 		return only(m, "POST", opAdminAddVoter, nil)
 	case "/v1/admin/leadership-transfer":
 		return only(m, "POST", opAdminTransfer, nil)
+	case "/v1/admin/state-digest":
+		return only(m, "GET", opAdminDigest, nil)
 	}
 	if id, ok := bytes.CutPrefix(path, []byte("/v1/admin/voters/")); ok && len(id) > 0 && bytes.IndexByte(id, '/') < 0 {
 		return only(m, "DELETE", opAdminRemoveVoter, id)
@@ -70,6 +72,10 @@ func (s *Server) adminOp(ctx *fasthttp.RequestCtx, o op, param []byte) {
 	n := s.admin
 	if o == opAdminCluster {
 		s.writeValue(ctx, fasthttp.StatusOK, n.ClusterStatus())
+		return
+	}
+	if o == opAdminDigest {
+		s.serveDigest(ctx)
 		return
 	}
 	if !n.IsLeader() {

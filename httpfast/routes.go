@@ -44,9 +44,10 @@ const (
 	opRWRenew
 	opRWEnqueue
 	opRWWait
-	opRWGet // GET /v1/rwlocks/{key}
-	opWatch // GET /v1/watch/{key}: events (SSE) or a long-poll
-	opMulti // POST /v1/multi: many keys at once
+	opRWGet       // GET /v1/rwlocks/{key}
+	opWatch       // GET /v1/watch/{key}: events (SSE) or a long-poll
+	opMulti       // POST /v1/multi: many keys at once
+	opAdminDigest // GET /v1/admin/state-digest
 	opCount
 )
 
@@ -88,6 +89,7 @@ var opNames = [opCount]string{
 	opRWGet:            "rwlock_get",
 	opWatch:            "watch",
 	opMulti:            "multi_acquire",
+	opAdminDigest:      "admin_state_digest",
 }
 
 // proposes reports whether o changes engine state: a session, lock,

@@ -339,7 +339,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.deleteSession(ctx, param)
 	case opSessionKeepalive:
 		s.keepalive(ctx, param)
-	case opAdminCluster, opAdminAddVoter, opAdminRemoveVoter, opAdminTransfer:
+	case opAdminCluster, opAdminAddVoter, opAdminRemoveVoter, opAdminTransfer, opAdminDigest:
 		s.adminOp(ctx, o, param)
 	case opAdminSnapshot:
 		s.serveSnapshot(ctx)

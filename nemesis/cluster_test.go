@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,9 +25,15 @@ const (
 	raftPort   = "7100"
 )
 
-// node is one latchd process, run in its own namespace.
+// adminToken opens the nodes' admin API.
+const adminToken = "nemesis-admin-token"
+
+// node is one latchd process, run in its own namespace. A node replaced
+// by a membership change keeps its namespace and disk under a new id.
 type node struct {
 	id, ns, ip, dir string
+	idx             int // its namespace's index in the topology
+	gen             int // how many times it was replaced
 	args            []string
 	cmd             *exec.Cmd
 	exited          chan struct{} // closed when cmd has exited
@@ -35,48 +42,73 @@ type node struct {
 
 func (n *node) addr() string { return n.ip + ":" + clientPort }
 
+func (n *node) httpAddr() string { return n.ip + ":" + httpPort }
+
+func (n *node) raftAddr() string { return n.ip + ":" + raftPort }
+
 // cluster is the nodes and a dialer in the clients' namespace.
 type cluster struct {
 	t     *testing.T
 	bin   string
+	ctl   string // latchctl
 	nodes []*node
 	dial  *nsDialer
 	topo  *topo
+	dir   string // the run's temporary directory
+
+	probeOnce sync.Once
+	shapeOnce sync.Once
+	mu        sync.Mutex
+	notes     []string        // anomalies a fault found while it ran
+	margins   []time.Duration // run-under-lock margins
 }
 
-// buildLatchd builds ./cmd/latchd into dir.
-func buildLatchd(t *testing.T, dir string) string {
-	bin := filepath.Join(dir, "latchd")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/latchd")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatalf("build latchd: %v", err)
+// note records an anomaly found by a fault itself.
+func (c *cluster) note(format string, args ...any) {
+	c.mu.Lock()
+	c.notes = append(c.notes, fmt.Sprintf(format, args...))
+	c.mu.Unlock()
+}
+
+// takeNotes returns the anomalies noted since the last call.
+func (c *cluster) takeNotes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.notes
+	c.notes = nil
+	return n
+}
+
+// build builds ./cmd/<name> into dir.
+func build(t *testing.T, dir, name string) string {
+	bin := filepath.Join(dir, name)
+	b := exec.Command("go", "build", "-o", bin, "../cmd/"+name)
+	b.Stdout, b.Stderr = os.Stdout, os.Stderr
+	if err := b.Run(); err != nil {
+		t.Fatalf("build %s: %v", name, err)
 	}
 	return bin
 }
 
 // newCluster starts one node per namespace of tp, each with its data on
-// a tmpfs of its own, and returns once they are started.
+// a loop-device filesystem of its own, and returns once they are started.
 func newCluster(t *testing.T, tp *topo, bin, dir string, dial *nsDialer) *cluster {
-	c := &cluster{t: t, bin: bin, dial: dial}
+	c := &cluster{t: t, bin: bin, dial: dial, dir: dir}
 	var peers []string
 	for i, ns := range tp.nodeNS {
-		n := &node{id: fmt.Sprint("n", i+1), ns: ns, ip: tp.nodeIP[i], dir: filepath.Join(dir, fmt.Sprint("n", i+1))}
+		n := &node{id: fmt.Sprint("n", i+1), ns: ns, ip: tp.nodeIP[i], dir: filepath.Join(dir, fmt.Sprint("n", i+1)), idx: i}
 		c.nodes = append(c.nodes, n)
-		peers = append(peers, n.id+"="+n.ip+":"+raftPort+"="+n.addr())
+		peers = append(peers, n.id+"="+n.raftAddr()+"="+n.addr())
 	}
 	t.Cleanup(c.stopAll)
 	for _, n := range c.nodes {
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := tp.mountTmpfs(n.dir, n.id, 256<<20); err != nil {
-			t.Fatal(err)
+		if err := tp.mountLoop(n.dir, fmt.Sprint("d", n.idx+1), imgSize); err != nil {
+			t.Skipf("nemesis: skipped, cannot make a loop-device filesystem here: %v", err)
 		}
-		n.args = []string{"netns", "exec", n.ns, bin, "--host", n.ip, "--port", clientPort,
-			"--http-port", httpPort, "--raft-dir", n.dir, "--node-id", n.id, "--raft-addr", n.ip + ":" + raftPort,
-			"--bootstrap", "--cluster-peers", strings.Join(peers, ","),
-			"--auto-release-on-disconnect=false", "--log-level", "warn", "--raft-log-level", "warn"}
+		n.args = nodeArgs(n, bin, "--bootstrap", "--cluster-peers", strings.Join(peers, ","))
 		f, err := os.Create(filepath.Join(dir, n.id+".log"))
 		if err != nil {
 			t.Fatal(err)
@@ -85,6 +117,14 @@ func newCluster(t *testing.T, tp *topo, bin, dir string, dial *nsDialer) *cluste
 		c.start(n)
 	}
 	return c
+}
+
+// nodeArgs is the command line that runs n with latchd bin, and extra.
+func nodeArgs(n *node, bin string, extra ...string) []string {
+	return append([]string{"netns", "exec", n.ns, bin, "--host", n.ip, "--port", clientPort,
+		"--http-port", httpPort, "--raft-dir", n.dir, "--node-id", n.id, "--raft-addr", n.raftAddr(),
+		"--admin-token", adminToken,
+		"--auto-release-on-disconnect=false", "--log-level", "warn", "--raft-log-level", "warn"}, extra...)
 }
 
 // start runs n. "ip netns exec" execs latchd in place, so the process is
@@ -192,17 +232,50 @@ func (c *cluster) leader(skip func() int, timeout time.Duration) int {
 
 func noSkip() int { return -1 }
 
+// get fetches path from n's REST port, from the clients' namespace (with
+// the admin token when admin), and returns the status and body.
+func (c *cluster) get(n *node, path string, admin bool) (int, []byte, error) {
+	hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) { return c.dial.Dial(addr) },
+	}}
+	req, err := http.NewRequest("GET", "http://"+n.httpAddr()+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if admin {
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, b, err
+}
+
 // readyz returns n's GET /readyz answer, fetched from the clients'
 // namespace, or the error.
 func (c *cluster) readyz(n *node) string {
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{
-		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) { return c.dial.Dial(addr) },
-	}}
-	resp, err := hc.Get("http://" + n.ip + ":" + httpPort + "/readyz")
+	code, b, err := c.get(n, "/readyz", false)
 	if err != nil {
 		return err.Error()
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.Status + " " + strings.TrimSpace(string(b))
+	return fmt.Sprint(code, " ", strings.TrimSpace(string(b)))
+}
+
+// latchctl runs latchctl with args in the clients' namespace, against
+// every node's REST port, and returns its output.
+func (c *cluster) latchctl(args ...string) (string, error) {
+	var https []string
+	for _, n := range c.nodes {
+		https = append(https, n.httpAddr())
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", c.topo.client, c.ctl}, args...)...)
+	cmd.Env = append(os.Environ(), "LATCHD_ADMIN_TOKEN="+adminToken, "LATCHD_HTTP="+strings.Join(https, ","))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("latchctl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
 }

@@ -12,29 +12,51 @@ import (
 )
 
 // fault is one kind of failure. inject starts it against the cluster
-// whose leader is node l and returns what heals it, the node it targets,
-// and whether that node is the leader (then failover is measured to a
-// grant from another node).
+// whose leader is node l and returns what heals it and the node it
+// targets. When the target is the leader, failover is measured to a grant
+// from another node, which must come within the hold, unless keeps is
+// set: the leader may go on leading through the fault (a slow link or
+// disk, a flapping partition), and failover is the gap until any node
+// grants. kills: the fault stops the target itself. slowStart: the fault
+// takes a while to put in place (filling a disk), and failover counts
+// from when it is in place rather than from when it began.
 type fault struct {
-	name   string
-	inject func(c *cluster, tp *topo, l int) (heal func() error, target int, err error)
+	name      string
+	inject    func(c *cluster, tp *topo, l int) (heal func() error, target int, err error)
+	keeps     bool
+	kills     bool
+	slowStart bool
 }
 
+// rel returns f applied to the node rel places after the leader.
+func rel(n int, f func(tp *topo, i int) (func() error, int, error)) func(*cluster, *topo, int) (func() error, int, error) {
+	return func(c *cluster, tp *topo, l int) (func() error, int, error) { return f(tp, (l+n)%len(c.nodes)) }
+}
+
+// faults is the matrix, in the order a run injects them: the first
+// dozen, which a short run covers, mix every kind.
 var faults = []fault{
-	{"leader isolated (link down)", isolate},
-	{"partition, leader in minority", func(c *cluster, tp *topo, l int) (func() error, int, error) {
-		return partition(tp, l)
-	}},
-	{"partition, follower in minority", func(c *cluster, tp *topo, l int) (func() error, int, error) {
-		return partition(tp, (l+1)%len(tp.nodeNS))
-	}},
-	{"one-way loss from leader", oneWay},
-	{"leader paused past election", pause},
-	{"leader kill -9, restart", kill},
-	{"full disk on leader", fullDisk},
-	{"full disk on follower", func(c *cluster, tp *topo, l int) (func() error, int, error) {
+	{name: "leader isolated (link down)", inject: isolate},
+	{name: "latency+loss on leader link", inject: slowLink(0), keeps: true},
+	{name: "bridge: leader-follower cut", inject: bridgePartition, keeps: true},
+	{name: "flapping leader partition", inject: flap, keeps: true},
+	{name: "slow disk on leader", inject: slowDisk(0), keeps: true},
+	{name: "leadership transfer", inject: transfer},
+	{name: "voter replaced (learner)", inject: replace, keeps: true},
+	{name: "run-under-lock, leader cut", inject: runUnderLock},
+	{name: "leader partitioned+paused", inject: pausePartition},
+	{name: "slow follower disk+leader kill", inject: slowDiskKill, kills: true},
+	{name: "partition, leader in minority", inject: rel(0, partition)},
+	{name: "partition, follower minority", inject: rel(1, partition), keeps: true},
+	{name: "one-way loss from leader", inject: oneWay},
+	{name: "leader paused past election", inject: pause},
+	{name: "leader kill -9, restart", inject: kill, kills: true},
+	{name: "full disk on leader", inject: fullDisk, slowStart: true},
+	{name: "full disk on follower", inject: func(c *cluster, tp *topo, l int) (func() error, int, error) {
 		return fullDisk(c, tp, (l+1)%len(c.nodes))
-	}},
+	}, keeps: true, slowStart: true},
+	{name: "slow disk on follower", inject: slowDisk(1), keeps: true},
+	{name: "latency+loss on follower link", inject: slowLink(1), keeps: true},
 }
 
 // isolate takes the leader's link down: no peer and no client reaches it.

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,13 +31,19 @@ var staleName = regexp.MustCompile(`^` + namePrefix + `(\d+)-`)
 // address, one namespace per node and one for the clients, each with a
 // veth to the bridge and an address in 198.18.0.0/24 and no other route.
 type topo struct {
-	prefix string
-	bridge string
-	nodeNS []string // per node
-	hostIf []string // per node: the bridge-side veth
-	nodeIP []string
-	client string // the clients' namespace
-	mounts []string
+	prefix  string
+	bridge  string
+	nodeNS  []string // per node
+	hostIf  []string // per node: the bridge-side veth
+	nodeIP  []string
+	client  string // the clients' namespace
+	mounts  []string
+	imgDir  string    // the tmpfs holding the loop images
+	loops   []loopDev // per node
+	cgroups []string
+
+	qdiscOnce sync.Once
+	shape     []string // the qdisc that shapes a link (qdisc)
 }
 
 func run(args ...string) error {
@@ -108,6 +115,20 @@ func (tp *topo) mountTmpfs(dir, name string, size int64) error {
 }
 
 func (tp *topo) teardown(t *testing.T) {
+	for _, l := range tp.loops {
+		if l.dir != "" {
+			if err := unix.Unmount(l.dir, unix.MNT_DETACH); err != nil {
+				t.Logf("unmount %s: %v", l.dir, err)
+			}
+		}
+		if err := run("losetup", "-d", l.dev); err != nil {
+			t.Logf("%v", err)
+		}
+	}
+	tp.loops = nil
+	for _, cg := range tp.cgroups {
+		leaveCgroup(cg, filepath.Dir(cg))
+	}
 	for _, m := range tp.mounts {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
 			t.Logf("unmount %s: %v", m, err)
@@ -115,6 +136,9 @@ func (tp *topo) teardown(t *testing.T) {
 	}
 	tp.mounts = nil
 	sweepPrefix(tp.prefix)
+	if tp.imgDir != "" {
+		_ = os.Remove(tp.imgDir)
+	}
 }
 
 // sweep removes what earlier runs left behind: names with the prefix of a
@@ -124,13 +148,14 @@ func sweep(all bool) {
 		m := staleName.FindStringSubmatch(p)
 		pid, _ := strconv.Atoi(m[1])
 		if all || (pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH) {
-			for _, mnt := range prefixMounts(m[0]) {
+			for _, dir := range loopMounts(m[0]) {
 				// the crashed run's temporary directory: .../TestNemesisN/001/nX
-				if top := filepath.Dir(filepath.Dir(mnt[1])); strings.HasPrefix(filepath.Base(top), "TestNemesis") {
+				if top := filepath.Dir(filepath.Dir(dir)); strings.HasPrefix(filepath.Base(top), "TestNemesis") {
 					defer os.RemoveAll(top) // once unmounted
 				}
 			}
 			sweepPrefix(m[0])
+			_ = os.Remove(filepath.Join(os.TempDir(), m[0]+"img"))
 		}
 	}
 }
@@ -157,6 +182,7 @@ func leftovers() []string {
 	for _, m := range prefixMounts("") {
 		add(m[0])
 	}
+	diskLeftovers(add)
 	var out []string
 	for p := range seen {
 		out = append(out, p)
@@ -183,10 +209,11 @@ func prefixMounts(prefix string) [][2]string {
 	return out
 }
 
-// sweepPrefix deletes every namespace, link and tmpfs mount named with
-// prefix. Deleting a namespace kills nothing: its processes are the
+// sweepPrefix deletes every namespace, link, loop device, cgroup and
+// tmpfs mount named with prefix. Deleting a namespace kills nothing: its processes are the
 // caller's to stop first.
 func sweepPrefix(prefix string) {
+	sweepDisks(prefix)
 	for _, m := range prefixMounts(prefix) {
 		_ = unix.Unmount(m[1], unix.MNT_DETACH)
 	}

@@ -100,13 +100,14 @@ func (tl *timeline) perSecond(from, to int64) []int {
 }
 
 // hooks has worker id's lincheck.Worker rounds write to the resource
-// between a grant and its release, and mark the timeline.
-func hooks(id int, rec *lincheck.Recorder, res *resource, tl *timeline) lincheck.Hooks {
+// between a grant and its release, and mark the timeline. off turns rec's
+// times into the run's.
+func hooks(id int, rec *lincheck.Recorder, off int64, res *resource, tl *timeline) lincheck.Hooks {
 	return lincheck.Hooks{
-		Done: tl.add,
+		Done: func(call int64, granted bool) { tl.add(call+off, granted) },
 		Granted: func(key, tok string) {
 			if ft, err := fence.ParseString(tok); err == nil {
-				res.write(rec.Now(), key, id, ft)
+				res.write(rec.Now()+off, key, id, ft)
 			}
 		},
 		Releasing: func(key string) { res.leave(key, id) },

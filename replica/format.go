@@ -14,7 +14,7 @@ import (
 
 // Format versions. What a node writes and reads carries a version, and a
 // node refuses, with ErrNewerFormat, what a newer release wrote in a
-// format it does not know. docs/cluster.md ("Versions and upgrades") says
+// format it does not know. docs/upgrades.md says
 // which releases can be mixed.
 //
 // The data directory (--raft-dir) has one version, in its FORMAT file:
@@ -82,7 +82,7 @@ func checkFormat(dir string) (*formatMark, error) {
 	case v > dataFormat:
 		return nil, fmt.Errorf("%w: raft dir %s is of data format %d; this release reads formats %d and %d. "+
 			"The directory is left as it is: run a release that reads it, or replace this node "+
-			"(docs/cluster.md, \"Versions and upgrades\")", ErrNewerFormat, dir, v, prevDataFormat, dataFormat)
+			"(docs/upgrades.md)", ErrNewerFormat, dir, v, prevDataFormat, dataFormat)
 	case v < dataFormat:
 		return &formatMark{dir: dir}, nil
 	}
@@ -131,7 +131,7 @@ func refuseOldRaftDir(dir string) error {
 				"If the other nodes run this release: remove this node from the cluster (DELETE /v1/admin/voters/{id} "+
 				"on the leader), move %s aside or empty it, start the node and add it back (POST /v1/admin/voters); "+
 				"it catches up from the leader's snapshot. If no node does: start a new cluster on empty directories "+
-				"(docs/cluster.md)", ErrOldRaftDir, name, dir, dir)
+				"(docs/upgrades.md)", ErrOldRaftDir, name, dir, dir)
 		}
 	}
 	return nil

@@ -215,7 +215,7 @@ func TestNewerFormatRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := startDir(t, dir)
-		wantNewer(t, err, dir, "data format 3", "reads formats 1 and 2", "Versions and upgrades")
+		wantNewer(t, err, dir, "data format 3", "reads formats 1 and 2", "docs/upgrades.md")
 		if b, _ := os.ReadFile(p); string(b) != "latchd etcd-raft 3\n" {
 			t.Fatalf("FORMAT changed to %q", b)
 		}

@@ -98,7 +98,7 @@ func (t *transport) refuseVersion(id uint64, addr string, major, minor uint64) {
 		return
 	}
 	t.log.Error("raft transport: a peer speaks a newer transport version than this release; its streams are refused. "+
-		"Upgrade this node (docs/cluster.md, \"Versions and upgrades\")",
+		"Upgrade this node (docs/upgrades.md)",
 		zap.Uint64("peer_raft_id", id), zap.String("peer_addr", addr),
 		zap.String("peer_version", fmt.Sprintf("%d.%d", major, minor)),
 		zap.String("version", fmt.Sprintf("%d.%d", transportMajor, transportMinor)))

@@ -28,7 +28,8 @@ import (
 	"github.com/latchd/latchd/fence"
 )
 
-// Input is one operation: 'l' try-lock, 'n' renew, 'r' release.
+// Input is one operation: 'l' try-lock, 'n' renew, 'r' release, 'g' a
+// read of the key's state (RecordRead).
 type Input struct {
 	Op    byte
 	Key   string
@@ -41,18 +42,23 @@ type Output struct {
 	Unknown bool // the connection broke after the request was sent
 	Token   string
 	Fence   uint64
+	// Renewed: a read found the holder's lease renewed (Worker renews
+	// for twice the grant's lease, so a read tells the two apart).
+	Renewed bool
 }
 
-// state is one key's: its holder ("" when free) and the highest fence
-// granted on it.
+// state is one key's: its holder ("" when free), the highest fence
+// granted on it, and whether the holder renewed its lease.
 type state struct {
-	holder string
-	fence  uint64
+	holder  string
+	fence   uint64
+	renewed bool
 }
 
 // Model is a lock with fencing: a free key must be granted, a held one
 // refused; a grant's fence is above every earlier grant's on the key;
-// renew and release succeed exactly for the holder's token.
+// renew and release succeed exactly for the holder's token; a read sees
+// the holder's fence and whether it renewed.
 var Model = porcupine.NondeterministicModel{
 	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 		by := map[string][]porcupine.Operation{}
@@ -67,6 +73,11 @@ var Model = porcupine.NondeterministicModel{
 		s, in, out := st.(state), input.(Input), output.(Output)
 		var applied state // the state if the operation took effect
 		switch in.Op {
+		case 'g':
+			if readFits(s, out) {
+				return []any{s}
+			}
+			return nil
 		case 'l':
 			if out.Unknown {
 				if s.holder == "" {
@@ -87,10 +98,11 @@ var Model = porcupine.NondeterministicModel{
 		case 'r':
 			applied = s
 			if s.holder == in.Token {
-				applied.holder = ""
+				applied.holder, applied.renewed = "", false
 			}
 		case 'n':
 			applied = s
+			applied.renewed = applied.renewed || s.holder == in.Token
 		default:
 			return nil
 		}
@@ -106,6 +118,21 @@ var Model = porcupine.NondeterministicModel{
 		in, out := input.(Input), output.(Output)
 		return fmt.Sprintf("%c %s %s -> %+v", in.Op, in.Key, in.Token, out)
 	},
+}
+
+// readFits reports whether a read's answer fits state s. A holder whose
+// grant had an unknown outcome (a ghost) has some fence above the last
+// known one, and never renews (Worker renews only what it saw granted).
+func readFits(s state, out Output) bool {
+	switch {
+	case !out.OK:
+		return s.holder == ""
+	case s.holder == "":
+		return false
+	case strings.HasPrefix(s.holder, "ghost-"):
+		return out.Fence > s.fence && !out.Renewed
+	}
+	return out.Fence == s.fence && out.Renewed == s.renewed
 }
 
 // Recorder collects a history from many goroutines.
@@ -151,6 +178,18 @@ func (r *Recorder) Record(client int, in Input, call int64, line string) {
 	}
 	r.mu.Lock()
 	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	r.mu.Unlock()
+}
+
+// RecordRead adds a read of key called at call that found it held with
+// fence (renewed: its lease was renewed) or free (held false). Read after
+// the other operations have returned, it checks that none that was
+// acknowledged is missing from the state read.
+func (r *Recorder) RecordRead(client int, key string, call int64, held bool, fence uint64, renewed bool) {
+	op := porcupine.Operation{ClientId: client, Input: Input{Op: 'g', Key: key}, Call: call,
+		Output: Output{OK: held, Fence: fence, Renewed: renewed}, Return: r.Now()}
+	r.mu.Lock()
+	r.ops = append(r.ops, op)
 	r.mu.Unlock()
 }
 
@@ -319,7 +358,8 @@ func (lc *Client) Do(req string, deadline time.Time) (line string, sent bool) {
 // closed, recording each operation. keys picks the key of a round.
 // ttl is the lease the grants ask for: it must outlast the run (a grant of
 // unknown outcome holds its key until the lease ends, and the model has
-// no expiry). h, if its fields are set, sees each round as it goes.
+// no expiry). Renewals ask for twice ttl, so that a read (RecordRead) can
+// tell a renewed lease from one that was not. h, if its fields are set, sees each round as it goes.
 func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Duration, stop <-chan struct{}, h Hooks) {
 	secs := int64(ttl / time.Second)
 	defer lc.Close()
@@ -354,7 +394,7 @@ func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Dura
 			tok = f[1]
 			h.Granted(key, tok)
 		}
-		for _, req := range []string{fmt.Sprintf("n\n%s\n%s %d\n", key, tok, secs), fmt.Sprintf("r\n%s\n%s\n", key, tok)} {
+		for _, req := range []string{fmt.Sprintf("n\n%s\n%s %d\n", key, tok, 2*secs), fmt.Sprintf("r\n%s\n%s\n", key, tok)} {
 			if req[0] == 'r' && granted {
 				h.Releasing(key)
 			}
