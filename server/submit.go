@@ -55,6 +55,7 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 		r.Owner = engine.OwnerID(o)
 	}
 	r.TTL, r.Timeout, r.Token, r.Limit, r.Mode = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1, 0
+	r.LockDelay = time.Duration(req.LockDelayMS) * time.Millisecond
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
 	} else if req.Cmd.RW() {
