@@ -70,8 +70,8 @@ type Op uint8
 
 // Ops: one engine call each.
 const (
-	OpAcquire      Op = iota + 1 // engine.Acquire: Key, Owner, Limit, TTL, Timeout
-	OpEnqueue                    // engine.Enqueue: Key, Owner, Limit, TTL
+	OpAcquire      Op = iota + 1 // engine.Acquire: Key, Owner, Limit, TTL, Timeout, LockDelay
+	OpEnqueue                    // engine.Enqueue: Key, Owner, Limit, TTL, LockDelay
 	OpWait                       // engine.Wait: Key, Owner, Timeout
 	OpRelease                    // engine.Release: Key, Token
 	OpRenew                      // engine.RenewAs: Key, Token, TTL, Owner
@@ -120,6 +120,9 @@ type Request struct {
 	// a batch of requests reads the clock once; 0: the backend reads it.
 	// A single node uses it; a replicated leader stamps its own clock.
 	Now int64
+	// LockDelay is an Acquire's or Enqueue's own lock-delay
+	// (engine.AcquireReq.LockDelay): 0 the engine's, < 0 none.
+	LockDelay time.Duration
 }
 
 // Reply is what a request answered: Outcome for Acquire, Enqueue and

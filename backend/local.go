@@ -60,7 +60,7 @@ func (b *Local) Do(r Request, sink engine.Sink) (Reply, error) {
 
 func acquireReq(r *Request) engine.AcquireReq {
 	return engine.AcquireReq{Key: r.Key, Owner: r.Owner, Limit: r.Limit, Mode: r.Mode, TTL: r.TTL,
-		Timeout: r.Timeout, Salt: clock.Salt()}
+		Timeout: r.Timeout, Salt: clock.Salt(), LockDelay: r.LockDelay}
 }
 
 // EndSessionAsync ends a request of owner's session, in place.

@@ -310,7 +310,7 @@ func (c *Conn) acquireSent(ctx context.Context, k cmds, key, rid string, limit i
 		arg = append(arg, ' ')
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
-	arg = appendTTL(arg, ttl)
+	arg = appendLockDelay(ctx, appendTTL(arg, ttl))
 	r, err := c.roundTripID(ctx, k.acquire, key, rid, arg, time.Duration(seconds(timeout))*time.Second, sent)
 	if err != nil {
 		return Grant{}, err
@@ -332,7 +332,7 @@ func (c *Conn) enqueueSent(ctx context.Context, k cmds, key, rid string, limit i
 	if k.sem {
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
-	arg = appendTTL(arg, ttl)
+	arg = appendLockDelay(ctx, appendTTL(arg, ttl))
 	r, err := c.roundTripID(ctx, k.enqueue, key, rid, arg, 0, sent)
 	if err != nil {
 		return Grant{}, false, err

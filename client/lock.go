@@ -54,6 +54,9 @@ type Lock struct {
 	TLSConfig *tls.Config
 	// Options are extra Dial options (timeouts, a dialer).
 	Options []Option
+	// LockDelay, if not 0, is this lock's own lock-delay (see
+	// WithLockDelay): NoLockDelay for none.
+	LockDelay time.Duration
 	// Mux, if set, carries the grants over its connections (and its
 	// session) instead of a connection per grant; Servers, Cluster,
 	// AuthToken, TLSConfig and Options are then ignored.
@@ -73,13 +76,15 @@ func (l *Lock) slots() slots {
 // got the lock, false (and a nil error) when the wait timed out. Canceling
 // ctx abandons the wait at once: the connection is closed and the server
 // withdraws it.
-func (l *Lock) Acquire(ctx context.Context) (bool, error) { return l.l.acquire(ctx, l.slots()) }
+func (l *Lock) Acquire(ctx context.Context) (bool, error) {
+	return l.l.acquire(WithLockDelay(ctx, l.LockDelay), l.slots())
+}
 
 // Enqueue takes the lock if it is free and nobody waits (true), or joins
 // the FIFO queue without blocking (false): call Wait next. Work done
 // between the two is the point of the two phases.
 func (l *Lock) Enqueue(ctx context.Context) (acquired bool, err error) {
-	return l.l.enqueue(ctx, l.slots())
+	return l.l.enqueue(WithLockDelay(ctx, l.LockDelay), l.slots())
 }
 
 // Wait blocks up to timeout for the lock after an Enqueue that returned
@@ -101,6 +106,7 @@ type Semaphore struct {
 	AuthToken      string
 	TLSConfig      *tls.Config
 	Options        []Option
+	LockDelay      time.Duration
 	Mux            *Mux
 
 	leased
@@ -112,11 +118,13 @@ func (s *Semaphore) slots() slots {
 }
 
 // Acquire is Lock.Acquire for one slot.
-func (s *Semaphore) Acquire(ctx context.Context) (bool, error) { return s.l.acquire(ctx, s.slots()) }
+func (s *Semaphore) Acquire(ctx context.Context) (bool, error) {
+	return s.l.acquire(WithLockDelay(ctx, s.LockDelay), s.slots())
+}
 
 // Enqueue is Lock.Enqueue for one slot.
 func (s *Semaphore) Enqueue(ctx context.Context) (acquired bool, err error) {
-	return s.l.enqueue(ctx, s.slots())
+	return s.l.enqueue(WithLockDelay(ctx, s.LockDelay), s.slots())
 }
 
 // Wait is Lock.Wait for one slot.

@@ -28,6 +28,7 @@ type RWLock struct {
 	AuthToken      string
 	TLSConfig      *tls.Config
 	Options        []Option
+	LockDelay      time.Duration // as Lock.LockDelay
 
 	leased
 }
@@ -46,20 +47,24 @@ func (l *RWLock) slots(k cmds) slots {
 
 // RLock waits up to AcquireTimeout for a shared (read) hold: true when
 // granted, false (and a nil error) when the wait timed out.
-func (l *RWLock) RLock(ctx context.Context) (bool, error) { return l.l.acquire(ctx, l.slots(readCmds)) }
+func (l *RWLock) RLock(ctx context.Context) (bool, error) {
+	return l.l.acquire(WithLockDelay(ctx, l.LockDelay), l.slots(readCmds))
+}
 
 // Lock waits up to AcquireTimeout for the exclusive (write) hold.
-func (l *RWLock) Lock(ctx context.Context) (bool, error) { return l.l.acquire(ctx, l.slots(writeCmds)) }
+func (l *RWLock) Lock(ctx context.Context) (bool, error) {
+	return l.l.acquire(WithLockDelay(ctx, l.LockDelay), l.slots(writeCmds))
+}
 
 // REnqueue is the first phase of a two-phase RLock: true when granted at
 // once, false when queued (call Wait next).
 func (l *RWLock) REnqueue(ctx context.Context) (acquired bool, err error) {
-	return l.l.enqueue(ctx, l.slots(readCmds))
+	return l.l.enqueue(WithLockDelay(ctx, l.LockDelay), l.slots(readCmds))
 }
 
 // Enqueue is the first phase of a two-phase Lock.
 func (l *RWLock) Enqueue(ctx context.Context) (acquired bool, err error) {
-	return l.l.enqueue(ctx, l.slots(writeCmds))
+	return l.l.enqueue(WithLockDelay(ctx, l.LockDelay), l.slots(writeCmds))
 }
 
 // Wait blocks up to timeout for the hold an REnqueue or Enqueue queued

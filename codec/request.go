@@ -51,6 +51,7 @@ const (
 	CmdSemEnqueue // se
 	CmdSemWait    // sw
 	CmdStats
+	CmdWatch        // watch: turns the connection into an event stream (event.go)
 	CmdSession      // session (session.go)
 	CmdMultiLock    // ml: many keys at once, all or none
 	CmdMultiSemLock // msl: a slot of many semaphores at once
@@ -85,6 +86,7 @@ var cmdNames = [numCmds]string{
 	CmdSemEnqueue:   "se",
 	CmdSemWait:      "sw",
 	CmdStats:        "stats",
+	CmdWatch:        "watch",
 	CmdSession:      "session",
 	CmdMultiLock:    "ml",
 	CmdMultiSemLock: "msl",
@@ -142,6 +144,8 @@ func lookupCmd(b []byte) Cmd {
 		return CmdStats
 	case "auth":
 		return CmdAuth
+	case "watch":
+		return CmdWatch
 	case "session":
 		return CmdSession
 	case "tagged":
@@ -170,6 +174,13 @@ type Request struct {
 	// ReqID is the request id the key line may carry after the key
 	// (requestid.go); nil when it carries none.
 	ReqID []byte
+	// LockDelayMS is the optional last field delay=<ms> of l, e, sl, se,
+	// rl, wl, re and we: the request's own lock-delay in milliseconds. 0
+	// means absent (the server's); delay=0 (no delay) decodes as -1.
+	LockDelayMS int64
+	// Prefix is set on a watch whose argument is "prefix": the key is a
+	// prefix of the keys watched.
+	Prefix bool
 }
 
 // Decode decodes the first request in buf into req.
@@ -253,10 +264,19 @@ func parse(req *Request, name []byte) error {
 	if !ValidKey(req.Key) && !splitRequestID(req) {
 		return ErrBadKey
 	}
+	if req.Cmd == CmdWatch {
+		return parseWatch(req)
+	}
 	var f [4][]byte
 	nf := fields(req.Arg, f[:])
 	if nf > len(f) {
 		return ErrArgCount
+	}
+	if nf > 0 && len(f[nf-1]) > len(delayField) && string(f[nf-1][:len(delayField)]) == delayField {
+		if err := parseDelay(req, f[nf-1][len(delayField):]); err != nil {
+			return err
+		}
+		nf--
 	}
 	switch req.Cmd.Base() {
 	case CmdLock:
@@ -285,6 +305,32 @@ func parse(req *Request, name []byte) error {
 		req.Token = f[0]
 		return parseInts(f[1:nf], 0, 1, false, &req.TTL)
 	}
+}
+
+// delayField opens the optional lock-delay field of l, e, sl, se, rl, wl,
+// re and we.
+const delayField = "delay="
+
+// parseDelay parses a delay=<ms> field's value into req.
+func parseDelay(req *Request, b []byte) error {
+	switch req.Cmd.Base() { // rl, wl, re, we too
+	case CmdLock, CmdSemLock, CmdEnqueue, CmdSemEnqueue:
+	default:
+		return ErrBadArg
+	}
+	v, err := parseInt(b)
+	switch {
+	case err != nil:
+		return err
+	case v < 0:
+		return ErrNegative
+	case v > MaxSeconds:
+		return ErrBadInt
+	case v == 0:
+		v = -1
+	}
+	req.LockDelayMS = v
+	return nil
 }
 
 // parseInts parses between min and max integer fields into dst, in order.

@@ -30,6 +30,15 @@ const (
 	// StatusErrorLeaseExpired answers a w/sw whose enqueued grant's lease
 	// ran out before the w collected it.
 	StatusErrorLeaseExpired
+	// StatusErrorMaxWatchers answers a watch when the server's watchers
+	// are all taken; the connection stays usable.
+	StatusErrorMaxWatchers
+	// StatusErrorWatchOverflow ends an event stream whose reader fell too
+	// far behind; StatusErrorWatchReset one whose node replaced its state
+	// (a cluster follower restored a snapshot). The server closes the
+	// connection after either.
+	StatusErrorWatchOverflow
+	StatusErrorWatchReset
 	numStatus
 )
 
@@ -48,6 +57,9 @@ var statusWords = [numStatus]string{
 	StatusErrorNotEnqueued:     "error_not_enqueued",
 	StatusErrorAlreadyEnqueued: "error_already_enqueued",
 	StatusErrorLeaseExpired:    "error_lease_expired",
+	StatusErrorMaxWatchers:     "error_max_watchers",
+	StatusErrorWatchOverflow:   "error_watch_overflow",
+	StatusErrorWatchReset:      "error_watch_reset",
 }
 
 // statusLines holds each word with its newline, built once, so AppendStatus

@@ -72,6 +72,51 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
+// TestAllocsLockDelay checks that a lease lost to expiry, held back by a
+// lock-delay and handed on when it ends allocates nothing once warm.
+func TestAllocsLockDelay(t *testing.T) {
+	e := newTestEngine(t, func(c *Config) { c.LockDelay = time.Second })
+	key := []byte("delay")
+	sink := &countSink{}
+	now := int64(0)
+	run := func() {
+		sink.n = 0
+		e.Acquire(now, AcquireReq{Key: key, Owner: 1, Limit: 1, TTL: time.Second}, nil)
+		e.Acquire(now, AcquireReq{Key: key, Owner: 2, Limit: 1, TTL: time.Second, Timeout: time.Minute}, sink)
+		e.Expire(now + int64(time.Second))
+		e.Expire(now + int64(2*time.Second))
+		if sink.n != 1 {
+			t.Fatal("waiter not granted after the delay")
+		}
+		e.Release(now+int64(2*time.Second), key, sink.last.Token)
+		now += int64(3 * time.Second)
+	}
+	if n := testing.AllocsPerRun(100, run); n != 0 {
+		t.Fatalf("%v allocs per run", n)
+	}
+}
+
+// TestAllocsWatched: with a watcher reading, the lock path still
+// allocates nothing.
+func TestAllocsWatched(t *testing.T) {
+	e := newTestEngine(t, nil)
+	w, _ := e.Watch("k", false)
+	defer w.Close()
+	req := AcquireReq{Key: []byte("k"), Owner: 1, Limit: 1}
+	n := testing.AllocsPerRun(200, func() {
+		out, _ := e.Acquire(0, req, nil)
+		e.Release(0, req.Key, out.Token)
+		for {
+			if _, ok, _ := w.TryNext(); !ok {
+				break
+			}
+		}
+	})
+	if n != 0 {
+		t.Fatalf("%v allocs per acquire+release with a watcher", n)
+	}
+}
+
 // TestSetAllocs checks that taking and releasing a free set of keys
 // allocates nothing once warm.
 func TestSetAllocs(t *testing.T) {

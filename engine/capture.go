@@ -18,6 +18,7 @@ type StateCapture struct {
 	sess    []byte         // the sessions' section
 	parts   [][]byte       // per shard: appendStateLocked
 	lapsed  [][]lapsedList // per shard: its lapsed two-phase grants
+	delays  [][]byte       // per shard: appendDelaysLocked
 	sets    []byte         // the waiting sets' section
 }
 
@@ -40,6 +41,7 @@ func (e *Engine) CaptureState() *StateCapture {
 		sets:    e.sets.appendState(nil),
 		parts:   make([][]byte, len(e.shards)),
 		lapsed:  make([][]lapsedList, len(e.shards)),
+		delays:  make([][]byte, len(e.shards)),
 	}
 	for i := range e.shards {
 		s := &e.shards[i]
@@ -58,6 +60,7 @@ func (e *Engine) CaptureState() *StateCapture {
 func (s *shard) lockW() {
 	s.mu.Lock()
 	s.settleLocked()
+	s.watchLocked()
 }
 
 // settleLocked encodes s for a capture still waiting for it; under mu.
@@ -71,6 +74,7 @@ func (s *shard) settleLocked() {
 func (c *StateCapture) encodeLocked(s *shard) {
 	c.parts[s.idx] = s.appendStateLocked(make([]byte, 0, 64*len(s.res)+256))
 	c.lapsed[s.idx] = s.lapsedLocked()
+	c.delays[s.idx] = s.appendDelaysLocked()
 	s.capt = nil
 }
 
@@ -103,15 +107,18 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	run()
 	wg.Wait()
-	n, lists := 0, 0
+	n, lists, version := 0, 0, c.version()
 	for i, p := range c.parts {
-		n += len(p)
+		n += len(p) + len(c.delays[i])
 		lists += len(c.lapsed[i])
+		if c.delays[i] != nil {
+			version = stateVersionDelays
+		}
 	}
 	start := len(b)
 	b = slices.Grow(b, n+len(c.sess)+4096)
 	b = append(b, stateMagic...)
-	b = append(b, c.version())
+	b = append(b, version)
 	b = binary.AppendUvarint(b, uint64(len(e.shards)))
 	b = binary.AppendUvarint(b, c.counter)
 	for _, p := range c.parts {
@@ -119,8 +126,11 @@ func (c *StateCapture) finish(b []byte, workers int) []byte {
 	}
 	b = append(b, c.sess...)
 	b = appendLapsed(b, c.lapsed, lists)
-	if c.version() >= setsVersion {
+	if version >= setsVersion {
 		b = append(b, c.sets...)
+	}
+	if version >= stateVersionDelays {
+		b = appendDelays(b, c.delays)
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], crcTable))
 }

@@ -20,6 +20,7 @@ func (e *Engine) CaptureStateNow() *StateCapture {
 		sets:    e.sets.appendState(nil),
 		parts:   make([][]byte, len(e.shards)),
 		lapsed:  make([][]lapsedList, len(e.shards)),
+		delays:  make([][]byte, len(e.shards)),
 	}
 	for i := range e.shards {
 		s := &e.shards[i]

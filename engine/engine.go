@@ -91,6 +91,12 @@ type Config struct {
 	// journal normally raises the limit ahead of use with RaiseFenceLimit,
 	// so this path is rare.
 	FenceReserve func(need uint64) uint64
+	// LockDelay holds a slot back for this long after its holder lost it
+	// involuntarily (lease expiry, or its owner went away) before it is
+	// granted again; 0 grants it at once. A request may choose its own
+	// (AcquireReq.LockDelay). Like every field it must be the same on all
+	// replicas of a log.
+	LockDelay time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -117,6 +123,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: max keys per owner must be in [0, %d], got %d", math.MaxInt32, c.MaxKeysPerOwner)
 	case c.DefaultTTL <= 0:
 		return fmt.Errorf("engine: default TTL must be > 0, got %v", c.DefaultTTL)
+	case c.LockDelay < 0:
+		return fmt.Errorf("engine: lock delay must be >= 0, got %v", c.LockDelay)
 	case c.GCMaxIdle < 0:
 		return fmt.Errorf("engine: GC max idle must be >= 0, got %v", c.GCMaxIdle)
 	case c.FenceLimit > 0 && (c.FenceReserve == nil || c.FenceLimit < c.FenceSeed):
@@ -143,6 +151,7 @@ type Engine struct {
 	refusedKeys, refusedWaiters, refusedOwner atomic.Uint64
 	// draining is set by Drain: no new holder or waiter, no hand-off.
 	draining atomic.Bool
+	hub      *Hub // watching (watch.go)
 }
 
 // New returns an engine with cfg, which must be valid.
@@ -150,7 +159,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, mask: uint64(cfg.Shards - 1), shards: make([]shard, cfg.Shards)}
+	e := &Engine{cfg: cfg, mask: uint64(cfg.Shards - 1), shards: make([]shard, cfg.Shards), hub: newHub()}
 	for i := range e.shards {
 		e.shards[i].init(e)
 		e.shards[i].idx = i
@@ -239,6 +248,9 @@ type AcquireReq struct {
 	TTL     time.Duration // lease; 0 means Config.DefaultTTL
 	Timeout time.Duration // Acquire only: how long to wait; 0 = try once
 	Salt    uint64        // the grant's token salt, from a CSPRNG
+	// LockDelay is the lock-delay of this holding if it is lost
+	// involuntarily: 0 means Config.LockDelay, < 0 none.
+	LockDelay time.Duration
 }
 
 func (e *Engine) check(req *AcquireReq) error {

@@ -277,7 +277,7 @@ func (e *Engine) acquireSet(now int64, req *SetReq, sink SetSink) (SetOutcome, e
 		if e.shards[idx[i]].res[string(k)] != ress[i] {
 			return SetOutcome{}, ErrMaxKeys
 		}
-		free = free && ress[i].holders.n < ress[i].limit && ress[i].waiters.n == 0
+		free = free && ress[i].holders.n+ress[i].reserved < ress[i].limit && ress[i].waiters.n == 0
 	}
 	n := len(req.Keys)
 	if !free && req.Timeout == 0 {
@@ -381,7 +381,7 @@ func (e *Engine) settleSet(now int64, ks *kset, via Via) {
 func (ks *kset) readyLocked() bool {
 	for _, en := range ks.ents[:ks.n] {
 		r := en.res
-		if r.waiters.head != en || r.holders.n >= r.limit {
+		if r.waiters.head != en || r.holders.n+r.reserved >= r.limit {
 			return false
 		}
 	}

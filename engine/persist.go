@@ -19,6 +19,11 @@ const (
 	// state without a waiting set is written as version 3, which nodes
 	// built before sets read (a rolling upgrade).
 	setsVersion = 4
+	// stateVersionDelays (5) adds the lock-delay sections after the
+	// waiting sets'; a state is written as version 5 only while it holds
+	// a lock-delay, so that an engine that uses none writes what older
+	// ones read.
+	stateVersionDelays = 5
 )
 
 // entry flags in the state format.

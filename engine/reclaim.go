@@ -34,6 +34,7 @@ func (s *shard) reclaim(now int64, key []byte, from, to OwnerID, sink Sink) (Out
 		}
 		if en != nil && en.holding && en.deadline <= now {
 			s.noteLapsedLocked(en)
+			s.lostLocked(now, en, EventExpired)
 			s.removeLocked(en)
 			s.ctr.expiries++
 			d = s.promoteLocked(now, res, d)

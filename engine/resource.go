@@ -18,11 +18,12 @@ type entry struct {
 	deadline int64 // lease end (holding) or wait end (parked); see hidx
 	hidx     int   // index in the shard's heap, -1 when it has no deadline
 	holding  bool
-	twoPhase bool  // enqueued with e/se and not yet collected by w/sw
-	shared   bool  // a reader of a read-write key (see rwlock.go)
-	sidx     int32 // scratch: its number in the state WriteState writes
-	sink     Sink  // a parked request's Sink; nil otherwise
-	set      *kset // the waiting set it belongs to (AcquireSet); nil otherwise
+	twoPhase bool          // enqueued with e/se and not yet collected by w/sw
+	shared   bool          // a reader of a read-write key (see rwlock.go)
+	sidx     int32         // scratch: its number in the state WriteState writes
+	sink     Sink          // a parked request's Sink; nil otherwise
+	set      *kset         // the waiting set it belongs to (AcquireSet); nil otherwise
+	delay    time.Duration // AcquireReq.LockDelay: 0 the engine's, < 0 none
 	qprev    *entry
 	qnext    *entry // resource's holders or waiters list
 	oprev    *entry
@@ -62,8 +63,9 @@ func (q *queue) remove(en *entry) {
 }
 
 // resource is one key: its slot limit, its holders and its FIFO queue.
-// Invariant: waiters is empty whenever a slot is free (for a read-write
-// key, whose limit is rwLimit: whenever its head could be granted).
+// Invariant: waiters is empty whenever a slot is free (neither held nor
+// reserved; for a read-write key, whose limit is rwLimit: whenever its head
+// could be granted and no lock-delay holds it back).
 type resource struct {
 	key     string
 	limit   int
@@ -75,9 +77,12 @@ type resource struct {
 	iprev   *resource
 	inext   *resource
 	touched bool // scratch mark for dropOwner
+	// reserved counts the slots a lock-delay holds back (lockdelay.go):
+	// they count against limit, like holders.
+	reserved int
 }
 
-func (r *resource) empty() bool { return r.holders.n == 0 && r.waiters.n == 0 }
+func (r *resource) empty() bool { return r.holders.n == 0 && r.waiters.n == 0 && r.reserved == 0 }
 
 func (r *resource) findHolder(tok fence.Token) *entry {
 	for en := r.holders.head; en != nil; en = en.qnext {

@@ -33,8 +33,8 @@ func (e *Engine) ReadState(r io.Reader) error {
 		return fmt.Errorf("%w: bad magic", ErrBadState)
 	}
 	v := b[len(stateMagic)]
-	if v < 1 || v > stateVersion {
-		return fmt.Errorf("%w: version %d, want 1 to %d", ErrBadState, v, stateVersion)
+	if v < 1 || v > stateVersionDelays {
+		return fmt.Errorf("%w: version %d, want 1 to %d", ErrBadState, v, stateVersionDelays)
 	}
 	body := b[:len(b)-4]
 	if crc32.Checksum(body, crcTable) != binary.BigEndian.Uint32(b[len(b)-4:]) {
@@ -46,10 +46,11 @@ func (e *Engine) ReadState(r io.Reader) error {
 	}
 	e.fence.Store(d.uvarint())
 	var keys int64
+	rss := make([]restoring, len(e.shards))
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		s.readStateLocked(d)
+		rss[i] = s.readStateLocked(d)
 		keys += int64(len(s.res))
 		s.mu.Unlock()
 		if d.err != nil {
@@ -61,8 +62,11 @@ func (e *Engine) ReadState(r io.Reader) error {
 	if d.version >= 3 {
 		e.readLapsed(d)
 	}
-	if d.version >= 4 {
+	if d.version >= setsVersion {
 		e.readSets(d)
+	}
+	if d.version >= stateVersionDelays {
+		e.readDelays(d, rss)
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
@@ -86,7 +90,7 @@ func (e *Engine) isEmpty() bool {
 // counters, its resources with their holders and waiters, then the idle
 // list, the deadline heap and the owner lists, which name the resources
 // and entries by the order they were read in.
-func (s *shard) readStateLocked(d *stateReader) {
+func (s *shard) readStateLocked(d *stateReader) restoring {
 	s.next.Store(d.varint())
 	for _, c := range s.ctr.all() {
 		*c = d.uvarint()
@@ -95,19 +99,20 @@ func (s *shard) readStateLocked(d *stateReader) {
 	rs := restoring{res: make([]*resource, 0, nres), inHeap: make(map[*entry]bool)}
 	for range nres {
 		if !s.readResourceLocked(d, &rs) {
-			return
+			return rs
 		}
 	}
 	if !s.readIdleLocked(d, rs.res) || !s.readHeapLocked(d, &rs) || !s.readOwnersLocked(d, rs.ents) {
-		return
+		return rs
 	}
 	s.resPeak, s.ownPeak = len(s.res), len(s.owners) // for the shrink heuristic
 	for _, en := range rs.ents {
 		if en.holding && en.hidx < 0 {
 			d.fail("holder without a deadline")
-			return
+			return rs
 		}
 	}
+	return rs
 }
 
 // restoring is what readStateLocked has read of a shard so far: its
@@ -152,8 +157,10 @@ func (s *shard) readResourceLocked(d *stateReader, rs *restoring) bool {
 		}
 	}
 	// A slot is free with waiters only behind a waiting set at the head.
+	// From version 5 a lock-delay may hold a slot back: readDelays checks
+	// these once it has read them.
 	headSet := r.holders.n < r.limit && r.waiters.head != nil && r.waiters.head.set != nil
-	if !(r.consistent() || headSet) || r.idle != r.empty() {
+	if d.version < stateVersionDelays && (!(r.consistent() || headSet) || r.idle != r.empty()) {
 		d.fail("resource %q breaks its invariants", key)
 		return false
 	}

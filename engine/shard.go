@@ -53,6 +53,8 @@ type shard struct {
 	next    atomic.Int64  // earliest deadline or GC due here; read without mu
 	idx     int           // its index in the engine's shards
 	capt    *StateCapture // a state capture that has not encoded this shard yet; under mu
+	delays  delayList     // slots held back by a lock-delay (lockdelay.go)
+	watched bool          // someone watches: read once per change (watchstate.go); under mu
 	_       [64]byte      // keep neighbouring shards' locks off this cache line
 }
 
@@ -111,7 +113,7 @@ func (s *shard) updateNextLocked() {
 			next = due
 		}
 	}
-	s.next.Store(next)
+	s.next.Store(s.nextDelayLocked(next))
 }
 
 func (s *shard) newEntry(res *resource, req *AcquireReq) *entry {
@@ -123,7 +125,8 @@ func (s *shard) newEntry(res *resource, req *AcquireReq) *entry {
 	} else {
 		en = &entry{}
 	}
-	*en = entry{res: res, owner: req.Owner, salt: req.Salt, ttl: req.TTL, hidx: -1, shared: req.Mode == ModeRead}
+	*en = entry{res: res, owner: req.Owner, salt: req.Salt, ttl: req.TTL, hidx: -1, shared: req.Mode == ModeRead,
+		delay: req.LockDelay}
 	s.linkOwner(en)
 	return en
 }
@@ -248,15 +251,19 @@ func (s *shard) grantLocked(now int64, en *entry) {
 	s.held++
 	s.heap.set(en, now+int64(en.ttl))
 	s.ctr.grants++
+	s.note(EventGranted, en.res, en)
 }
 
 // promoteLocked grants free slots of res to its oldest waiters and queues
 // their Sink calls on d. It marks res idle when nothing is left on it.
 func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delivery {
 	if res.limit == rwLimit {
+		if res.reserved != 0 { // a lock-delay holds the key back
+			return d
+		}
 		return s.promoteRWLocked(now, res, d)
 	}
-	for res.holders.n < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
+	for res.holders.n+res.reserved < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
 		en := res.waiters.head
 		if en.set != nil {
 			s.noteSetLocked(en) // granted with its set's other keys
@@ -293,6 +300,7 @@ func (s *shard) removeLocked(en *entry) {
 	} else {
 		en.res.waiters.remove(en)
 		s.waiting--
+		s.note(EventWaiters, en.res, nil)
 	}
 	if en.hidx >= 0 {
 		s.heap.remove(en)
@@ -326,7 +334,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	if twoPhase && len(s.lapsed) > 0 {
 		s.takeLapsedLocked(req.Owner, req.Key)
 	}
-	if res.holders.n < res.limit && res.waiters.n == 0 || res.limit == rwLimit && res.rwFree(req.Mode) {
+	if res.holders.n+res.reserved < res.limit && res.waiters.n == 0 || res.limit == rwLimit && res.reserved == 0 && res.rwFree(req.Mode) {
 		if !s.e.own.tryAdd(req.Owner) {
 			s.mu.Unlock()
 			return Outcome{}, ErrOwnerMaxKeys
@@ -361,6 +369,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 	en.twoPhase = twoPhase
 	res.waiters.pushBack(en)
 	s.waiting++
+	s.note(EventWaiters, res, nil)
 	if !twoPhase {
 		en.sink = sink
 		s.heap.set(en, now+int64(req.Timeout))
@@ -400,6 +409,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 	case en.holding && en.deadline <= now:
 		// Granted while enqueued, but the lease ran out before this wait:
 		// the slot passes on, and nothing is resurrected.
+		s.lostLocked(now, en, EventExpired)
 		s.removeLocked(en)
 		s.ctr.expiries++
 		*d = s.promoteLocked(now, res, *d)
@@ -466,6 +476,7 @@ func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]deliv
 	}
 	if en.deadline <= now {
 		s.noteLapsedLocked(en)
+		s.lostLocked(now, en, EventExpired)
 		s.removeLocked(en)
 		s.ctr.expiries++
 		*d = s.promoteLocked(now, res, *d)
@@ -480,6 +491,7 @@ func (s *shard) release(now int64, key []byte, tok fence.Token, via Via) error {
 	en := s.holderLocked(now, key, tok, &d)
 	if en != nil {
 		res := en.res
+		s.note(EventReleased, res, en)
 		s.removeLocked(en)
 		s.ctr.releases++
 		d = s.promoteLocked(now, res, d)
@@ -533,6 +545,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 		return
 	}
 	s.settleLocked()
+	s.watchLocked()
 	if lapsed {
 		delete(s.lapsed, owner)
 	}
@@ -556,6 +569,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 			continue
 		case en.holding:
 			s.ctr.dropped++
+			s.lostLocked(now, en, EventDropped)
 		case en.sink != nil:
 			d = appendDelivery(d, en.sink, Outcome{Result: Canceled})
 		}
@@ -622,6 +636,7 @@ func (s *shard) expire(now int64) {
 		if en.holding {
 			s.ctr.expiries++
 			s.noteLapsedLocked(en)
+			s.lostLocked(now, en, EventExpired)
 		} else {
 			s.ctr.timeouts++
 			if en.sink != nil {
@@ -631,6 +646,7 @@ func (s *shard) expire(now int64) {
 		s.removeLocked(en)
 		d = s.promoteLocked(now, res, d)
 	}
+	d = s.expireDelaysLocked(now, d)
 	maxIdle := int64(s.e.cfg.GCMaxIdle)
 	for r := s.idle.head; r != nil && r.idleAt+maxIdle <= now && budget > 0; r = s.idle.head {
 		budget--

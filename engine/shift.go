@@ -19,6 +19,7 @@ func (e *Engine) ShiftDeadlines(delta int64) {
 		for _, en := range s.heap {
 			en.deadline = addSat(en.deadline, delta)
 		}
+		s.shiftDelaysLocked(delta)
 		for r := s.idle.head; r != nil; r = r.inext {
 			r.idleAt = addSat(r.idleAt, delta)
 		}

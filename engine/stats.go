@@ -19,6 +19,7 @@ type counters struct {
 	expiries uint64
 	dropped  uint64 // holdings released by DropOwner
 	pruned   uint64 // idle keys garbage-collected or evicted
+	delays   uint64 // slots held back by a lock-delay; not in all(): not state
 }
 
 // all lists the counters in the state format's order.
@@ -35,6 +36,7 @@ type Counters struct {
 	Expiries uint64 // leases that ran out
 	Dropped  uint64 // slots released because their owner went away
 	Pruned   uint64 // idle keys removed
+	Delays   uint64 // slots held back by a lock-delay (counted by each replica)
 }
 
 // Gauges are the engine's current sizes.
@@ -43,6 +45,7 @@ type Gauges struct {
 	Held     int // slots held
 	Waiting  int // requests in queues
 	Sessions int // open REST sessions
+	Delayed  int // slots held back by a lock-delay now
 }
 
 // Metrics returns the counters and gauges, locking each shard briefly in
@@ -60,6 +63,8 @@ func (e *Engine) Metrics() (Counters, Gauges) {
 		c.Expiries += s.ctr.expiries
 		c.Dropped += s.ctr.dropped
 		c.Pruned += s.ctr.pruned
+		c.Delays += s.ctr.delays
+		g.Delayed += len(s.delays.slots)
 		g.Keys += len(s.res)
 		g.Held += s.held
 		g.Waiting += s.waiting
@@ -107,6 +112,8 @@ type (
 	RWLockStat = stats.RWLock
 	// IdleStat describes a key with no holder and no waiter, kept until GC.
 	IdleStat = stats.Idle
+	// DelayedStat describes a slot held back by a lock-delay.
+	DelayedStat = stats.Delayed
 	// Stats is the engine's state as the stats command reports it, sorted
 	// by key. Connections is filled in by the caller.
 	Stats = stats.Report
@@ -181,6 +188,9 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 			case idleSemList:
 				st.IdleSemaphores = append(st.IdleSemaphores, IdleStat{Key: r.key, IdleS: seconds(now - r.idleAt)})
 			case lockList:
+				if r.holders.head == nil && r.reserved > 0 { // held back: listed in Delayed
+					continue
+				}
 				st.Locks = append(st.Locks, lockStat(now, r))
 			case rwList:
 				st.RWLocks = append(st.RWLocks, r.rwStat())
@@ -189,6 +199,7 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 					Holders: r.holders.n, Waiters: r.waiters.n})
 			}
 		}
+		st.Delayed = s.appendDelayedLocked(st.Delayed, now)
 		s.mu.Unlock()
 	}
 	if full {
@@ -205,6 +216,7 @@ func (e *Engine) SnapshotMax(now int64, maxBytes int) Stats {
 	slices.SortFunc(st.IdleLocks, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.IdleSemaphores, func(a, b IdleStat) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(st.RWLocks, func(a, b RWLockStat) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortStableFunc(st.Delayed, func(a, b DelayedStat) int { return strings.Compare(a.Key, b.Key) })
 	return st
 }
 

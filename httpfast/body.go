@@ -18,6 +18,7 @@ type lockBody struct {
 	LeaseTTLS       *float64 `json:"lease_ttl_s"`
 	Limit           *int64   `json:"limit"`
 	Token           *string  `json:"token"`
+	LockDelayS      *float64 `json:"lock_delay_s"`
 }
 
 // bodyErr is a request body the route refuses; its text is the message.
@@ -53,6 +54,7 @@ const (
 	fLeaseTTL
 	fLimit
 	fToken
+	fLockDelay
 )
 
 // check refuses fields the route does not take, and requires limit where
@@ -68,6 +70,7 @@ func (b *lockBody) check(allowed fields) error {
 		{b.LeaseTTLS != nil, fLeaseTTL, "lease_ttl_s"},
 		{b.Limit != nil, fLimit, "limit"},
 		{b.Token != nil, fToken, "token"},
+		{b.LockDelayS != nil, fLockDelay, "lock_delay_s"},
 	}
 	for _, p := range present {
 		if p.set && allowed&p.f == 0 {
@@ -83,6 +86,17 @@ func (b *lockBody) check(allowed fields) error {
 		}
 	}
 	return nil
+}
+
+// lockDelay converts the optional lock_delay_s to an
+// engine.AcquireReq.LockDelay: absent is 0 (the server's), 0 is none
+// (< 0), else the delay.
+func lockDelay(v *float64) (time.Duration, error) {
+	d, err := seconds(v, "lock_delay_s", false)
+	if v != nil && err == nil && d == 0 {
+		d = -1
+	}
+	return d, err
 }
 
 // seconds converts an optional field of seconds to a duration: absent is

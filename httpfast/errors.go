@@ -40,6 +40,7 @@ const (
 	errUnavailable    // cluster mode: not taken in; it did not take effect
 	errShuttingDown   // a single node draining for a stop: no new grants
 	errClientGone     // the client closed its connection while parked; nobody reads it
+	errTooManyWatchers
 )
 
 var apiErrs = [...]struct {
@@ -68,6 +69,7 @@ var apiErrs = [...]struct {
 	errUnavailable:      {503, "unavailable"},
 	errShuttingDown:     {503, "shutting_down"},
 	errClientGone:       {499, "client_gone"},
+	errTooManyWatchers:  {429, "max_watchers"},
 }
 
 // msgShuttingDown explains errShuttingDown.

@@ -153,20 +153,20 @@ func (s *Server) closeAllSessions() {
 
 // allowed lists the body fields of each lock or semaphore op.
 var allowed = [opCount]fields{
-	opLockAcquire: fAcquireTimeout | fLeaseTTL,
+	opLockAcquire: fAcquireTimeout | fLeaseTTL | fLockDelay,
 	opLockRelease: fToken,
 	opLockRenew:   fToken | fLeaseTTL,
-	opLockEnqueue: fLeaseTTL,
+	opLockEnqueue: fLeaseTTL | fLockDelay,
 	opLockWait:    fWaitTimeout,
-	opSemAcquire:  fAcquireTimeout | fLeaseTTL | fLimit,
+	opSemAcquire:  fAcquireTimeout | fLeaseTTL | fLimit | fLockDelay,
 	opSemRelease:  fToken,
 	opSemRenew:    fToken | fLeaseTTL,
-	opSemEnqueue:  fLeaseTTL | fLimit,
+	opSemEnqueue:  fLeaseTTL | fLimit | fLockDelay,
 	opSemWait:     fWaitTimeout,
-	opRWAcquire:   fAcquireTimeout | fLeaseTTL,
+	opRWAcquire:   fAcquireTimeout | fLeaseTTL | fLockDelay,
 	opRWRelease:   fToken,
 	opRWRenew:     fToken | fLeaseTTL,
-	opRWEnqueue:   fLeaseTTL,
+	opRWEnqueue:   fLeaseTTL | fLockDelay,
 	opRWWait:      fWaitTimeout,
 }
 
@@ -235,6 +235,9 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 	if req.TTL == 0 {
 		req.TTL = s.cfg.DefaultTTL // 0 still: the engine's default
 	}
+	if req.LockDelay, err = lockDelay(body.LockDelayS); err != nil {
+		return fence.Token{}, err
+	}
 	timeoutField, timeoutName := body.AcquireTimeoutS, "acquire_timeout_s"
 	if allowed[o]&fWaitTimeout != 0 {
 		timeoutField, timeoutName = body.WaitTimeoutS, "wait_timeout_s"
@@ -254,7 +257,7 @@ func (s *Server) lockCall(ctx *fasthttp.RequestCtx, o op, req engine.AcquireReq,
 	switch o {
 	case opLockAcquire, opSemAcquire, opRWAcquire:
 		s.blocking(ctx, backend.Request{Op: backend.OpAcquire, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
-			Mode: req.Mode, TTL: req.TTL, Timeout: req.Timeout, ReqID: rid})
+			Mode: req.Mode, TTL: req.TTL, Timeout: req.Timeout, ReqID: rid, LockDelay: req.LockDelay})
 	case opLockEnqueue, opSemEnqueue, opRWEnqueue:
 		s.enqueue(ctx, req, rid)
 	case opLockWait, opSemWait, opRWWait:
@@ -312,7 +315,7 @@ func (s *Server) blocking(ctx *fasthttp.RequestCtx, r backend.Request) {
 
 func (s *Server) enqueue(ctx *fasthttp.RequestCtx, req engine.AcquireReq, rid []byte) {
 	rep, err := s.be.Do(backend.Request{Op: backend.OpEnqueue, Key: req.Key, Owner: req.Owner, Limit: req.Limit,
-		Mode: req.Mode, TTL: req.TTL, ReqID: rid}, nil)
+		Mode: req.Mode, TTL: req.TTL, ReqID: rid, LockDelay: req.LockDelay}, nil)
 	if err == nil && !s.alive(req.Owner) {
 		// Closed while we enqueued: its DropOwner may have run first.
 		_ = s.disconnect(req.Owner, true)

@@ -45,6 +45,7 @@ const (
 	opRWEnqueue
 	opRWWait
 	opRWGet       // GET /v1/rwlocks/{key}
+	opWatch       // GET /v1/watch/{key}: events (SSE) or a long-poll
 	opMulti       // POST /v1/multi: many keys at once
 	opAdminDigest // GET /v1/admin/state-digest
 	opCount
@@ -86,6 +87,7 @@ var opNames = [opCount]string{
 	opRWEnqueue:        "rwlock_enqueue",
 	opRWWait:           "rwlock_wait",
 	opRWGet:            "rwlock_get",
+	opWatch:            "watch",
 	opMulti:            "multi_acquire",
 	opAdminDigest:      "admin_state_digest",
 }
@@ -137,6 +139,9 @@ func match(method, path []byte) (o op, param []byte, allow string) {
 	}
 	if rest, ok := bytes.CutPrefix(path, []byte("/v1/rwlocks/")); ok {
 		return matchKey(m, rest, opRWAcquire)
+	}
+	if rest, ok := bytes.CutPrefix(path, []byte("/v1/watch/")); ok && len(rest) > 0 {
+		return only(m, "GET", opWatch, rest)
 	}
 	return opNotFound, nil, ""
 }

@@ -324,6 +324,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, o op, param []byte, allow st
 		s.serveUIKeys(ctx)
 	case opLockGet, opSemGet, opRWGet:
 		s.serveKey(ctx, o, param)
+	case opWatch:
+		s.serveWatch(ctx, param)
 	case opMetrics:
 		s.serveMetrics(ctx)
 	case opStats:

@@ -111,6 +111,8 @@ type uiTotals struct {
 	Expiries    uint64 `json:"expiries_total"`
 	Dropped     uint64 `json:"dropped_total"`
 	LastFence   string `json:"last_fence"`
+	Delayed     int    `json:"delayed"`           // slots a lock-delay holds back
+	LockDelays  uint64 `json:"lock_delays_total"` // lock-delays begun
 }
 
 type uiKeys struct {
@@ -155,6 +157,7 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 			Connections: s.conns() + g.Sessions, Sessions: g.Sessions, Keys: g.Keys, Held: g.Held, Waiting: g.Waiting,
 			Grants: c.Grants, Releases: c.Releases, Renewals: c.Renewals, Timeouts: c.Timeouts, Expiries: c.Expiries,
 			Dropped: c.Dropped, LastFence: strconv.FormatUint(eng.LastFence(), 10),
+			Delayed: g.Delayed, LockDelays: c.Delays,
 		},
 	}
 	for i, k := range top {

@@ -43,7 +43,7 @@ func command(r *backend.Request) (Command, bool) {
 		return Command{}, false
 	}
 	c := Command{Op: logOps[r.Op], Owner: r.Owner, Key: bytes.Clone(r.Key), Limit: r.Limit, TTL: r.TTL,
-		Timeout: r.Timeout, Token: r.Token, Release: r.Release, Client: r.Client}
+		Timeout: r.Timeout, Token: r.Token, Release: r.Release, Client: r.Client, LockDelay: r.LockDelay}
 	if len(r.ReqID) > 0 {
 		c.ReqKey = bytes.Clone(r.ReqID)
 	}

@@ -80,6 +80,9 @@ type Command struct {
 	// node's own commands) takes no part in the wait. It is not Owner,
 	// which a release leaves 0.
 	Client engine.OwnerID
+	// LockDelay is an Acquire's or Enqueue's own lock-delay
+	// (engine.AcquireReq.LockDelay); optional, after HTTPAddr.
+	LockDelay time.Duration
 }
 
 const commandVersion = 1
@@ -103,6 +106,7 @@ const (
 	fAddr
 	fHTTPAddr
 	fReqKey
+	fLockDelay
 	nFields
 	fAll = 1<<nFields - 1
 )
@@ -124,7 +128,7 @@ var fieldKinds = [nFields]fieldKind{
 	fOrigin: uvarintField, fReqID: uvarintField, fNow: varintField, fOwner: uvarintField, fKey: bytesField,
 	fLimit: varintField, fTTL: varintField, fTimeout: varintField, fSalt: fixed64Field, fFence: uvarintField,
 	fTokSalt: fixed64Field, fRelease: flagField, fAddr: bytesField, fHTTPAddr: bytesField,
-	fReqKey: bytesField,
+	fReqKey: bytesField, fLockDelay: varintField,
 }
 
 // fieldValues is c's fields by number: a numeric or flag field in num (a
@@ -142,7 +146,7 @@ func (v *fieldValues) get(c *Command) {
 	}
 	v.num = [nFields]uint64{fOrigin: c.Origin, fReqID: c.ReqID, fNow: uint64(c.Now), fOwner: uint64(c.Owner),
 		fLimit: uint64(c.Limit), fTTL: uint64(c.TTL), fTimeout: uint64(c.Timeout), fSalt: c.Salt,
-		fFence: c.Token.Fence, fTokSalt: c.Token.Salt, fRelease: release}
+		fFence: c.Token.Fence, fTokSalt: c.Token.Salt, fRelease: release, fLockDelay: uint64(c.LockDelay)}
 	v.str[fKey], v.str[fAddr], v.str[fHTTPAddr] = c.Key, []byte(c.Addr), []byte(c.HTTPAddr)
 	v.str[fReqKey] = c.ReqKey
 }
@@ -154,7 +158,8 @@ func (v *fieldValues) set(c *Command, op Op) {
 		Owner: engine.OwnerID(num[fOwner]), Key: str[fKey], Limit: int(num[fLimit]), TTL: time.Duration(num[fTTL]),
 		Timeout: time.Duration(num[fTimeout]), Salt: num[fSalt],
 		Token: fence.Token{Fence: num[fFence], Salt: num[fTokSalt]}, Release: num[fRelease] != 0,
-		Addr: string(str[fAddr]), HTTPAddr: string(str[fHTTPAddr]), ReqKey: str[fReqKey]}
+		Addr: string(str[fAddr]), HTTPAddr: string(str[fHTTPAddr]), ReqKey: str[fReqKey],
+		LockDelay: time.Duration(num[fLockDelay])}
 }
 
 // AppendCommand appends c's encoding to b: a version byte, the op, a

@@ -199,10 +199,10 @@ func (f *FSM) applyOp(e *engine.Engine, now int64, c *Command, sink engine.Sink)
 	switch c.Op {
 	case OpAcquire:
 		r.Outcome, r.Err = e.Acquire(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
-			TTL: c.TTL, Timeout: c.Timeout, Salt: c.Salt}, sink)
+			TTL: c.TTL, Timeout: c.Timeout, Salt: c.Salt, LockDelay: c.LockDelay}, sink)
 	case OpEnqueue:
 		r.Outcome, r.Err = e.Enqueue(now, engine.AcquireReq{Key: c.Key, Owner: c.Owner, Limit: c.Limit,
-			TTL: c.TTL, Salt: c.Salt})
+			TTL: c.TTL, Salt: c.Salt, LockDelay: c.LockDelay})
 	case OpRWAcquire:
 		r.Outcome, r.Err = e.Acquire(now, rwReq(c), sink)
 	case OpRWEnqueue:
@@ -354,6 +354,12 @@ func (f *FSM) Restore(all []byte) error {
 	}
 	f.mu.Lock()
 	f.restores.Add(1)
+	// Watchers stay with the node: the new engine publishes to the same
+	// Hub, and those watching are told to watch again (they may have
+	// missed changes the snapshot folds in).
+	hub := f.eng.Load().Hub()
+	e.AdoptHub(hub)
+	hub.Reset()
 	f.eng.Store(e)
 	f.index.Store(index)
 	f.lastNow = lastNow

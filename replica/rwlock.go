@@ -23,7 +23,7 @@ func rwCommand(c *Command, mode engine.Mode) {
 // rwReq is the engine request of c, an OpRWAcquire or OpRWEnqueue.
 func rwReq(c *Command) engine.AcquireReq {
 	return engine.AcquireReq{Key: c.Key, Owner: c.Owner, Mode: engine.Mode(c.Limit), TTL: c.TTL,
-		Timeout: c.Timeout, Salt: c.Salt}
+		Timeout: c.Timeout, Salt: c.Salt, LockDelay: c.LockDelay}
 }
 
 // grants reports whether o may grant a fresh token (it needs a salt).

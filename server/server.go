@@ -360,6 +360,7 @@ func (s *Server) close(ss *session, err error) {
 		s.guard.Freed() // a listener out of descriptors may accept again
 	}
 	s.forget(ss)
+	ss.endWatch()
 	ss.closed.Store(true)
 	// Nothing of a connection that made no request is in the state. One
 	// with a request still pending is undone by its answer (answered1).

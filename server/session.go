@@ -93,6 +93,11 @@ type session struct {
 	delivered    bool   // the parked request has its answer in inbox
 	statsLine    []byte // the stats answer, counted in the budget (output.go)
 	gone         bool   // closed: a late stats answer is dropped
+
+	// watch.go: the connection's watch (event loop only), and whether it
+	// ended with an error line to write before closing (any goroutine).
+	watcher    *engine.Watcher
+	watchEnded atomic.Bool
 }
 
 // Deliver implements engine.Sink. It runs on whichever goroutine produced

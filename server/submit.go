@@ -104,6 +104,7 @@ var (
 // key: then its outcome may come later through a Sink.
 func setOp(r *backend.Request, req *codec.Request) (parks bool, err error) {
 	r.TTL, r.Timeout, r.Token, r.Limit, r.Mode = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1, 0
+	r.LockDelay = time.Duration(req.LockDelayMS) * time.Millisecond
 	if req.Cmd.Semaphore() {
 		r.Limit = int(req.Limit)
 	} else if req.Cmd.RW() {

@@ -87,6 +87,9 @@ func TestTaggedOutOfOrder(t *testing.T) {
 	if got := tdo(t, c, "9", "ml", "a b", "0"); got != "error" {
 		t.Fatalf("ml in tagged mode = %q; want error", got)
 	}
+	if got := tdo(t, c, "10", "watch", "k", ""); got != "error" {
+		t.Fatalf("watch in tagged mode = %q; want error", got)
+	}
 	if got := tdo(t, c, "8", "tagged", "1", ""); got != "error" {
 		t.Fatalf("second greeting = %q; want error", got)
 	}

@@ -56,7 +56,11 @@ func (s *Server) turn(c gnet.Conn, ss *session) gnet.Action {
 // returns how many bytes of buf it consumed, the output to write (built in
 // ss.out) and whether to close the connection after writing it.
 func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNow bool) {
+	ended := ss.watchEnded.Load()      // before the take: its error line is in the inbox then
 	out = ss.takeDelivered(ss.out[:0]) // answers to older requests go first
+	if ended {
+		return 0, out, true
+	}
 	out = s.takeStatsTagged(ss, out)
 	if ss.parkedAt != 0 && !ss.parked {
 		s.unparked(ss) // the parked request's answer was just taken
@@ -130,6 +134,9 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 	}
 	if req.Cmd == codec.CmdTagged {
 		return s.greet(ss, out), false
+	}
+	if req.Cmd == codec.CmdWatch {
+		return s.watch(ss, req, out)
 	}
 	if req.Cmd == codec.CmdStats {
 		// With many keys the snapshot and its JSON take tens of

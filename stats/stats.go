@@ -21,6 +21,9 @@ type Report struct {
 	// when there are none, so a dflockd client's answer is unchanged.
 	// An idle read-write key is listed in IdleLocks.
 	RWLocks []RWLock `json:"rwlocks,omitempty"`
+	// Delayed lists the slots a lock-delay holds back, one entry per
+	// slot; absent when there is none.
+	Delayed []Delayed `json:"delayed,omitempty"`
 	// Truncated is set when the lists hold only some of the entries, to
 	// keep the answer under a size cap; Totals then counts all of them.
 	Truncated bool    `json:"truncated,omitempty"`
@@ -54,6 +57,16 @@ type Semaphore struct {
 	Limit   int    `json:"limit"`
 	Holders int    `json:"holders"`
 	Waiters int    `json:"waiters"`
+}
+
+// Delayed describes one slot of a key held back by a lock-delay after
+// its holder lost it involuntarily: it is granted again, to the oldest
+// waiter, once the delay ends.
+type Delayed struct {
+	Key     string  `json:"key"`
+	Limit   int     `json:"limit"`
+	EndsInS float64 `json:"ends_in_s"`
+	Waiters int     `json:"waiters"`
 }
 
 // Idle describes a key with no holder and no waiter, kept until it is

@@ -43,9 +43,10 @@ func main() {
 const usage = `latchctl is the command-line client of latchd.
 
 Usage:
-  latchctl [flags] lock KEY [--shared | --exclusive] [--timeout D] [--ttl D] [--kill-after D] -- CMD [ARGS...]
-  latchctl [flags] sem KEY --limit N [--timeout D] [--ttl D] [--kill-after D] -- CMD [ARGS...]
+  latchctl [flags] lock KEY [--shared | --exclusive] [--timeout D] [--ttl D] [--kill-after D] [--lock-delay D] -- CMD [ARGS...]
+  latchctl [flags] sem KEY --limit N [--timeout D] [--ttl D] [--kill-after D] [--lock-delay D] -- CMD [ARGS...]
   latchctl [flags] elect NAME [--ttl D] [--kill-after D] -- CMD [ARGS...]
+  latchctl [flags] observe NAME [--count N]
   latchctl [flags] stats [--json] [--all] [--consistent]
   latchctl [flags] top [--interval D] [--metrics-url URL] [--limit N] [--once]
   latchctl [flags] health [--http URL]
@@ -306,6 +307,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runTop(fs, &c, rest, stdout)
 	case "health":
 		err = runHealth(fs, &c, rest, stdout)
+	case "observe":
+		err = runObserve(fs, &c, rest, stdout)
 	case "member":
 		err = runMember(fs, &c, rest, getenv, stdout)
 	case "leader":

@@ -40,6 +40,7 @@ type held struct {
 	keys                    []string // lock and sem: 1 to client.MaxKeys
 	cmd                     []string
 	timeout, ttl, killAfter time.Duration // the flags; timeout -1: not given
+	lockDelay               time.Duration // --lock-delay: 0 the server's, client.NoLockDelay none
 	limit                   int
 	shared, exclusive       bool // lock: a read-write key's read or write hold
 	c                       *common
@@ -79,6 +80,9 @@ func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io
 		fs.BoolVar(&r.shared, "shared", false, "take a read-write key's shared (read) hold, with other readers")
 		fs.BoolVar(&r.exclusive, "exclusive", false, "take a read-write key's exclusive (write) hold")
 	}
+	if sub != "elect" {
+		fs.Func("lock-delay", "if the lease is lost (not released), the server grants the key again only this long after (a duration such as 15s, or none; default: the server's --lock-delay)", r.parseLockDelay)
+	}
 	fs.Var((*seconds)(&r.ttl), "ttl", "lease length, renewed while CMD runs (default: the server's, 33 s unless configured)")
 	fs.Var((*seconds)(&r.killAfter), "kill-after", "when the lease is lost: time between CMD's SIGTERM and SIGKILL")
 	pos, cmd, err := parse(fs, args)
@@ -99,6 +103,23 @@ func parseHeld(sub string, fs *flag.FlagSet, c *common, args []string, stderr io
 	}
 	r.key, r.keys, r.cmd = strings.Join(pos, " "), pos, cmd
 	return r, nil
+}
+
+// parseLockDelay reads --lock-delay: a duration > 0, or none.
+func (r *held) parseLockDelay(s string) error {
+	if s == "none" || s == "0" {
+		r.lockDelay = client.NoLockDelay
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want a duration >= 0 such as 15s, or none")
+	}
+	r.lockDelay = d
+	if d == 0 {
+		r.lockDelay = client.NoLockDelay
+	}
+	return nil
 }
 
 // ttlSeconds is --ttl in whole seconds, rounded up (0: the server's).
@@ -126,11 +147,11 @@ func (r *held) take(w *signalWatch) (holder, func(context.Context) error, int) {
 	case r.shared || r.exclusive:
 		h, release, acquire = r.rwLock()
 	case r.sub == "lock":
-		l := &client.Lock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout)}
+		l := &client.Lock{Key: r.key, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout), LockDelay: r.lockDelay}
 		setTarget(r.c, &l.Servers, &l.Cluster)
 		h, release, acquire = l, l.Release, l.Acquire
 	default:
-		s := &client.Semaphore{Key: r.key, Limit: r.limit, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout)}
+		s := &client.Semaphore{Key: r.key, Limit: r.limit, LeaseTTL: r.ttlSeconds(), Options: r.opts, AcquireTimeout: waitFor(r.timeout), LockDelay: r.lockDelay}
 		setTarget(r.c, &s.Servers, &s.Cluster)
 		h, release, acquire = s, s.Release, s.Acquire
 	}

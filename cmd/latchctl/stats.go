@@ -47,6 +47,12 @@ func rows(st *client.Stats, all bool) []row {
 		out = append(out, row{key: s.Key, kind: "sem", holders: s.Holders, waiters: s.Waiters,
 			limit: strconv.Itoa(s.Limit), leaseLeft: "-"})
 	}
+	for _, d := range st.Delayed {
+		if d.Limit == 1 { // a lock whose slot a lock-delay holds back: not in Locks
+			out = append(out, row{key: d.Key, kind: "lock", waiters: d.Waiters, limit: "1",
+				leaseLeft: fmt.Sprintf("delay %.1fs", d.EndsInS)})
+		}
+	}
 	if all {
 		for _, i := range st.IdleLocks {
 			out = append(out, row{key: i.Key, kind: "lock", limit: "1", leaseLeft: "-", idleFor: fmt.Sprintf("%.1fs", i.IdleS)})

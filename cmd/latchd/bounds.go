@@ -48,6 +48,7 @@ var bounds = map[string]bound{
 	"raft-batch-wait":             {0, float64(100 * time.Millisecond)},
 	"learner-promote-lag":         {0, noMax},
 	"orphan-ttl":                  {0, float64(time.Hour)},
+	"lock-delay":                  {0, float64(maxSecs * time.Second)},
 	"event-loops":                 {0, 1 << 16},
 	"shards":                      {1, 1 << 16},
 	"send-buffer-kb":              {0, maxKiB},

@@ -52,6 +52,7 @@ type options struct {
 	raftBatchWait                            time.Duration
 	learnerPromoteLag                        int
 	orphanTTL                                time.Duration
+	lockDelay                                time.Duration
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
 
@@ -194,6 +195,7 @@ func (o *options) engineConfig() (engine.Config, error) {
 	c.MaxKeysPerOwner = o.maxKeysPerOwner
 	c.DefaultTTL = secs(o.defaultLeaseTTL)
 	c.GCMaxIdle = secs(o.gcMaxIdle)
+	c.LockDelay = o.lockDelay
 	return c, c.Validate()
 }
 

@@ -75,6 +75,7 @@ func (o *options) leaseFlags(g *flagGroup) {
 	g.intFlag(&o.defaultLeaseTTL, "default-lease-ttl", 33, "lease TTL in seconds when a request names none")
 	g.boolFlag(&o.autoRelease, "auto-release-on-disconnect", true, "release what a connection held when it closes")
 	g.intFlag(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
+	g.durFlag(&o.lockDelay, "lock-delay", 0, "after a holder loses a key involuntarily (lease expiry, disconnect; not a release), grant it again only after this long (0 = at once); a request may set its own; the same on every node of a cluster")
 	g.intFlag(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
 	g.strFlag(&o.fenceFile, "fence-state-file", "", "fence-counter journal: tokens never go back, even across crashes and clock steps")
 }

@@ -123,7 +123,7 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 
 // outside returns a value of flag name one step past edge in direction dir.
 func outside(name string, edge float64, dir int) string {
-	if name == "raft-batch-wait" || name == "orphan-ttl" {
+	if name == "raft-batch-wait" || name == "orphan-ttl" || name == "lock-delay" {
 		return (time.Duration(edge) + time.Duration(dir)*time.Millisecond).String()
 	}
 	if name == "http-rate-limit-per-ip" {

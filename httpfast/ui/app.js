@@ -153,6 +153,7 @@
       text($("t-keys"), fmt(t.keys));
       text($("t-held"), fmt(t.held));
       text($("t-waiting"), fmt(t.waiting));
+      text($("t-delayed"), fmt(t.delayed));
       for (const f of ["grants", "releases", "timeouts", "expiries"]) {
         const r = rate(f);
         text($("r-" + f), r === null ? "–" : r.toFixed(r < 10 ? 1 : 0));

@@ -39,6 +39,8 @@ var families = [...]family{
 	{"latchd_expiries_total", "Leases that ran out.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Expiries) }},
 	{"latchd_dropped_total", "Slots released because their owner went away.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Dropped) }},
 	{"latchd_pruned_total", "Idle keys removed.", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Pruned) }},
+	{"latchd_lock_delays_total", "Slots held back by a lock-delay after an involuntary loss (lease expiry, disconnect).", prometheus.CounterValue, func(s *sample) float64 { return float64(s.counters.Delays) }},
+	{"latchd_delayed_slots", "Slots a lock-delay holds back now.", prometheus.GaugeValue, func(s *sample) float64 { return float64(s.gauges.Delayed) }},
 }
 
 // engineCollector is a prometheus.Collector that reads the engine once per
