@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -83,7 +84,7 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	fs.SetOutput(usage)
 	addr := fs.String("addr", cfg.Targets[0].Addr, "TCP address of the server (--transport tcp)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:6389", "REST API address (--transport http)")
-	transport := fs.String("transport", "tcp", "tcp (three-line protocol) or http (REST API)")
+	transport := fs.String("transport", "tcp", "tcp (three-line protocol), http (REST API) or mux (tagged mode over --mux connections, default 2)")
 	name := fs.String("name", "latchd", "label of the server's rows")
 	fs.Var((*workerList)(&cfg.Workers), "workers", "comma-separated worker counts, one row each")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "ops (acquire + release) per worker")
@@ -97,6 +98,7 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "key prefix")
 	fs.StringVar(&cfg.AuthToken, "auth", "", "auth token for TCP connections")
 	fs.BoolVar(&cfg.Pipeline, "pipeline", false, "TCP lock/contended/sem: send each release with the next acquire in one write")
+	fs.IntVar(&cfg.Mux, "mux", 0, "also run the server's rows in tagged mode: the workers share N connections (0 = no)")
 	var compare targetList
 	fs.Var(&compare, "compare", "also run [name=]tcp://, http://, redis:// or etcd://host:port (repeatable)")
 	var o Options
@@ -132,8 +134,17 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 		cfg.Targets = []Target{{Name: *name, Kind: KindTCP, Addr: *addr}}
 	case "http":
 		cfg.Targets = []Target{{Name: *name, Kind: KindHTTP, Addr: *httpAddr}}
+	case "mux":
+		cfg.Targets = []Target{{Name: *name, Kind: KindMux, Addr: *addr}}
+		cfg.Mux = cmp.Or(cfg.Mux, 2)
 	default:
-		return Options{}, fmt.Errorf("bench: --transport %q: want tcp or http", *transport)
+		return Options{}, fmt.Errorf("bench: --transport %q: want tcp, http or mux", *transport)
+	}
+	if cfg.Mux > 0 && *transport != "mux" {
+		if *transport == "http" {
+			return Options{}, errors.New("bench: --mux needs --transport tcp or mux")
+		}
+		cfg.Targets = append(cfg.Targets, Target{Name: fmt.Sprintf("%s-mux%d", *name, cfg.Mux), Kind: KindMux, Addr: *addr})
 	}
 	cfg.Targets = append(cfg.Targets, compare...)
 	cfg.AcquireTimeout = time.Duration(*timeout) * time.Second

@@ -48,6 +48,7 @@ const (
 	KindHTTP  Kind = "http"  // latchd's REST API
 	KindRedis Kind = "redis" // SET NX PX + compare-and-delete script
 	KindEtcd  Kind = "etcd"  // etcd v3 Mutex Lock+Unlock over a lease, via its JSON gateway
+	KindMux   Kind = "mux"   // latchd's tagged mode: the workers share Config.Mux connections
 )
 
 // Target is one server to drive.
@@ -138,6 +139,8 @@ type Config struct {
 	// read wake-up per op instead of two, on both ends. The last release
 	// of a worker is sent after its clock stops.
 	Pipeline bool
+	// Mux is how many connections the workers of a mux target share.
+	Mux int
 }
 
 // RedisTTL is the lease a Redis lock gets when Config.LeaseTTL is 0: the
@@ -204,6 +207,9 @@ func (c Config) Validate() error {
 		}
 		if t.Kind == KindEtcd && c.Mode != ModeLock && c.Mode != ModeContended {
 			return fmt.Errorf("bench: target %s: etcd is driven in lock and contended modes only", t.Name)
+		}
+		if t.Kind == KindMux && c.Mode != ModeLock && c.Mode != ModeContended && c.Mode != ModeSem {
+			return fmt.Errorf("bench: target %s: a mux target runs lock, contended and sem modes only", t.Name)
 		}
 		if t.Addr == "" {
 			return fmt.Errorf("bench: target %s: no address", t.Name)

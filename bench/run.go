@@ -95,7 +95,16 @@ func Run(ctx context.Context, cfg Config, target Target, workers int, progress *
 			}
 		}
 	}()
-	if err := dialAll(ctx, cfg, target, ws); err != nil {
+	dctx := ctx
+	if target.Kind == KindMux {
+		var done func()
+		var err error
+		if dctx, done, err = withMux(ctx, cfg, target.Addr); err != nil {
+			return Result{}, fmt.Errorf("bench: %s: %w", target.Name, err)
+		}
+		defer done() // runs before the workers close, which only stop their loops
+	}
+	if err := dialAll(dctx, cfg, target, ws); err != nil {
 		return Result{}, err
 	}
 	return measure(ctx, cfg, target, ws, progress)
@@ -200,6 +209,7 @@ var dialers = map[Kind]func(ctx context.Context, cfg Config, addr string, w int)
 	KindHTTP:  dialHTTP,
 	KindRedis: dialRedis,
 	KindEtcd:  dialEtcd,
+	KindMux:   dialMux,
 }
 
 // schedule says when a row ends and, in open loop, when each op starts.

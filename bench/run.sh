@@ -14,6 +14,8 @@
 #            one key, beside the ceiling answering the same requests
 #   HOT_WORKERS  worker counts of the hot-key tables (default 10,200)
 #   LIMIT    semaphore slots for --mode sem (default 4)
+#   MUX      connections of latchd's tagged-mode rows (default 2; 0 = none):
+#            the same workers sharing MUX connections through client.Mux
 #   DFLOCKD  path to a dflockd binary: also start it and compare with it
 #   REDIS    1 = compare with redis-server (fail if missing), 0 = never;
 #            unset = compare when redis-server is on PATH
@@ -28,6 +30,9 @@ MODE=${MODE:-lock}
 HOT_MODES=${HOT_MODES-contended,sem}
 HOT_WORKERS=${HOT_WORKERS:-10,200}
 LIMIT=${LIMIT:-4}
+MUX=${MUX:-2}
+mux_args=()
+if [ "$MUX" != 0 ]; then mux_args=(--mux "$MUX"); fi
 
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
@@ -89,7 +94,7 @@ echo "## latchd-bench: mode $MODE, workers $WORKERS, $ROUNDS rounds ($(nproc) co
 echo
 # shellcheck disable=SC2086 # BENCH_ARGS is split on purpose
 "$lb" --addr "127.0.0.1:$latchd_port" --name latchd --mode "$MODE" --limit "$LIMIT" \
-	--workers "$WORKERS" --rounds "$ROUNDS" "${compare[@]}" ${BENCH_ARGS:-}
+	--workers "$WORKERS" --rounds "$ROUNDS" "${mux_args[@]}" "${compare[@]}" ${BENCH_ARGS:-}
 
 # The hot key: one key for every worker, the FIFO hand-off rate. Redis's
 # classic lock has no queue (a waiter polls), so it sits these out.
@@ -101,7 +106,7 @@ for m in ${HOT_MODES//,/ }; do
 	# shellcheck disable=SC2086
 	# A key per mode: a lock and a semaphore of one name would clash.
 	"$lb" --addr "127.0.0.1:$latchd_port" --name latchd --mode "$m" --limit "$LIMIT" \
-		--key-prefix "hot-$m" --workers "$HOT_WORKERS" --rounds "$ROUNDS" "${hot_compare[@]}" ${BENCH_ARGS:-}
+		--key-prefix "hot-$m" --workers "$HOT_WORKERS" --rounds "$ROUNDS" "${mux_args[@]}" "${hot_compare[@]}" ${BENCH_ARGS:-}
 done
 
 if [ "${HTTP:-0}" = 1 ]; then

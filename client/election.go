@@ -33,6 +33,7 @@ type Election struct {
 	AuthToken string
 	TLSConfig *tls.Config
 	Options   []Option
+	Mux       *Mux // see Lock.Mux
 
 	l lease
 }
@@ -49,7 +50,7 @@ func (e *Election) Campaign(ctx context.Context) error {
 	}
 	for {
 		won, err := e.l.acquire(ctx, slots{k: lockCmds, key: e.Name, limit: 1, timeout: campaignWait,
-			ttlSeconds: e.LeaseTTL, servers: e.Servers, cluster: e.Cluster, auth: e.AuthToken, tls: e.TLSConfig, opts: e.Options})
+			ttlSeconds: e.LeaseTTL, servers: e.Servers, cluster: e.Cluster, auth: e.AuthToken, tls: e.TLSConfig, opts: e.Options, mux: e.Mux})
 		switch {
 		case errors.Is(err, ErrHeld):
 			// The lease reached its local end while a renewal was in

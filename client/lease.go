@@ -42,6 +42,7 @@ type slots struct {
 	auth       string
 	tls        *tls.Config
 	opts       []Option
+	mux        *Mux
 }
 
 func (w slots) ttl() time.Duration { return time.Duration(w.ttlSeconds) * time.Second }
@@ -49,6 +50,9 @@ func (w slots) ttl() time.Duration { return time.Duration(w.ttlSeconds) * time.S
 // dial opens the connection of one grant: a Cluster, or a Conn to the
 // key's server.
 func (w slots) dial(ctx context.Context) (commander, error) {
+	if w.mux != nil {
+		return muxUse{w.mux}, nil
+	}
 	opts := append([]Option{WithAuthToken(w.auth), WithTLS(w.tls)}, w.opts...)
 	if len(w.cluster) > 0 {
 		return DialCluster(ctx, w.cluster, opts...)

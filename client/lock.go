@@ -57,6 +57,10 @@ type Lock struct {
 	// LockDelay, if not 0, is this lock's own lock-delay (see
 	// WithLockDelay): NoLockDelay for none.
 	LockDelay time.Duration
+	// Mux, if set, carries the grants over its connections (and its
+	// session) instead of a connection per grant; Servers, Cluster,
+	// AuthToken, TLSConfig and Options are then ignored.
+	Mux *Mux
 
 	leased
 }
@@ -65,7 +69,7 @@ type Lock struct {
 // lock commands.
 func (l *Lock) slots() slots {
 	return slots{k: lockCmds, key: l.Key, limit: 1, timeout: l.AcquireTimeout, ttlSeconds: l.LeaseTTL,
-		servers: l.Servers, cluster: l.Cluster, auth: l.AuthToken, tls: l.TLSConfig, opts: l.Options}
+		servers: l.Servers, cluster: l.Cluster, auth: l.AuthToken, tls: l.TLSConfig, opts: l.Options, mux: l.Mux}
 }
 
 // Acquire waits up to AcquireTimeout for the lock. It returns true when it
@@ -103,13 +107,14 @@ type Semaphore struct {
 	TLSConfig      *tls.Config
 	Options        []Option
 	LockDelay      time.Duration
+	Mux            *Mux
 
 	leased
 }
 
 func (s *Semaphore) slots() slots {
 	return slots{k: semCmds, key: s.Key, limit: s.Limit, timeout: s.AcquireTimeout, ttlSeconds: s.LeaseTTL,
-		servers: s.Servers, cluster: s.Cluster, auth: s.AuthToken, tls: s.TLSConfig, opts: s.Options}
+		servers: s.Servers, cluster: s.Cluster, auth: s.AuthToken, tls: s.TLSConfig, opts: s.Options, mux: s.Mux}
 }
 
 // Acquire is Lock.Acquire for one slot.

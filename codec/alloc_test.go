@@ -12,6 +12,7 @@ func TestAllocs(t *testing.T) {
 	bad := []byte("l\nk\nxyz\n")
 	withID := []byte("l\nsome-key @0123456789abcdef.42\n10 30\n")
 	resp := []byte("ok " + tok + " 33\n")
+	tagged := []byte("#a1 sl 0123456789abcdef0123456789abcdef\nsome-key\n10 3 30\n")
 	out := make([]byte, 0, 256)
 	tests := []struct {
 		name string
@@ -25,6 +26,19 @@ func TestAllocs(t *testing.T) {
 			}
 			if n2, err := Decode(in[n:], &req); err != nil || n2 == 0 {
 				t.Fatal(n2, err)
+			}
+		}},
+		{name: "DecodeTagged", fn: func() {
+			var tr Tagged
+			if n, err := DecodeTagged(tagged, &tr); err != nil || n == 0 || tr.Session == nil {
+				t.Fatal(n, err)
+			}
+		}},
+		{name: "AppendTagged", fn: func() {
+			out = AppendTagged(out[:0], []byte("a1"), CmdLock, nil, []byte("k"), nil, []byte("1 2"))
+			out = AppendGrant(AppendTag(out, []byte("a1")), StatusOK, []byte(tok), 30)
+			if _, _, ok := SplitTagged(out[len(out)-10:]); ok {
+				t.Fatal("split inside a line")
 			}
 		}},
 		{name: "Decode request id", fn: func() {

@@ -65,6 +65,7 @@ const (
 	CmdWriteEnqueue // we
 	CmdReadWait     // rw
 	CmdWriteWait    // ww
+	CmdTagged       // tagged (tagged.go)
 	numCmds
 )
 
@@ -93,6 +94,7 @@ var cmdNames = [numCmds]string{
 	CmdReadLock: "rl", CmdWriteLock: "wl", CmdReadRelease: "rr", CmdWriteRelease: "wr",
 	CmdReadRenew: "rn", CmdWriteRenew: "wn", CmdReadEnqueue: "re", CmdWriteEnqueue: "we",
 	CmdReadWait: "rw", CmdWriteWait: "ww",
+	CmdTagged: "tagged",
 }
 
 // String returns the command's wire name.
@@ -146,6 +148,8 @@ func lookupCmd(b []byte) Cmd {
 		return CmdWatch
 	case "session":
 		return CmdSession
+	case "tagged":
+		return CmdTagged
 	case "ml":
 		return CmdMultiLock
 	case "msl":
@@ -237,6 +241,8 @@ func parse(req *Request, name []byte) error {
 	switch req.Cmd {
 	case CmdSession:
 		return parseSession(req)
+	case CmdTagged:
+		return parseTagged(req)
 	case CmdStats, CmdAuth:
 		// The key is ignored, but like every line it must survive a
 		// round trip, which a "\r" inside it would not.

@@ -17,14 +17,14 @@ var rwBase = [...]Cmd{
 // for rl and wl, CmdRelease for rr and wr, ...), and any other command
 // itself.
 func (c Cmd) Base() Cmd {
-	if c < CmdReadLock || c >= numCmds {
+	if c < CmdReadLock || c > CmdWriteWait {
 		return c
 	}
 	return rwBase[c-CmdReadLock]
 }
 
 // RW reports whether c is one of the read-write commands.
-func (c Cmd) RW() bool { return c >= CmdReadLock && c < numCmds }
+func (c Cmd) RW() bool { return c >= CmdReadLock && c <= CmdWriteWait }
 
 // Write reports whether c is a write (exclusive) read-write command.
 func (c Cmd) Write() bool { return c.RW() && (c-CmdReadLock)%2 == 1 }

@@ -21,6 +21,18 @@ type loop struct {
 // Deliver implements engine.Via. It runs on this loop's goroutine, inside
 // the turn of the connection whose request freed the slot.
 func (l *loop) Deliver(sink engine.Sink, o engine.Outcome) {
+	if tw, ok := sink.(*tagWait); ok && tw.ss.loop == l && o.Result != engine.Canceled {
+		ss := tw.ss
+		if ss.closed.Load() {
+			tw.free() // a session's grant, kept for it: nobody to tell
+			return
+		}
+		tw.enqueue(o)
+		if ss.woken.CompareAndSwap(false, true) {
+			l.pending = append(l.pending, ss) // else a Wake is on its way
+		}
+		return
+	}
 	w, ok := sink.(*session)
 	if !ok || w.loop != l || o.Result == engine.Canceled {
 		sink.Deliver(o)
@@ -43,6 +55,9 @@ func (s *Server) drain(l *loop) {
 	for i := 0; i < len(l.pending); i++ {
 		w := l.pending[i]
 		l.pending[i] = nil
+		if w.closed.Load() {
+			continue // gnet may have given its Conn to a new connection
+		}
 		if c, ok := w.conn.(gnet.Conn); ok {
 			if s.turn(c, w) == gnet.Close {
 				_ = c.Close()

@@ -67,6 +67,8 @@ type session struct {
 	sess atomic.Uint64
 	// redirected: it was answered error_not_leader (redirect.go).
 	redirected atomic.Bool
+	// tg is the tagged mode's state (tagged.go).
+	tg tagState
 
 	// Output accounting (output.go). Event loop only: bytes handed to
 	// the transport so far, unsent bytes counted in the budget, bytes

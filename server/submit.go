@@ -54,32 +54,13 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	if o := ss.sess.Load(); o != 0 {
 		r.Owner = engine.OwnerID(o)
 	}
-	r.TTL, r.Timeout, r.Token, r.Limit, r.Mode = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1, 0
-	r.LockDelay = time.Duration(req.LockDelayMS) * time.Millisecond
-	if req.Cmd.Semaphore() {
-		r.Limit = int(req.Limit)
-	} else if req.Cmd.RW() {
-		r.Mode = rwMode(req.Cmd)
+	parks, err := setOp(r, req)
+	if err != nil {
+		return codec.AppendStatus(out, codec.StatusError), err == errNotMutation
 	}
 	var sink engine.Sink
-	switch req.Cmd.Base() {
-	case codec.CmdLock, codec.CmdSemLock:
-		r.Op, sink = backend.OpAcquire, ss
-	case codec.CmdEnqueue, codec.CmdSemEnqueue:
-		r.Op = backend.OpEnqueue
-	case codec.CmdWait, codec.CmdSemWait:
-		r.Op, sink = backend.OpWait, ss
-	case codec.CmdRelease, codec.CmdSemRelease, codec.CmdRenew, codec.CmdSemRenew:
-		tok, err := fence.Parse(req.Token)
-		if err != nil {
-			return codec.AppendStatus(out, codec.StatusError), false
-		}
-		r.Op, r.Token = backend.OpRelease, tok
-		if b := req.Cmd.Base(); b == codec.CmdRenew || b == codec.CmdSemRenew {
-			r.Op = backend.OpRenew
-		}
-	default:
-		return codec.AppendStatus(out, codec.StatusError), true
+	if parks {
+		sink = ss
 	}
 	// The reply comes to ss.Answer, which reads ss.cmd: the connection
 	// parks until then. A request that can park on the key (sink set)
@@ -109,6 +90,48 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 	}
 	out, ss.parked, _ = appendReply(out, req.Cmd, rep, err, false)
 	return out, false
+}
+
+// errBadToken and errNotMutation are setOp's refusals: a request whose
+// token does not parse, and one that is not a mutation at all.
+var (
+	errBadToken    = errors.New("server: bad token")
+	errNotMutation = errors.New("server: not a mutation")
+)
+
+// setOp sets r's operation and arguments from req (Key, Owner and the
+// rest are the caller's) and reports whether the request can park on its
+// key: then its outcome may come later through a Sink.
+func setOp(r *backend.Request, req *codec.Request) (parks bool, err error) {
+	r.TTL, r.Timeout, r.Token, r.Limit, r.Mode = seconds(req.TTL), seconds(req.Timeout), fence.Token{}, 1, 0
+	r.LockDelay = time.Duration(req.LockDelayMS) * time.Millisecond
+	if req.Cmd.Semaphore() {
+		r.Limit = int(req.Limit)
+	} else if req.Cmd.RW() {
+		r.Mode = rwMode(req.Cmd)
+	}
+	switch req.Cmd.Base() {
+	case codec.CmdLock, codec.CmdSemLock:
+		r.Op = backend.OpAcquire
+		return true, nil
+	case codec.CmdEnqueue, codec.CmdSemEnqueue:
+		r.Op = backend.OpEnqueue
+	case codec.CmdWait, codec.CmdSemWait:
+		r.Op = backend.OpWait
+		return true, nil
+	case codec.CmdRelease, codec.CmdSemRelease, codec.CmdRenew, codec.CmdSemRenew:
+		tok, err := fence.Parse(req.Token)
+		if err != nil {
+			return false, errBadToken
+		}
+		r.Op, r.Token = backend.OpRelease, tok
+		if b := req.Cmd.Base(); b == codec.CmdRenew || b == codec.CmdSemRenew {
+			r.Op = backend.OpRenew
+		}
+	default:
+		return false, errNotMutation
+	}
+	return false, nil
 }
 
 // rwMode is the engine mode of a read-write command.
@@ -240,6 +263,7 @@ func (s *Server) disconnect(ss *session, via engine.Via) {
 	if !ss.disconnected.CompareAndSwap(false, true) {
 		return
 	}
+	s.endTagSessions(ss)
 	owner := ss.id
 	if o := engine.OwnerID(ss.sess.Load()); o != 0 {
 		if _, ok := s.be.Engine().SessionKey(o); ok {

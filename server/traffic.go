@@ -61,12 +61,22 @@ func (s *Server) process(ss *session, buf []byte) (used int, out []byte, closeNo
 	if ended {
 		return 0, out, true
 	}
-	out = s.takeStats(ss, out)
+	out = s.takeStatsTagged(ss, out)
 	if ss.parkedAt != 0 && !ss.parked {
 		s.unparked(ss) // the parked request's answer was just taken
 	}
 	t, mark := int64(0), int64(0) // mark: when the current request was taken up
 	for !ss.parked && used < len(buf) {
+		if ss.tg.on {
+			n, o, closeNow := s.tagTurn(ss, buf[used:], out)
+			// Grants this turn's releases made on this loop go in
+			// the same write.
+			used, out = used+n, ss.takeDelivered(o)
+			if closeNow {
+				return used, out, true
+			}
+			break
+		}
 		var req codec.Request
 		n, err := codec.Decode(buf[used:], &req)
 		if n == 0 && err == nil {
@@ -121,6 +131,9 @@ func (s *Server) dispatch(ss *session, t int64, req *codec.Request, out []byte) 
 	}
 	if req.Cmd == codec.CmdSession {
 		return s.sessionCmd(ss, req, out)
+	}
+	if req.Cmd == codec.CmdTagged {
+		return s.greet(ss, out), false
 	}
 	if req.Cmd == codec.CmdWatch {
 		return s.watch(ss, req, out)

@@ -102,7 +102,7 @@ func (o *options) clusterFlags(g *flagGroup) {
 	g.strFlag(&o.raftAuthTokenFile, "raft-auth-token-file", "", "cluster mode: file holding the secret nodes prove to each other")
 	g.strFlag(&o.adminToken, "admin-token", "", "bearer token for the admin API (/v1/admin/*: cluster membership, and snapshots on a single node too; off when empty)")
 	g.strFlag(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token")
-	g.durFlag(&o.orphanTTL, "orphan-ttl", 5*time.Second, "cluster mode: how long what a TCP session's connection held and waited for is kept after the connection dies, for the client to take back (0 = no TCP sessions: released at once)")
+	g.durFlag(&o.orphanTTL, "orphan-ttl", 5*time.Second, "cluster mode (and tagged connections on any node): how long what a TCP session's connection held and waited for is kept after the connection dies, for the client to take back (0 = no TCP sessions: released at once)")
 	g.durFlag(&o.raftBatchWait, "raft-batch-wait", 2*time.Millisecond, "cluster mode: how long the leader holds queued commands for the clients it just answered, to commit them together (0 = off; at most 100ms)")
 	g.strFlag(&o.raftLogLevel, "raft-log-level", "warn", "raft's log level: off, error, warn, info, debug")
 }

@@ -1,0 +1,329 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latchd/latchd/codec"
+	"github.com/latchd/latchd/fence"
+)
+
+// Mux runs many goroutines' requests over a few connections in tagged
+// mode (docs/protocol.md "Tagged mode"): each request carries a tag, the
+// server answers each when it is ready, and a waiting acquire holds back
+// nothing. On each connection, the caller that finds no write under way
+// sends every request queued so far in one write, and again while more
+// were queued during it; a reader goroutine hands each answer to its
+// caller.
+//
+// A Mux acts for one session, attached to each of its connections, when
+// the server offers sessions (--orphan-ttl above 0): what it holds
+// survives a broken connection, which the Mux dials again (to the next of
+// its addresses, after a failover) and attaches the session to. Without
+// sessions each connection is its own owner, and what a broken one held is
+// released: the leases on it are lost, and their Lost channels say so at
+// their next renewal.
+//
+// Use a Mux directly (Acquire, Release, ... as on a Conn), or set it as
+// the Mux of a Lock, Semaphore or Election: they then share its
+// connections instead of dialling one per grant. Enqueue and Wait act for
+// the whole Mux (its session), so two goroutines must not enqueue the same
+// key at once. A canceled acquire is abandoned: its grant, if one comes,
+// is released.
+type Mux struct {
+	commands
+
+	addrs []string
+	opts  options
+	conns []*muxConn
+	next  atomic.Uint32
+
+	mu      sync.Mutex
+	session string        // "" for none
+	orphan  time.Duration // the session's orphan TTL
+	noSess  bool          // the server offers no sessions
+	closed  bool
+	quit    chan struct{}
+}
+
+// DialMux opens n tagged connections to the first of addrs that answers,
+// and a session for them when the server offers sessions. On a broken
+// connection it tries addrs in turn.
+func DialMux(ctx context.Context, addrs []string, n int, opts ...Option) (*Mux, error) {
+	if len(addrs) == 0 {
+		addrs = []string{DefaultAddr}
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m := &Mux{addrs: addrs, opts: o, quit: make(chan struct{})}
+	m.commands = commands{m}
+	for i := range max(n, 1) {
+		mc := &muxConn{m: m, addr: i % len(addrs), pending: make(map[uint64]*muxCall)}
+		if err := mc.connectAny(ctx); err != nil {
+			_ = m.Close()
+			return nil, err
+		}
+		m.conns = append(m.conns, mc)
+		go mc.run()
+	}
+	if every := m.pingEvery(); every > 0 {
+		go m.keepalive(every)
+	}
+	return m, nil
+}
+
+// Session returns the id of the session the Mux acts for, "" for none.
+func (m *Mux) Session() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.session
+}
+
+// Close closes the session (releasing what it holds) and the connections.
+func (m *Mux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	sess := m.session
+	m.mu.Unlock()
+	if sess != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), closeSessionWait)
+		_, _ = m.call(ctx, codec.CmdSession, sess, []byte(codec.SessionClose), 0)
+		cancel()
+	}
+	m.mu.Lock()
+	m.closed = true
+	close(m.quit)
+	m.mu.Unlock()
+	for _, c := range m.conns {
+		c.shut(ErrClosed)
+	}
+	return nil
+}
+
+func (m *Mux) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// pingEvery is how often the keepalive runs: with a session, a quarter of
+// its orphan TTL; else every 5 s, to find dead connections.
+func (m *Mux) pingEvery() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.session == "" {
+		return 5 * time.Second
+	}
+	return pingEvery(m.orphan)
+}
+
+// keepalive attaches the session again on every connection each period
+// (or, without one, sends stats): it keeps the session alive and finds a
+// dead connection, which the check's timeout breaks.
+func (m *Mux) keepalive(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.quit:
+			return
+		case <-t.C:
+		}
+		for _, c := range m.conns {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*every)
+			var err error
+			if sess := m.Session(); sess != "" {
+				_, err = c.do(ctx, codec.CmdSession, sess, nil, 0)
+			}
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				c.broken(fmt.Errorf("%w: keepalive unanswered", ErrClosed))
+			}
+		}
+	}
+}
+
+// call runs one request on one of the Mux's connections: the next one up,
+// round robin, waiting for one to come up while ctx allows.
+func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		if m.isClosed() {
+			return reply{}, ErrClosed
+		}
+		start := m.next.Add(1)
+		for i := range uint32(len(m.conns)) {
+			c := m.conns[(start+i)%uint32(len(m.conns))]
+			if c.up() {
+				return c.do(ctx, cmd, key, arg, wait)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return reply{}, ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// retry runs an idempotent request (a renewal, a release) until it is
+// answered, across reconnections, while ctx allows: with a session, a
+// broken connection loses nothing, and the request is sent again on the
+// next one (after a failover, on the new leader). Without a session, the
+// first error stands.
+func (m *Mux) retry(ctx context.Context, cmd codec.Cmd, key string, arg []byte) (reply, error) {
+	for {
+		r, err := m.call(ctx, cmd, key, arg, 0)
+		moved := err == nil && r.Status == codec.StatusErrorNotLeader // the connection redials
+		if !moved && (err == nil || !errors.Is(err, ErrClosed)) || m.Session() == "" || m.isClosed() || ctx.Err() != nil {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return reply{}, err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (m *Mux) acquire(ctx context.Context, k cmds, key string, limit int, timeout, ttl time.Duration) (Grant, error) {
+	if err := checkKey(key, limit); err != nil {
+		return Grant{}, err
+	}
+	var b [64]byte
+	arg := strconv.AppendInt(b[:0], seconds(timeout), 10)
+	if k.sem {
+		arg = append(arg, ' ')
+		arg = strconv.AppendInt(arg, int64(limit), 10)
+	}
+	arg = appendTTL(arg, ttl)
+	r, err := m.call(ctx, k.acquire, key, arg, time.Duration(seconds(timeout))*time.Second)
+	if err != nil {
+		return Grant{}, err
+	}
+	return muxGrant(r, codec.StatusOK, fmt.Errorf("%w: bare error to an acquire", ErrProtocol))
+}
+
+func (m *Mux) enqueue(ctx context.Context, k cmds, key string, limit int, ttl time.Duration) (Grant, bool, error) {
+	if err := checkKey(key, limit); err != nil {
+		return Grant{}, false, err
+	}
+	var b [64]byte
+	arg := b[:0]
+	if k.sem {
+		arg = strconv.AppendInt(arg, int64(limit), 10)
+	}
+	arg = appendTTL(arg, ttl)
+	r, err := m.call(ctx, k.enqueue, key, arg, 0)
+	if err != nil {
+		return Grant{}, false, err
+	}
+	if r.Status == codec.StatusQueued {
+		return Grant{}, false, nil
+	}
+	g, err := muxGrant(r, codec.StatusAcquired, ErrAlreadyQueued)
+	return g, err == nil, err
+}
+
+func (m *Mux) wait(ctx context.Context, k cmds, key string, timeout time.Duration) (Grant, error) {
+	if err := checkKey(key, 1); err != nil {
+		return Grant{}, err
+	}
+	arg := strconv.AppendInt(nil, seconds(timeout), 10)
+	r, err := m.call(ctx, k.wait, key, arg, time.Duration(seconds(timeout))*time.Second)
+	if err != nil {
+		return Grant{}, err
+	}
+	return muxGrant(r, codec.StatusOK, ErrNotQueued)
+}
+
+func (m *Mux) release(ctx context.Context, k cmds, key, token string) error {
+	if err := checkKeyToken(key, token); err != nil {
+		return err
+	}
+	r, err := m.retry(ctx, k.release, key, []byte(token))
+	if err != nil {
+		return err
+	}
+	if r.Status != codec.StatusOK || r.Body != "" {
+		return errorFor(r, ErrNotHolder)
+	}
+	return nil
+}
+
+func (m *Mux) renew(ctx context.Context, k cmds, key, token string, ttl time.Duration) (time.Duration, error) {
+	if err := checkKeyToken(key, token); err != nil {
+		return 0, err
+	}
+	r, err := m.retry(ctx, k.renew, key, appendTTL([]byte(token), ttl))
+	if err != nil {
+		return 0, err
+	}
+	if r.Status != codec.StatusOK || r.Token != "" {
+		return 0, errorFor(r, ErrNotHolder)
+	}
+	return time.Duration(r.N) * time.Second, nil
+}
+
+func (m *Mux) stats(ctx context.Context, consistent bool) (*Stats, error) {
+	key := "_"
+	if consistent {
+		key = "consistent"
+	}
+	r, err := m.call(ctx, codec.CmdStats, key, []byte("_"), 0)
+	if err != nil {
+		return nil, err
+	}
+	return decodeStats(r)
+}
+
+// muxGrant is Conn.grant for a Mux's answer: an answer never breaks a Mux.
+func muxGrant(r reply, ok codec.Status, onError error) (Grant, error) {
+	if r.Status != ok {
+		return Grant{}, errorFor(r, onError)
+	}
+	if !validGrant(r) {
+		return Grant{}, fmt.Errorf("%w: bad grant %q %d", ErrProtocol, r.Token, r.N)
+	}
+	return Grant{Token: r.Token, TTL: time.Duration(r.N) * time.Second}, nil
+}
+
+// muxUse is a Mux as the connection of one Lock, Semaphore or Election
+// grant: closing it leaves the Mux open for the others.
+type muxUse struct{ *Mux }
+
+// Close implements commander: the Mux outlives the grant.
+func (muxUse) Close() error { return nil }
+
+// validGrant reports whether r carries a well-formed grant.
+func validGrant(r reply) bool {
+	_, err := fence.ParseString(r.Token)
+	return err == nil && r.N > 0
+}
+
+// decodeStats decodes a stats answer.
+func decodeStats(r reply) (*Stats, error) {
+	if r.Status != codec.StatusOK {
+		return nil, errorFor(r, ErrProtocol)
+	}
+	st := new(Stats)
+	if err := json.Unmarshal([]byte(r.Body), st); err != nil {
+		return nil, fmt.Errorf("%w: stats: %v", ErrProtocol, err)
+	}
+	return st, nil
+}
+
+// acquireMany implements commander: ml and msl have no tagged form.
+func (m *Mux) acquireMany(context.Context, cmds, []string, int, time.Duration, time.Duration) ([]Grant, error) {
+	return nil, fmt.Errorf("%w: many keys at once are not sent over a Mux", ErrBadRequest)
+}
