@@ -255,17 +255,22 @@ func (s *shard) grantLocked(now int64, en *entry) {
 }
 
 // promoteLocked grants free slots of res to its oldest waiters and queues
-// their Sink calls on d. It marks res idle when nothing is left on it.
+// their Sink calls on d. It marks res idle when nothing is left on it. A
+// read-write key grants the head of its queue while the head can be
+// granted, so the readers at the head go together and a writer goes alone.
 func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delivery {
-	if res.limit == rwLimit {
-		if res.reserved != 0 { // a lock-delay holds the key back
-			return d
-		}
-		return s.promoteRWLocked(now, res, d)
+	rw := res.limit == rwLimit
+	if rw && res.reserved != 0 { // a lock-delay holds the key back
+		return d
 	}
-	for res.holders.n+res.reserved < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
-		en := res.waiters.head
-		if en.set != nil {
+	for en := res.waiters.head; en != nil && !s.e.draining.Load(); en = res.waiters.head {
+		if rw {
+			if res.holders.n != 0 && !(en.shared && res.holders.head.shared) {
+				break
+			}
+		} else if res.holders.n+res.reserved >= res.limit {
+			break
+		} else if en.set != nil {
 			s.noteSetLocked(en) // granted with its set's other keys
 			break
 		}
