@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -126,27 +128,7 @@ func (e *Engine) DelayedSlots() int {
 // just gave them: the held-back slots in order, then the entries whose
 // holder chose its own delay. It returns nil when there is none.
 func (s *shard) appendDelaysLocked() []byte {
-	overrides := 0
-	for _, r := range s.res {
-		for _, q := range [...]*queue{&r.holders, &r.waiters} {
-			for en := q.head; en != nil; en = en.qnext {
-				if en.delay != 0 {
-					overrides++
-				}
-			}
-		}
-	}
-	if len(s.delays.slots) == 0 && overrides == 0 {
-		return nil
-	}
-	b := binary.AppendUvarint(nil, uint64(len(s.delays.slots)))
-	for _, ds := range s.delays.slots {
-		b = binary.AppendUvarint(b, uint64(ds.res.sidx))
-		b = binary.AppendVarint(b, ds.until)
-	}
-	b = binary.AppendUvarint(b, uint64(overrides))
-	// Entries in sidx order: the order appendStateLocked numbered them.
-	ents := make([]*entry, 0, overrides)
+	var ents []*entry
 	for _, r := range s.res {
 		for _, q := range [...]*queue{&r.holders, &r.waiters} {
 			for en := q.head; en != nil; en = en.qnext {
@@ -156,20 +138,22 @@ func (s *shard) appendDelaysLocked() []byte {
 			}
 		}
 	}
-	sortBySidx(ents)
+	if len(s.delays.slots) == 0 && len(ents) == 0 {
+		return nil
+	}
+	b := binary.AppendUvarint(nil, uint64(len(s.delays.slots)))
+	for _, ds := range s.delays.slots {
+		b = binary.AppendUvarint(b, uint64(ds.res.sidx))
+		b = binary.AppendVarint(b, ds.until)
+	}
+	b = binary.AppendUvarint(b, uint64(len(ents)))
+	// Entries in sidx order: the order appendStateLocked numbered them.
+	slices.SortFunc(ents, func(a, b *entry) int { return cmp.Compare(a.sidx, b.sidx) })
 	for _, en := range ents {
 		b = binary.AppendUvarint(b, uint64(en.sidx))
 		b = binary.AppendVarint(b, int64(en.delay))
 	}
 	return b
-}
-
-func sortBySidx(ents []*entry) {
-	for i := 1; i < len(ents); i++ {
-		for j := i; j > 0 && ents[j].sidx < ents[j-1].sidx; j-- {
-			ents[j], ents[j-1] = ents[j-1], ents[j]
-		}
-	}
 }
 
 // appendDelays writes the shards' lock-delay sections (state version 4):
