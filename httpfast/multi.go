@@ -37,12 +37,7 @@ func (s *Server) multiOp(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
-	id := sessionHeader(ctx)
-	if len(id) == 0 {
-		writeError(ctx, errSessionRequired, "X-Latchd-Session header required")
-		return
-	}
-	owner, ok := s.begin(ctx, id)
+	owner, ok := s.beginHeader(ctx)
 	if !ok {
 		return
 	}
