@@ -51,22 +51,20 @@ func (s *shard) lostLocked(now int64, en *entry, k EventKind) {
 	if !en.holding {
 		return
 	}
-	d := s.lockDelayOf(en)
-	if d > 0 {
-		s.reserveLocked(now, en, d)
+	if d := s.lockDelayOf(en); d > 0 {
+		s.holdBackLocked(en.res, addSat(now, int64(d)))
+		s.ctr.delays++
 	}
 	s.note(k, en.res, en)
 }
 
-// reserveLocked holds en's slot back for d from now.
-func (s *shard) reserveLocked(now int64, en *entry, d time.Duration) {
-	until := addSat(now, int64(d))
-	en.res.reserved++
+// holdBackLocked holds one slot of r back until until.
+func (s *shard) holdBackLocked(r *resource, until int64) {
+	r.reserved++
 	if len(s.delays.slots) == 0 || until < s.delays.next {
 		s.delays.next = until
 	}
-	s.delays.slots = append(s.delays.slots, delayedSlot{res: en.res, until: until})
-	s.ctr.delays++
+	s.delays.slots = append(s.delays.slots, delayedSlot{res: r, until: until})
 }
 
 // expireDelaysLocked frees the held-back slots whose time is up and
@@ -237,12 +235,7 @@ func (s *shard) readDelaysLocked(d *stateReader, rs *restoring) {
 		if d.err != nil {
 			return
 		}
-		r := rs.res[i]
-		r.reserved++
-		if len(s.delays.slots) == 0 || until < s.delays.next {
-			s.delays.next = until
-		}
-		s.delays.slots = append(s.delays.slots, delayedSlot{res: r, until: until})
+		s.holdBackLocked(rs.res[i], until)
 	}
 	for range d.count() {
 		i := d.index(len(rs.ents))
