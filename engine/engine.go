@@ -184,24 +184,20 @@ func (e *Engine) LastFence() uint64 { return e.fence.Load() }
 // floor: it moves the last issued number up to floor when it is below,
 // and never down. A replicated engine calls it from the log (a new
 // leader's clock), so every replica raises alike.
-func (e *Engine) RaiseFence(floor uint64) {
-	for {
-		cur := e.fence.Load()
-		if floor <= cur || e.fence.CompareAndSwap(cur, floor) {
-			return
-		}
-	}
-}
+func (e *Engine) RaiseFence(floor uint64) { raiseTo(&e.fence, floor) }
 
 // FenceLimit returns the highest fence number the engine may issue now.
 func (e *Engine) FenceLimit() uint64 { return e.limit.Load() }
 
 // RaiseFenceLimit lets the engine issue fence numbers up to limit, which
 // the caller has made durable. A lower limit than the current is ignored.
-func (e *Engine) RaiseFenceLimit(limit uint64) {
+func (e *Engine) RaiseFenceLimit(limit uint64) { raiseTo(&e.limit, limit) }
+
+// raiseTo moves a up to v when it is below, and never down.
+func raiseTo(a *atomic.Uint64, v uint64) {
 	for {
-		cur := e.limit.Load()
-		if limit <= cur || e.limit.CompareAndSwap(cur, limit) {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
 			return
 		}
 	}
