@@ -53,7 +53,7 @@ func (s *shard) lostLocked(now int64, en *entry, k EventKind) {
 	}
 	if d := s.lockDelayOf(en); d > 0 {
 		s.holdBackLocked(en.res, addSat(now, int64(d)))
-		s.ctr.delays++
+		s.ctr.Delays++
 	}
 	s.note(k, en.res, en)
 }

@@ -281,7 +281,7 @@ func (e *Engine) acquireSet(now int64, req *SetReq, sink SetSink) (SetOutcome, e
 	}
 	n := len(req.Keys)
 	if !free && req.Timeout == 0 {
-		e.shards[idx[0]].ctr.timeouts++
+		e.shards[idx[0]].ctr.Timeouts++
 		return SetOutcome{Result: TimedOut, N: n}, nil
 	}
 	if max := e.cfg.MaxWaiters; !free && max > 0 {
@@ -362,7 +362,7 @@ func (e *Engine) settleSet(now int64, ks *kset, via Via) {
 	case ks.done:
 	case ks.timedOut:
 		ks.out = SetOutcome{Result: TimedOut, N: ks.n}
-		e.shards[ks.sidx[0]].ctr.timeouts++
+		e.shards[ks.sidx[0]].ctr.Timeouts++
 		d, heard = e.withdrawSetLocked(now, ks, d), true
 	case ks.readyLocked():
 		ks.out = SetOutcome{Result: Granted, N: ks.n, TTL: ks.ttl}

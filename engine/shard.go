@@ -45,7 +45,7 @@ type shard struct {
 	idle    idleList
 	free    []*entry
 	touched []*resource
-	ctr     counters
+	ctr     Counters
 	held    int           // slots held on this shard's resources
 	waiting int           // entries in this shard's queues
 	resPeak int           // most keys s.res held since it was last rebuilt
@@ -236,7 +236,7 @@ func (s *shard) dropResourceLocked(r *resource) {
 	s.idle.remove(r)
 	delete(s.res, r.key)
 	s.e.keys.Add(-1)
-	s.ctr.pruned++
+	s.ctr.Pruned++
 	if s.resPeak > shrinkFloor && len(s.res) < s.resPeak/4 {
 		s.res = rebuilt(s.res)
 		s.resPeak = len(s.res)
@@ -250,7 +250,7 @@ func (s *shard) grantLocked(now int64, en *entry) {
 	en.res.holders.pushBack(en)
 	s.held++
 	s.heap.set(en, now+int64(en.ttl))
-	s.ctr.grants++
+	s.ctr.Grants++
 	s.note(EventGranted, en.res, en)
 }
 
@@ -358,7 +358,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 		return out, nil
 	}
 	if !twoPhase && req.Timeout == 0 {
-		s.ctr.timeouts++
+		s.ctr.Timeouts++
 		s.mu.Unlock()
 		return Outcome{Result: TimedOut}, nil
 	}
@@ -416,7 +416,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 		// the slot passes on, and nothing is resurrected.
 		s.lostLocked(now, en, EventExpired)
 		s.removeLocked(en)
-		s.ctr.expiries++
+		s.ctr.Expiries++
 		*d = s.promoteLocked(now, res, *d)
 		return Outcome{}, ErrLeaseExpired
 	case en.holding:
@@ -428,7 +428,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 		// readers behind it: promote.
 		s.removeLocked(en)
 		*d = s.promoteLocked(now, res, *d)
-		s.ctr.timeouts++
+		s.ctr.Timeouts++
 		return Outcome{Result: TimedOut}, nil
 	}
 	en.sink = sink
@@ -483,7 +483,7 @@ func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]deliv
 		s.noteLapsedLocked(en)
 		s.lostLocked(now, en, EventExpired)
 		s.removeLocked(en)
-		s.ctr.expiries++
+		s.ctr.Expiries++
 		*d = s.promoteLocked(now, res, *d)
 		return nil
 	}
@@ -498,7 +498,7 @@ func (s *shard) release(now int64, key []byte, tok fence.Token, via Via) error {
 		res := en.res
 		s.note(EventReleased, res, en)
 		s.removeLocked(en)
-		s.ctr.releases++
+		s.ctr.Releases++
 		d = s.promoteLocked(now, res, d)
 	}
 	s.updateNextLocked()
@@ -527,7 +527,7 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration,
 		}
 		ttl = en.ttl
 		s.heap.set(en, now+int64(ttl))
-		s.ctr.renewals++
+		s.ctr.Renewals++
 	}
 	s.updateNextLocked()
 	s.mu.Unlock()
@@ -573,7 +573,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 			en = next
 			continue
 		case en.holding:
-			s.ctr.dropped++
+			s.ctr.Dropped++
 			s.lostLocked(now, en, EventDropped)
 		case en.sink != nil:
 			d = appendDelivery(d, en.sink, Outcome{Result: Canceled})
@@ -639,11 +639,11 @@ func (s *shard) expire(now int64) {
 			continue
 		}
 		if en.holding {
-			s.ctr.expiries++
+			s.ctr.Expiries++
 			s.noteLapsedLocked(en)
 			s.lostLocked(now, en, EventExpired)
 		} else {
-			s.ctr.timeouts++
+			s.ctr.Timeouts++
 			if en.sink != nil {
 				d = appendDelivery(d, en.sink, Outcome{Result: TimedOut})
 			}
