@@ -457,14 +457,9 @@ func (e *Engine) Expire(now int64) {
 // NextDeadline returns the earliest deadline any shard waits for, or
 // math.MaxInt64. A clock can sleep until then.
 func (e *Engine) NextDeadline() int64 {
-	next := int64(1<<63 - 1)
+	next := e.sess.next.Load() // math.MaxInt64 without an idle session
 	for i := range e.shards {
-		if d := e.shards[i].next.Load(); d < next {
-			next = d
-		}
-	}
-	if d := e.sess.next.Load(); d < next {
-		next = d
+		next = min(next, e.shards[i].next.Load())
 	}
 	return next
 }
