@@ -109,9 +109,7 @@ func (s *shard) updateNextLocked() {
 		next = s.heap[0].deadline
 	}
 	if r := s.idle.head; r != nil {
-		if due := r.idleAt + int64(s.e.cfg.GCMaxIdle); due < next {
-			next = due
-		}
+		next = min(next, r.idleAt+int64(s.e.cfg.GCMaxIdle))
 	}
 	s.next.Store(s.nextDelayLocked(next))
 }
