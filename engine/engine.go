@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sync"
@@ -261,9 +262,7 @@ func (e *Engine) check(req *AcquireReq) error {
 	if len(req.Key) == 0 || req.TTL < 0 || req.Timeout < 0 {
 		return ErrBadRequest
 	}
-	if req.TTL == 0 {
-		req.TTL = e.cfg.DefaultTTL
-	}
+	req.TTL = cmp.Or(req.TTL, e.cfg.DefaultTTL)
 	return nil
 }
 

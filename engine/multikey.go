@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -227,9 +228,7 @@ func (e *Engine) checkSet(req *SetReq) error {
 			}
 		}
 	}
-	if req.TTL == 0 {
-		req.TTL = e.cfg.DefaultTTL
-	}
+	req.TTL = cmp.Or(req.TTL, e.cfg.DefaultTTL)
 	return nil
 }
 

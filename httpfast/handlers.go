@@ -1,6 +1,7 @@
 package httpfast
 
 import (
+	"cmp"
 	"errors"
 	"net/netip"
 	"sync"
@@ -233,9 +234,7 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 	if req.TTL, err = seconds(body.LeaseTTLS, "lease_ttl_s", true); err != nil {
 		return fence.Token{}, err
 	}
-	if req.TTL == 0 {
-		req.TTL = s.cfg.DefaultTTL // 0 still: the engine's default
-	}
+	req.TTL = cmp.Or(req.TTL, s.cfg.DefaultTTL) // 0 still: the engine's default
 	if req.LockDelay, err = lockDelay(body.LockDelayS); err != nil {
 		return fence.Token{}, err
 	}
