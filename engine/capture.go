@@ -34,15 +34,7 @@ type lapsedList struct {
 // capture at a time: a shard an older capture still waits for is encoded
 // for it first.
 func (e *Engine) CaptureState() *StateCapture {
-	c := &StateCapture{
-		e:       e,
-		counter: e.fence.Load(),
-		sess:    e.sess.appendState(nil),
-		sets:    e.sets.appendState(nil),
-		parts:   make([][]byte, len(e.shards)),
-		lapsed:  make([][]lapsedList, len(e.shards)),
-		delays:  make([][]byte, len(e.shards)),
-	}
+	c := e.newCapture()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
@@ -51,6 +43,20 @@ func (e *Engine) CaptureState() *StateCapture {
 		s.mu.Unlock()
 	}
 	return c
+}
+
+// newCapture encodes the fence counter, the sessions and the waiting
+// sets for a capture whose shards are still to be marked.
+func (e *Engine) newCapture() *StateCapture {
+	return &StateCapture{
+		e:       e,
+		counter: e.fence.Load(),
+		sess:    e.sess.appendState(nil),
+		sets:    e.sets.appendState(nil),
+		parts:   make([][]byte, len(e.shards)),
+		lapsed:  make([][]lapsedList, len(e.shards)),
+		delays:  make([][]byte, len(e.shards)),
+	}
 }
 
 // lockW locks s for a change: a capture still waiting for s encodes it

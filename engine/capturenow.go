@@ -13,15 +13,7 @@ func (e *Engine) CaptureStateNow() *StateCapture {
 	// No grant runs while every shard is locked: the counter and the
 	// sessions (whose lock is never held while a shard's is taken) are
 	// those of the same moment.
-	c := &StateCapture{
-		e:       e,
-		counter: e.fence.Load(),
-		sess:    e.sess.appendState(nil),
-		sets:    e.sets.appendState(nil),
-		parts:   make([][]byte, len(e.shards)),
-		lapsed:  make([][]lapsedList, len(e.shards)),
-		delays:  make([][]byte, len(e.shards)),
-	}
+	c := e.newCapture()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.settleLocked()

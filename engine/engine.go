@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sync"
@@ -184,24 +185,20 @@ func (e *Engine) LastFence() uint64 { return e.fence.Load() }
 // floor: it moves the last issued number up to floor when it is below,
 // and never down. A replicated engine calls it from the log (a new
 // leader's clock), so every replica raises alike.
-func (e *Engine) RaiseFence(floor uint64) {
-	for {
-		cur := e.fence.Load()
-		if floor <= cur || e.fence.CompareAndSwap(cur, floor) {
-			return
-		}
-	}
-}
+func (e *Engine) RaiseFence(floor uint64) { raiseTo(&e.fence, floor) }
 
 // FenceLimit returns the highest fence number the engine may issue now.
 func (e *Engine) FenceLimit() uint64 { return e.limit.Load() }
 
 // RaiseFenceLimit lets the engine issue fence numbers up to limit, which
 // the caller has made durable. A lower limit than the current is ignored.
-func (e *Engine) RaiseFenceLimit(limit uint64) {
+func (e *Engine) RaiseFenceLimit(limit uint64) { raiseTo(&e.limit, limit) }
+
+// raiseTo moves a up to v when it is below, and never down.
+func raiseTo(a *atomic.Uint64, v uint64) {
 	for {
-		cur := e.limit.Load()
-		if limit <= cur || e.limit.CompareAndSwap(cur, limit) {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
 			return
 		}
 	}
@@ -265,9 +262,7 @@ func (e *Engine) check(req *AcquireReq) error {
 	if len(req.Key) == 0 || req.TTL < 0 || req.Timeout < 0 {
 		return ErrBadRequest
 	}
-	if req.TTL == 0 {
-		req.TTL = e.cfg.DefaultTTL
-	}
+	req.TTL = cmp.Or(req.TTL, e.cfg.DefaultTTL)
 	return nil
 }
 
@@ -461,14 +456,9 @@ func (e *Engine) Expire(now int64) {
 // NextDeadline returns the earliest deadline any shard waits for, or
 // math.MaxInt64. A clock can sleep until then.
 func (e *Engine) NextDeadline() int64 {
-	next := int64(1<<63 - 1)
+	next := e.sess.next.Load() // math.MaxInt64 without an idle session
 	for i := range e.shards {
-		if d := e.shards[i].next.Load(); d < next {
-			next = d
-		}
-	}
-	if d := e.sess.next.Load(); d < next {
-		next = d
+		next = min(next, e.shards[i].next.Load())
 	}
 	return next
 }

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -49,22 +51,20 @@ func (s *shard) lostLocked(now int64, en *entry, k EventKind) {
 	if !en.holding {
 		return
 	}
-	d := s.lockDelayOf(en)
-	if d > 0 {
-		s.reserveLocked(now, en, d)
+	if d := s.lockDelayOf(en); d > 0 {
+		s.holdBackLocked(en.res, addSat(now, int64(d)))
+		s.ctr.Delays++
 	}
 	s.note(k, en.res, en)
 }
 
-// reserveLocked holds en's slot back for d from now.
-func (s *shard) reserveLocked(now int64, en *entry, d time.Duration) {
-	until := addSat(now, int64(d))
-	en.res.reserved++
+// holdBackLocked holds one slot of r back until until.
+func (s *shard) holdBackLocked(r *resource, until int64) {
+	r.reserved++
 	if len(s.delays.slots) == 0 || until < s.delays.next {
 		s.delays.next = until
 	}
-	s.delays.slots = append(s.delays.slots, delayedSlot{res: en.res, until: until})
-	s.ctr.delays++
+	s.delays.slots = append(s.delays.slots, delayedSlot{res: r, until: until})
 }
 
 // expireDelaysLocked frees the held-back slots whose time is up and
@@ -126,27 +126,7 @@ func (e *Engine) DelayedSlots() int {
 // just gave them: the held-back slots in order, then the entries whose
 // holder chose its own delay. It returns nil when there is none.
 func (s *shard) appendDelaysLocked() []byte {
-	overrides := 0
-	for _, r := range s.res {
-		for _, q := range [...]*queue{&r.holders, &r.waiters} {
-			for en := q.head; en != nil; en = en.qnext {
-				if en.delay != 0 {
-					overrides++
-				}
-			}
-		}
-	}
-	if len(s.delays.slots) == 0 && overrides == 0 {
-		return nil
-	}
-	b := binary.AppendUvarint(nil, uint64(len(s.delays.slots)))
-	for _, ds := range s.delays.slots {
-		b = binary.AppendUvarint(b, uint64(ds.res.sidx))
-		b = binary.AppendVarint(b, ds.until)
-	}
-	b = binary.AppendUvarint(b, uint64(overrides))
-	// Entries in sidx order: the order appendStateLocked numbered them.
-	ents := make([]*entry, 0, overrides)
+	var ents []*entry
 	for _, r := range s.res {
 		for _, q := range [...]*queue{&r.holders, &r.waiters} {
 			for en := q.head; en != nil; en = en.qnext {
@@ -156,20 +136,22 @@ func (s *shard) appendDelaysLocked() []byte {
 			}
 		}
 	}
-	sortBySidx(ents)
+	if len(s.delays.slots) == 0 && len(ents) == 0 {
+		return nil
+	}
+	b := binary.AppendUvarint(nil, uint64(len(s.delays.slots)))
+	for _, ds := range s.delays.slots {
+		b = binary.AppendUvarint(b, uint64(ds.res.sidx))
+		b = binary.AppendVarint(b, ds.until)
+	}
+	b = binary.AppendUvarint(b, uint64(len(ents)))
+	// Entries in sidx order: the order appendStateLocked numbered them.
+	slices.SortFunc(ents, func(a, b *entry) int { return cmp.Compare(a.sidx, b.sidx) })
 	for _, en := range ents {
 		b = binary.AppendUvarint(b, uint64(en.sidx))
 		b = binary.AppendVarint(b, int64(en.delay))
 	}
 	return b
-}
-
-func sortBySidx(ents []*entry) {
-	for i := 1; i < len(ents); i++ {
-		for j := i; j > 0 && ents[j].sidx < ents[j-1].sidx; j-- {
-			ents[j], ents[j-1] = ents[j-1], ents[j]
-		}
-	}
 }
 
 // appendDelays writes the shards' lock-delay sections (state version 4):
@@ -253,12 +235,7 @@ func (s *shard) readDelaysLocked(d *stateReader, rs *restoring) {
 		if d.err != nil {
 			return
 		}
-		r := rs.res[i]
-		r.reserved++
-		if len(s.delays.slots) == 0 || until < s.delays.next {
-			s.delays.next = until
-		}
-		s.delays.slots = append(s.delays.slots, delayedSlot{res: r, until: until})
+		s.holdBackLocked(rs.res[i], until)
 	}
 	for range d.count() {
 		i := d.index(len(rs.ents))

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -227,9 +228,7 @@ func (e *Engine) checkSet(req *SetReq) error {
 			}
 		}
 	}
-	if req.TTL == 0 {
-		req.TTL = e.cfg.DefaultTTL
-	}
+	req.TTL = cmp.Or(req.TTL, e.cfg.DefaultTTL)
 	return nil
 }
 
@@ -281,7 +280,7 @@ func (e *Engine) acquireSet(now int64, req *SetReq, sink SetSink) (SetOutcome, e
 	}
 	n := len(req.Keys)
 	if !free && req.Timeout == 0 {
-		e.shards[idx[0]].ctr.timeouts++
+		e.shards[idx[0]].ctr.Timeouts++
 		return SetOutcome{Result: TimedOut, N: n}, nil
 	}
 	if max := e.cfg.MaxWaiters; !free && max > 0 {
@@ -362,7 +361,7 @@ func (e *Engine) settleSet(now int64, ks *kset, via Via) {
 	case ks.done:
 	case ks.timedOut:
 		ks.out = SetOutcome{Result: TimedOut, N: ks.n}
-		e.shards[ks.sidx[0]].ctr.timeouts++
+		e.shards[ks.sidx[0]].ctr.Timeouts++
 		d, heard = e.withdrawSetLocked(now, ks, d), true
 	case ks.readyLocked():
 		ks.out = SetOutcome{Result: Granted, N: ks.n, TTL: ks.ttl}

@@ -89,16 +89,12 @@ func (e *Engine) readSets(d *stateReader) {
 func (e *Engine) checkSetsLinked(d *stateReader) {
 	for i := range e.shards {
 		for _, r := range e.shards[i].res {
-			for en := r.waiters.head; en != nil; en = en.qnext {
-				if en.set == &restoringSet {
-					d.fail("set entry on %q without its set", r.key)
-					return
-				}
-			}
-			for en := r.holders.head; en != nil; en = en.qnext {
-				if en.set != nil {
-					d.fail("set entry on %q without its set", r.key)
-					return
+			for _, q := range [...]*queue{&r.holders, &r.waiters} {
+				for en := q.head; en != nil; en = en.qnext {
+					if en.set == &restoringSet || en.holding && en.set != nil { // a holder is in no set
+						d.fail("set entry on %q without its set", r.key)
+						return
+					}
 				}
 			}
 		}

@@ -36,7 +36,7 @@ func (s *shard) reclaim(now int64, key []byte, from, to OwnerID, sink Sink) (Out
 			s.noteLapsedLocked(en)
 			s.lostLocked(now, en, EventExpired)
 			s.removeLocked(en)
-			s.ctr.expiries++
+			s.ctr.Expiries++
 			d = s.promoteLocked(now, res, d)
 			en = nil
 		}

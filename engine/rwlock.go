@@ -11,7 +11,7 @@ package engine
 //
 // Leases, renewal, two-phase enqueue and wait, cancel, expiry and dropping
 // an owner are the lock paths: only deciding who may be granted differs
-// (rwFree here, promoteRWLocked for the queue).
+// (rwFree here, promoteLocked for the queue).
 
 // Mode is what an acquire asks for: a slot of a lock or semaphore, or a
 // shared or exclusive hold of a read-write key.
@@ -58,28 +58,6 @@ func (r *resource) rwFree(mode Mode) bool {
 // writeHeld reports whether a writer holds r.
 func (r *resource) writeHeld() bool {
 	return r.holders.head != nil && !r.holders.head.shared
-}
-
-// promoteRWLocked is promoteLocked for a read-write key: it grants the
-// head of the queue while the head can be granted, so the readers at the
-// head go together and a writer goes alone.
-func (s *shard) promoteRWLocked(now int64, res *resource, d *[]delivery) *[]delivery {
-	for en := res.waiters.head; en != nil && !s.e.draining.Load(); en = res.waiters.head {
-		if res.holders.n != 0 && !(en.shared && res.holders.head.shared) {
-			break
-		}
-		res.waiters.remove(en)
-		s.waiting--
-		s.grantLocked(now, en)
-		if en.sink != nil {
-			d = appendDelivery(d, en.sink, Outcome{Result: Granted, Token: en.token, TTL: en.ttl})
-			en.sink = nil
-		}
-	}
-	if res.empty() && !res.idle {
-		s.idle.pushBack(res, now)
-	}
-	return d
 }
 
 // consistent reports whether a restored key keeps its invariants.

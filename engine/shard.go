@@ -45,7 +45,7 @@ type shard struct {
 	idle    idleList
 	free    []*entry
 	touched []*resource
-	ctr     counters
+	ctr     Counters
 	held    int           // slots held on this shard's resources
 	waiting int           // entries in this shard's queues
 	resPeak int           // most keys s.res held since it was last rebuilt
@@ -109,9 +109,7 @@ func (s *shard) updateNextLocked() {
 		next = s.heap[0].deadline
 	}
 	if r := s.idle.head; r != nil {
-		if due := r.idleAt + int64(s.e.cfg.GCMaxIdle); due < next {
-			next = due
-		}
+		next = min(next, r.idleAt+int64(s.e.cfg.GCMaxIdle))
 	}
 	s.next.Store(s.nextDelayLocked(next))
 }
@@ -236,7 +234,7 @@ func (s *shard) dropResourceLocked(r *resource) {
 	s.idle.remove(r)
 	delete(s.res, r.key)
 	s.e.keys.Add(-1)
-	s.ctr.pruned++
+	s.ctr.Pruned++
 	if s.resPeak > shrinkFloor && len(s.res) < s.resPeak/4 {
 		s.res = rebuilt(s.res)
 		s.resPeak = len(s.res)
@@ -250,22 +248,27 @@ func (s *shard) grantLocked(now int64, en *entry) {
 	en.res.holders.pushBack(en)
 	s.held++
 	s.heap.set(en, now+int64(en.ttl))
-	s.ctr.grants++
+	s.ctr.Grants++
 	s.note(EventGranted, en.res, en)
 }
 
 // promoteLocked grants free slots of res to its oldest waiters and queues
-// their Sink calls on d. It marks res idle when nothing is left on it.
+// their Sink calls on d. It marks res idle when nothing is left on it. A
+// read-write key grants the head of its queue while the head can be
+// granted, so the readers at the head go together and a writer goes alone.
 func (s *shard) promoteLocked(now int64, res *resource, d *[]delivery) *[]delivery {
-	if res.limit == rwLimit {
-		if res.reserved != 0 { // a lock-delay holds the key back
-			return d
-		}
-		return s.promoteRWLocked(now, res, d)
+	rw := res.limit == rwLimit
+	if rw && res.reserved != 0 { // a lock-delay holds the key back
+		return d
 	}
-	for res.holders.n+res.reserved < res.limit && res.waiters.head != nil && !s.e.draining.Load() {
-		en := res.waiters.head
-		if en.set != nil {
+	for en := res.waiters.head; en != nil && !s.e.draining.Load(); en = res.waiters.head {
+		if rw {
+			if res.holders.n != 0 && !(en.shared && res.holders.head.shared) {
+				break
+			}
+		} else if res.holders.n+res.reserved >= res.limit {
+			break
+		} else if en.set != nil {
 			s.noteSetLocked(en) // granted with its set's other keys
 			break
 		}
@@ -353,7 +356,7 @@ func (s *shard) acquire(now int64, req *AcquireReq, sink Sink, twoPhase bool) (O
 		return out, nil
 	}
 	if !twoPhase && req.Timeout == 0 {
-		s.ctr.timeouts++
+		s.ctr.Timeouts++
 		s.mu.Unlock()
 		return Outcome{Result: TimedOut}, nil
 	}
@@ -411,7 +414,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 		// the slot passes on, and nothing is resurrected.
 		s.lostLocked(now, en, EventExpired)
 		s.removeLocked(en)
-		s.ctr.expiries++
+		s.ctr.Expiries++
 		*d = s.promoteLocked(now, res, *d)
 		return Outcome{}, ErrLeaseExpired
 	case en.holding:
@@ -423,7 +426,7 @@ func (s *shard) waitLocked(now int64, key []byte, owner OwnerID, timeout time.Du
 		// readers behind it: promote.
 		s.removeLocked(en)
 		*d = s.promoteLocked(now, res, *d)
-		s.ctr.timeouts++
+		s.ctr.Timeouts++
 		return Outcome{Result: TimedOut}, nil
 	}
 	en.sink = sink
@@ -478,7 +481,7 @@ func (s *shard) holderLocked(now int64, key []byte, tok fence.Token, d **[]deliv
 		s.noteLapsedLocked(en)
 		s.lostLocked(now, en, EventExpired)
 		s.removeLocked(en)
-		s.ctr.expiries++
+		s.ctr.Expiries++
 		*d = s.promoteLocked(now, res, *d)
 		return nil
 	}
@@ -493,7 +496,7 @@ func (s *shard) release(now int64, key []byte, tok fence.Token, via Via) error {
 		res := en.res
 		s.note(EventReleased, res, en)
 		s.removeLocked(en)
-		s.ctr.releases++
+		s.ctr.Releases++
 		d = s.promoteLocked(now, res, d)
 	}
 	s.updateNextLocked()
@@ -522,7 +525,7 @@ func (s *shard) renew(now int64, key []byte, tok fence.Token, ttl time.Duration,
 		}
 		ttl = en.ttl
 		s.heap.set(en, now+int64(ttl))
-		s.ctr.renewals++
+		s.ctr.Renewals++
 	}
 	s.updateNextLocked()
 	s.mu.Unlock()
@@ -568,7 +571,7 @@ func (s *shard) dropOwner(now int64, owner OwnerID, keepHeld bool, via Via) {
 			en = next
 			continue
 		case en.holding:
-			s.ctr.dropped++
+			s.ctr.Dropped++
 			s.lostLocked(now, en, EventDropped)
 		case en.sink != nil:
 			d = appendDelivery(d, en.sink, Outcome{Result: Canceled})
@@ -634,11 +637,11 @@ func (s *shard) expire(now int64) {
 			continue
 		}
 		if en.holding {
-			s.ctr.expiries++
+			s.ctr.Expiries++
 			s.noteLapsedLocked(en)
 			s.lostLocked(now, en, EventExpired)
 		} else {
-			s.ctr.timeouts++
+			s.ctr.Timeouts++
 			if en.sink != nil {
 				d = appendDelivery(d, en.sink, Outcome{Result: TimedOut})
 			}

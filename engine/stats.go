@@ -10,24 +10,14 @@ import (
 	"github.com/latchd/latchd/stats"
 )
 
-// counters are a shard's running totals, kept under its lock.
-type counters struct {
-	grants   uint64
-	releases uint64
-	renewals uint64
-	timeouts uint64
-	expiries uint64
-	dropped  uint64 // holdings released by DropOwner
-	pruned   uint64 // idle keys garbage-collected or evicted
-	delays   uint64 // slots held back by a lock-delay; not in all(): not state
+// all lists the counters a shard keeps in the state format's order;
+// Delays is not state.
+func (c *Counters) all() [7]*uint64 {
+	return [...]*uint64{&c.Grants, &c.Releases, &c.Renewals, &c.Timeouts, &c.Expiries, &c.Dropped, &c.Pruned}
 }
 
-// all lists the counters in the state format's order.
-func (c *counters) all() [7]*uint64 {
-	return [...]*uint64{&c.grants, &c.releases, &c.renewals, &c.timeouts, &c.expiries, &c.dropped, &c.pruned}
-}
-
-// Counters are the engine's running totals since it started.
+// Counters are the engine's running totals since it started. Each shard
+// keeps its own under its lock.
 type Counters struct {
 	Grants   uint64 // slots granted, at once or to a waiter
 	Releases uint64 // slots given back with a token
@@ -35,7 +25,7 @@ type Counters struct {
 	Timeouts uint64 // waits that ended without a grant, try-locks included
 	Expiries uint64 // leases that ran out
 	Dropped  uint64 // slots released because their owner went away
-	Pruned   uint64 // idle keys removed
+	Pruned   uint64 // idle keys removed: garbage-collected or evicted
 	Delays   uint64 // slots held back by a lock-delay (counted by each replica)
 }
 
@@ -53,17 +43,14 @@ type Gauges struct {
 func (e *Engine) Metrics() (Counters, Gauges) {
 	var c Counters
 	var g Gauges
+	total := c.all()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		c.Grants += s.ctr.grants
-		c.Releases += s.ctr.releases
-		c.Renewals += s.ctr.renewals
-		c.Timeouts += s.ctr.timeouts
-		c.Expiries += s.ctr.expiries
-		c.Dropped += s.ctr.dropped
-		c.Pruned += s.ctr.pruned
-		c.Delays += s.ctr.delays
+		for j, p := range s.ctr.all() {
+			*total[j] += *p
+		}
+		c.Delays += s.ctr.Delays
 		g.Delayed += len(s.delays.slots)
 		g.Keys += len(s.res)
 		g.Held += s.held

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,26 +191,13 @@ func (h *Hub) endLocked(w *Watcher, err error) {
 	w.linked = false
 	h.open--
 	h.n.Add(-1)
+	isW := func(x *Watcher) bool { return x == w }
 	if w.prefix {
-		for i, x := range h.prefix {
-			if x == w {
-				h.prefix = append(h.prefix[:i], h.prefix[i+1:]...)
-				break
-			}
-		}
+		h.prefix = slices.DeleteFunc(h.prefix, isW)
+	} else if ws := slices.DeleteFunc(h.exact[w.key], isW); len(ws) == 0 {
+		delete(h.exact, w.key)
 	} else {
-		ws := h.exact[w.key]
-		for i, x := range ws {
-			if x == w {
-				ws = append(ws[:i], ws[i+1:]...)
-				break
-			}
-		}
-		if len(ws) == 0 {
-			delete(h.exact, w.key)
-		} else {
-			h.exact[w.key] = ws
-		}
+		h.exact[w.key] = ws
 	}
 	signal(w)
 }

@@ -1,6 +1,7 @@
 package httpfast
 
 import (
+	"cmp"
 	"errors"
 	"net/netip"
 	"sync"
@@ -99,12 +100,18 @@ func (s *Server) keepalive(ctx *fasthttp.RequestCtx, id []byte) {
 	writeSeconds(ctx, fasthttp.StatusOK, `{"status":"ok","ttl_s":`, ttl)
 }
 
-// sessionHeader returns the session id a request names.
-func sessionHeader(ctx *fasthttp.RequestCtx) []byte {
-	if id := ctx.Request.Header.Peek("X-Latchd-Session"); len(id) > 0 {
-		return id
+// beginHeader is begin for the session the request's header names
+// (X-Latchd-Session, or dflockd's X-Dflockd-Session).
+func (s *Server) beginHeader(ctx *fasthttp.RequestCtx) (engine.OwnerID, bool) {
+	id := ctx.Request.Header.Peek("X-Latchd-Session")
+	if len(id) == 0 {
+		id = ctx.Request.Header.Peek("X-Dflockd-Session")
 	}
-	return ctx.Request.Header.Peek("X-Dflockd-Session")
+	if len(id) == 0 {
+		writeError(ctx, errSessionRequired, "X-Latchd-Session header required")
+		return 0, false
+	}
+	return s.begin(ctx, id)
 }
 
 // begin resolves a session id to its owner and marks a request of it in
@@ -200,12 +207,7 @@ func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 		writeError(ctx, errBadRequest, "bad Idempotency-Key: must be 1-64 printable ASCII characters without space")
 		return
 	}
-	id := sessionHeader(ctx)
-	if len(id) == 0 {
-		writeError(ctx, errSessionRequired, "X-Latchd-Session header required")
-		return
-	}
-	owner, ok := s.begin(ctx, id)
+	owner, ok := s.beginHeader(ctx)
 	if !ok {
 		return
 	}
@@ -232,9 +234,7 @@ func (s *Server) readLockBody(ctx *fasthttp.RequestCtx, o op, req *engine.Acquir
 	if req.TTL, err = seconds(body.LeaseTTLS, "lease_ttl_s", true); err != nil {
 		return fence.Token{}, err
 	}
-	if req.TTL == 0 {
-		req.TTL = s.cfg.DefaultTTL // 0 still: the engine's default
-	}
+	req.TTL = cmp.Or(req.TTL, s.cfg.DefaultTTL) // 0 still: the engine's default
 	if req.LockDelay, err = lockDelay(body.LockDelayS); err != nil {
 		return fence.Token{}, err
 	}

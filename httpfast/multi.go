@@ -1,6 +1,7 @@
 package httpfast
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -37,12 +38,7 @@ func (s *Server) multiOp(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
-	id := sessionHeader(ctx)
-	if len(id) == 0 {
-		writeError(ctx, errSessionRequired, "X-Latchd-Session header required")
-		return
-	}
-	owner, ok := s.begin(ctx, id)
+	owner, ok := s.beginHeader(ctx)
 	if !ok {
 		return
 	}
@@ -105,9 +101,7 @@ func (s *Server) readMultiBody(ctx *fasthttp.RequestCtx) (backend.Request, error
 	if r.TTL, err = seconds(body.LeaseTTLS, "lease_ttl_s", true); err != nil {
 		return r, err
 	}
-	if r.TTL == 0 {
-		r.TTL = s.cfg.DefaultTTL
-	}
+	r.TTL = cmp.Or(r.TTL, s.cfg.DefaultTTL)
 	r.Timeout, err = seconds(body.AcquireTimeoutS, "acquire_timeout_s", false)
 	return r, err
 }

@@ -1,6 +1,7 @@
 package httpfast
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
@@ -115,10 +116,7 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 		s.authLim = authlimit.New(cfg.AuthFailuresPerMinute, authlimit.DefaultMaxIPs)
 	}
 	if cfg.RateLimitPerIP > 0 {
-		burst := cfg.RateLimitBurst
-		if burst == 0 {
-			burst = max(1, int(math.Ceil(cfg.RateLimitPerIP)))
-		}
+		burst := cmp.Or(cfg.RateLimitBurst, max(1, int(math.Ceil(cfg.RateLimitPerIP))))
 		s.lim = authlimit.NewBuckets(cfg.RateLimitPerIP, burst, cfg.RateLimitMaxIPs)
 	}
 	s.reg.init(be.Replicated())

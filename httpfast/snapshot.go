@@ -45,19 +45,13 @@ func (s *Server) applySnapshotOption(o *options) bool {
 // matchAdminRoute is matchAdmin for what this server serves: the
 // snapshot route alone without WithAdmin.
 func (s *Server) matchAdminRoute(method, path []byte) (o op, param []byte, allow string) {
-	if s.admin == nil && s.snapshot == nil {
-		return opNotFound, nil, ""
-	}
-	if string(path) == "/v1/admin/snapshot" {
-		if s.snapshot == nil {
-			return opNotFound, nil, ""
-		}
+	if string(path) == "/v1/admin/snapshot" && s.snapshot != nil {
 		return only(string(method), "GET", opAdminSnapshot, nil)
 	}
 	if s.admin == nil {
 		return opNotFound, nil, ""
 	}
-	return matchAdmin(method, path)
+	return matchAdmin(method, path) // the snapshot route is not among its routes
 }
 
 // serveSnapshot answers GET /v1/admin/snapshot with a backup file.

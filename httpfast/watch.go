@@ -2,9 +2,9 @@ package httpfast
 
 import (
 	"bufio"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
@@ -36,20 +36,12 @@ func eventJSON(e *engine.Event) watchEvent {
 	ev := watchEvent{Kind: e.Kind.String(), Key: e.Key, OwnerKind: backend.OwnerKind(e.Owner), Limit: e.Limit,
 		Holders: e.Holders, Waiters: e.Waiters, Delayed: e.Delayed}
 	if e.Fence != 0 {
-		ev.Fence = fenceHex(e.Fence)
+		ev.Fence = fmt.Sprintf("%016x", e.Fence)
 	}
 	if e.Owner != 0 {
 		ev.Owner = strconv.FormatUint(uint64(e.Owner), 10)
 	}
 	return ev
-}
-
-func fenceHex(f uint64) string {
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(f >> (56 - 8*i))
-	}
-	return hex.EncodeToString(b[:])
 }
 
 // serveWatch serves GET /v1/watch/{key}: with ?fence=F a long-poll that

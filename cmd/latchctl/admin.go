@@ -105,6 +105,9 @@ func (c *common) newAdmin(a *adminFlags) (*adminClient, error) {
 	return ac, nil
 }
 
+// maxAnswer bounds an admin answer other than a backup.
+const maxAnswer = 1 << 20
+
 // apiError is an answer other than 2xx, as the server put it.
 type apiError struct {
 	method, url, status string
@@ -130,8 +133,9 @@ func (e *apiError) notLeader() bool {
 	return e.code == http.StatusServiceUnavailable && e.Code == "not_leader"
 }
 
-// send makes one call to base+path and returns the answer's body.
-func (ac *adminClient) send(ctx context.Context, method, base, path string, body []byte) ([]byte, error) {
+// send makes one call to base+path and returns the answer's body, of up
+// to limit bytes.
+func (ac *adminClient) send(ctx context.Context, method, base, path string, body []byte, limit int64) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -149,7 +153,7 @@ func (ac *adminClient) send(ctx context.Context, method, base, path string, body
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }() // read to the end below
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, base+path, err)
 	}
@@ -165,7 +169,7 @@ func (ac *adminClient) send(ctx context.Context, method, base, path string, body
 func (ac *adminClient) get(ctx context.Context, path string) ([]byte, error) {
 	var errs []error
 	for _, base := range ac.seeds {
-		out, err := ac.send(ctx, http.MethodGet, base, path, nil)
+		out, err := ac.send(ctx, http.MethodGet, base, path, nil, maxAnswer)
 		var ae *apiError
 		if err == nil || errors.As(err, &ae) { // the node answered: its answer stands
 			return out, err
@@ -200,7 +204,7 @@ func (ac *adminClient) changeOnce(ctx context.Context, method, path string, body
 	electing := false
 	for _, base := range ac.seeds {
 		for hop := 0; ; hop++ {
-			out, err := ac.send(ctx, method, base, path, body)
+			out, err := ac.send(ctx, method, base, path, body, maxAnswer)
 			var ae *apiError
 			if err == nil || !errors.As(err, &ae) || !ae.notLeader() {
 				if err == nil || ae != nil { // an answer: ok or refused
@@ -270,7 +274,7 @@ func (ac *adminClient) status(ctx context.Context) (*clusterStatus, []byte, erro
 
 // statusAt returns the report of the node at base.
 func (ac *adminClient) statusAt(ctx context.Context, base string) (*clusterStatus, error) {
-	raw, err := ac.send(ctx, http.MethodGet, base, "/v1/admin/cluster", nil)
+	raw, err := ac.send(ctx, http.MethodGet, base, "/v1/admin/cluster", nil, maxAnswer)
 	if err != nil {
 		return nil, err
 	}

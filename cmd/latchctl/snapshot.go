@@ -75,7 +75,7 @@ func snapshotSave(ctx context.Context, ac *adminClient, path string, stdout io.W
 func (ac *adminClient) snapshotOnce(ctx context.Context) (data []byte, from string, again bool, err error) {
 	var errs []error
 	for _, base := range ac.seeds {
-		data, err := ac.fetchSnapshot(ctx, base)
+		data, err := ac.send(ctx, http.MethodGet, base, "/v1/admin/snapshot", nil, maxSnapshot)
 		if err == nil {
 			if _, _, err = backupfile.Decode("the answer of "+base, data); err == nil {
 				return data, base, false, nil
@@ -91,31 +91,6 @@ func (ac *adminClient) snapshotOnce(ctx context.Context) (data []byte, from stri
 		}
 	}
 	return nil, "", again, errors.Join(errs...)
-}
-
-// fetchSnapshot is GET /v1/admin/snapshot on the node at base.
-func (ac *adminClient) fetchSnapshot(ctx context.Context, base string) ([]byte, error) {
-	url := base + "/v1/admin/snapshot"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+ac.token)
-	resp, err := ac.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }() // read to the end below
-	out, err := io.ReadAll(io.LimitReader(resp.Body, maxSnapshot))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		e := &apiError{method: http.MethodGet, url: url, status: resp.Status, code: resp.StatusCode}
-		_ = json.Unmarshal(out, e) // a body that is not the API's: the status says enough
-		return nil, e
-	}
-	return out, nil
 }
 
 // snapshotReport is what snapshot status prints of a file.
