@@ -181,6 +181,18 @@ func (r *Recorder) Record(client int, in Input, call int64, line string) {
 	r.mu.Unlock()
 }
 
+// RecordRead adds a read of key called at call that found it held with
+// fence (renewed: its lease was renewed) or free (held false). Read after
+// the other operations have returned, it checks that none that was
+// acknowledged is missing from the state read.
+func (r *Recorder) RecordRead(client int, key string, call int64, held bool, fence uint64, renewed bool) {
+	op := porcupine.Operation{ClientId: client, Input: Input{Op: 'g', Key: key}, Call: call,
+		Output: Output{OK: held, Fence: fence, Renewed: renewed}, Return: r.Now()}
+	r.mu.Lock()
+	r.ops = append(r.ops, op)
+	r.mu.Unlock()
+}
+
 func (r *Recorder) fail(format string, args ...any) {
 	r.mu.Lock()
 	r.errs = append(r.errs, fmt.Sprintf(format, args...))
