@@ -51,8 +51,11 @@ fmtcheck:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# The tagged suites (make chaos, soak, nemesis) are vetted too, so that a
+# change to what they call fails here, not only when they run.
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags "chaos soak nemesis" $(PKGS)
 
 # The leaf packages import nothing outside the standard library (and each
 # other, as docs/architecture.md allows).
