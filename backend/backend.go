@@ -108,7 +108,8 @@ type Request struct {
 	MaxSessions int
 	SessionKey  uint64
 	// ReqID is the client's request id for an Acquire, Enqueue, Wait,
-	// Release or Renew (nil for none; not kept after the call returns).
+	// Release, Renew or AcquireSet (nil for none; not kept after the call
+	// returns).
 	// A replicated backend answers a retry with the same id as it
 	// answered the first (replica/dedup.go); a single node, where no
 	// outcome is ever unknown to a live connection, ignores it.

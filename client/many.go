@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -35,12 +36,14 @@ func (m commands) SemAcquireMany(ctx context.Context, keys []string, limit int, 
 }
 
 func (c *Conn) acquireMany(ctx context.Context, k cmds, keys []string, limit int, timeout, ttl time.Duration) ([]Grant, error) {
-	return c.acquireManySent(ctx, k, keys, limit, timeout, ttl, nil)
+	return c.acquireManySent(ctx, k, keys, "", limit, timeout, ttl, nil)
 }
 
 func (c *Cluster) acquireMany(ctx context.Context, k cmds, keys []string, limit int, timeout, ttl time.Duration) ([]Grant, error) {
-	return call(c, ctx, "ml", strings.Join(keys, " "), once, func(conn *Conn, sent *bool) ([]Grant, error) {
-		return conn.acquireManySent(ctx, k, keys, limit, timeout, ttl, sent)
+	line := strings.Join(keys, " ")
+	rid, r := c.requestID(line) // "@<id>" rides as the last word of the key line
+	return call(c, ctx, "ml", line, r, func(conn *Conn, sent *bool) ([]Grant, error) {
+		return conn.acquireManySent(ctx, k, keys, rid, limit, timeout, ttl, sent)
 	})
 }
 
@@ -66,10 +69,18 @@ func checkKeys(keys []string, limit int) (string, error) {
 	return line, nil
 }
 
-func (c *Conn) acquireManySent(ctx context.Context, k cmds, keys []string, limit int, timeout, ttl time.Duration, sent *bool) ([]Grant, error) {
+func (c *Conn) acquireManySent(ctx context.Context, k cmds, keys []string, rid string, limit int, timeout, ttl time.Duration, sent *bool) ([]Grant, error) {
 	line, err := checkKeys(keys, limit)
 	if err != nil {
 		return nil, err
+	}
+	if rid == "" && len(keys) > 1 && keys[len(keys)-1][0] == '@' {
+		// The server reads a last word "@..." as a request id: one after
+		// it keeps that word a key.
+		rid = strconv.FormatUint(rand.Uint64(), 16)
+		if len(line)+2+len(rid) > codec.MaxLine {
+			return nil, fmt.Errorf("%w: the last key starts with @: list it earlier", ErrBadRequest)
+		}
 	}
 	cmd := codec.CmdMultiLock
 	var b [64]byte
@@ -80,7 +91,7 @@ func (c *Conn) acquireManySent(ctx context.Context, k cmds, keys []string, limit
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
 	arg = appendTTL(arg, ttl)
-	r, err := c.roundTrip(ctx, cmd, line, arg, time.Duration(seconds(timeout))*time.Second, sent)
+	r, err := c.roundTripID(ctx, cmd, line, rid, arg, time.Duration(seconds(timeout))*time.Second, sent)
 	if err != nil {
 		return nil, err
 	}

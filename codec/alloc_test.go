@@ -11,6 +11,7 @@ func TestAllocs(t *testing.T) {
 	in := []byte("sl\r\nsome-key\r\n10 3 30\r\nr\nk\n" + tok + "\n")
 	bad := []byte("l\nk\nxyz\n")
 	withID := []byte("l\nsome-key @0123456789abcdef.42\n10 30\n")
+	multiID := []byte("ml\nk1 k2 k3 @0123456789abcdef.42\n10 30\n")
 	resp := []byte("ok " + tok + " 33\n")
 	tagged := []byte("#a1 sl 0123456789abcdef0123456789abcdef\nsome-key\n10 3 30\n")
 	out := make([]byte, 0, 256)
@@ -44,6 +45,12 @@ func TestAllocs(t *testing.T) {
 		{name: "Decode request id", fn: func() {
 			var req Request
 			if n, err := Decode(withID, &req); err != nil || n == 0 || req.ReqID == nil {
+				t.Fatal(n, err)
+			}
+		}},
+		{name: "Decode ml request id", fn: func() {
+			var req Request
+			if n, err := Decode(multiID, &req); err != nil || n == 0 || req.ReqID == nil {
 				t.Fatal(n, err)
 			}
 		}},

@@ -6,9 +6,12 @@ import "bytes"
 const MaxKeys = 16
 
 // parseMulti validates an ml or msl request: line 2 is 1 to MaxKeys keys
-// separated by spaces, line 3 "<timeout> [<ttl>]" (ml) or
+// separated by spaces, then optionally a request id, line 3 "<timeout> [<ttl>]" (ml) or
 // "<timeout> <limit> [<ttl>]" (msl).
 func parseMulti(req *Request) error {
+	if !splitMultiRequestID(req) {
+		return ErrBadKey
+	}
 	var keys [MaxKeys][]byte
 	n, ok := SplitKeys(req.Key, keys[:])
 	if !ok {
@@ -62,4 +65,31 @@ func SplitGrants(body []byte, dst [][]byte) (ttl int64, ok bool) {
 	}
 	copy(dst, f[:n-1])
 	return v, true
+}
+
+// splitMultiRequestID takes the request id off the key line of an ml or
+// msl request: its last word, when that starts with "@", is "@<id>" and
+// not a key, as after a single key (requestid.go); a line of one word is
+// a key. It reports false when that word is "@" and no ValidRequestID.
+// A key that starts with "@" can still be named, anywhere but last.
+func splitMultiRequestID(req *Request) bool {
+	line := req.Key
+	end := len(line)
+	for end > 0 && (line[end-1] == ' ' || line[end-1] == '\t') {
+		end--
+	}
+	i := bytes.LastIndexAny(line[:end], " \t")
+	if i < 0 || line[i+1] != '@' {
+		return true // no id: every word is a key (or line 2 is bad)
+	}
+	id := line[i+2 : end]
+	if !ValidRequestID(id) {
+		return false
+	}
+	k := line[:i]
+	for len(k) > 0 && (k[len(k)-1] == ' ' || k[len(k)-1] == '\t') {
+		k = k[:len(k)-1]
+	}
+	req.Key, req.ReqID = k, id
+	return true
 }

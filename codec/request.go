@@ -259,7 +259,7 @@ func parse(req *Request, name []byte) error {
 		return nil
 	}
 	if req.Cmd.Multi() {
-		return parseMulti(req) // every word is a key: no request id
+		return parseMulti(req) // the keys, then perhaps "@<id>"
 	}
 	if !ValidKey(req.Key) && !splitRequestID(req) {
 		return ErrBadKey

@@ -79,8 +79,9 @@ type kset struct {
 	out      SetOutcome // what its SetSink hears, kept here so the hand-off allocates nothing
 	done     bool       // granted or withdrawn; under the locks of its shards
 	timedOut bool       // its deadline passed; under its first entry's shard lock
+	refs     int32      // holders of a pointer to it, under the registry's mu (kset_pool.go)
 	prev     *kset
-	next     *kset // the registry's list, oldest first
+	next     *kset // the registry's list, oldest first; the free list's link
 }
 
 // setRegistry is the engine's waiting sets. mu is a leaf: it is taken
@@ -92,6 +93,7 @@ type setRegistry struct {
 	n       int
 	pending []*kset // sets to check, in the order they were noted
 	spare   []*kset
+	free    *kset // sets done with, for reuse (kset_pool.go)
 	npend   atomic.Int32
 }
 
@@ -105,6 +107,7 @@ func (r *setRegistry) add(ks *kset) {
 	}
 	r.tail = ks
 	r.n++
+	ks.refs++
 	r.mu.Unlock()
 }
 
@@ -122,6 +125,7 @@ func (r *setRegistry) remove(ks *kset) {
 	}
 	ks.prev, ks.next = nil, nil
 	r.n--
+	r.unrefLocked(ks)
 	r.mu.Unlock()
 }
 
@@ -129,6 +133,7 @@ func (r *setRegistry) remove(ks *kset) {
 func (r *setRegistry) note(ks *kset) {
 	r.mu.Lock()
 	r.pending = append(r.pending, ks)
+	ks.refs++
 	r.npend.Store(int32(len(r.pending)))
 	r.mu.Unlock()
 }
@@ -144,10 +149,13 @@ func (r *setRegistry) take() []*kset {
 	return p
 }
 
-// giveBack keeps the list take returned for reuse.
+// giveBack keeps the list take returned for reuse, done with its sets.
 func (r *setRegistry) giveBack(p []*kset) {
-	clear(p)
 	r.mu.Lock()
+	for _, ks := range p {
+		r.unrefLocked(ks)
+	}
+	clear(p)
 	switch {
 	case r.pending == nil:
 		r.pending = p[:0]
@@ -164,6 +172,7 @@ func (r *setRegistry) list(match func(*kset) bool) []*kset {
 	var out []*kset
 	for ks := r.head; ks != nil; ks = ks.next {
 		if match == nil || match(ks) {
+			ks.refs++ // dropped by release
 			out = append(out, ks)
 		}
 	}
@@ -311,7 +320,8 @@ func (e *Engine) acquireSet(now int64, req *SetReq, sink SetSink) (SetOutcome, e
 		}
 		return out, nil
 	}
-	ks := &kset{owner: req.Owner, n: n, sidx: idx, locks: locks, nl: nl, ttl: req.TTL, sink: sink}
+	ks := e.sets.get()
+	*ks = kset{owner: req.Owner, n: n, sidx: idx, locks: locks, nl: nl, ttl: req.TTL, sink: sink}
 	for i := range n {
 		s, r := &e.shards[idx[i]], ress[i]
 		if r.idle {
@@ -449,6 +459,7 @@ func (e *Engine) withdrawSets(now int64, match func(*kset) bool, r Result, via V
 		if ok && ks.sink != nil {
 			ks.sink.DeliverSet(&ks.out)
 		}
+		e.sets.release(ks)
 	}
 	return n
 }

@@ -372,7 +372,7 @@ func TestSetsDeterministic(t *testing.T) {
 }
 
 // BenchmarkSetHandOff: a set queued behind a held key is granted when the
-// key is released (the waiting path: it allocates its set record).
+// key is released (the waiting path: its set record is reused).
 func BenchmarkSetHandOff(b *testing.B) {
 	e := newTestEngine(b, nil)
 	req := setReq(1, time.Hour, "a", "b")

@@ -34,7 +34,7 @@ type dedup struct {
 // request id.
 func idempotentOp(op Op) bool {
 	switch op {
-	case OpAcquire, OpEnqueue, OpWait, OpRelease, OpRenew:
+	case OpAcquire, OpEnqueue, OpWait, OpRelease, OpRenew, OpAcquireSet:
 		return true
 	}
 	return false
@@ -81,6 +81,9 @@ func (f *FSM) applyDedup(e *engine.Engine, now int64, c *Command, sink engine.Si
 	if rec.op != c.Op {
 		return Reply{Err: engine.ErrBadRequest}, true
 	}
+	if c.Op == OpAcquireSet {
+		return f.dedupSet(e, now, c, rec)
+	}
 	r := rec.reply
 	switch {
 	case r.Err != nil:
@@ -110,6 +113,9 @@ func (f *FSM) applyDedup(e *engine.Engine, now int64, c *Command, sink engine.Si
 func (f *FSM) record(c *Command, r Reply) {
 	if len(c.ReqKey) == 0 || !idempotentOp(c.Op) {
 		return
+	}
+	if c.Op == OpAcquireSet {
+		r = setRecord(r)
 	}
 	f.dedup.put(string(c.ReqKey), dedupRecord{op: c.Op, owner: c.Owner, reply: r})
 }

@@ -38,7 +38,8 @@ func (s *Server) submitSet(ss *session, t int64, req *codec.Request, out []byte)
 	}
 	r := &ss.req
 	*r = backend.Request{Op: backend.OpAcquireSet, Keys: m.keys[:n], Owner: ss.id, Client: ss.id, Now: t,
-		Limit: limit, TTL: seconds(req.TTL), Timeout: seconds(req.Timeout), SetSink: ss, SetOut: &m.out}
+		Limit: limit, TTL: seconds(req.TTL), Timeout: seconds(req.Timeout), SetSink: ss, SetOut: &m.out,
+		ReqID: req.ReqID}
 	ss.cmd = req.Cmd
 	rep, pending, err := s.be.Submit(r, nil, ss.via(), (*parkable)(ss))
 	*r = backend.Request{}
