@@ -254,12 +254,9 @@ func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
 		if errors.Is(err, ErrNewerFormat) {
 			return nil, err
 		}
-		if err != nil || crc32.Checksum(b[:len(b)-4], walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
-			st.passedOver = append(st.passedOver, path)
-			continue
-		}
 		snap := &raftpb.Snapshot{}
-		if err := proto.Unmarshal(body, snap); err != nil {
+		if err != nil || crc32.Checksum(b[:len(b)-4], walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) ||
+			proto.Unmarshal(body, snap) != nil {
 			st.passedOver = append(st.passedOver, path)
 			continue
 		}
