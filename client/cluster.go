@@ -95,10 +95,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ...Option) (*Cluster,
 	if len(seeds) == 0 {
 		return nil, fmt.Errorf("%w: no seed addresses", ErrBadRequest)
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	c := &Cluster{
 		seeds:   slices.Clone(seeds),
 		opts:    slices.Clone(opts),
