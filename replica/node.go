@@ -155,9 +155,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = cmp.Or(log, zap.NewNop())
 	origin := clock.Salt() | 1
 	fsm, err := NewFSM(cfg.Engine, origin)
 	if err != nil {

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -65,9 +66,7 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if cfg.RaftDir == "" || cfg.BindAddr == "" {
 		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = cmp.Or(log, zap.NewNop())
 	if err := os.MkdirAll(cfg.RaftDir, 0o700); err != nil {
 		return Storage{}, fmt.Errorf("replica: %w", err)
 	}

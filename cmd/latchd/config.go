@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -243,9 +244,7 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 // limit of n (see listen.DefaultCaps).
 func (o *options) applyFDLimit(n uint64) {
 	tcp, rest := listen.DefaultCaps(n, o.httpPort != 0)
-	if o.maxConns == 0 {
-		o.maxConns = tcp
-	}
+	o.maxConns = cmp.Or(o.maxConns, tcp)
 	if o.httpMaxConns == 0 && o.httpPort != 0 {
 		o.httpMaxConns = rest
 	}
