@@ -85,9 +85,7 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 	for _, o := range opts {
 		o(s)
 	}
-	if s.budget == nil {
-		s.budget = budget.New(cfg.MaxOutput)
-	}
+	s.budget = cmp.Or(s.budget, budget.New(cfg.MaxOutput))
 	if be.Replicated() {
 		s.nextID.Store(ownerBase())
 	}
