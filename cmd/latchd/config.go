@@ -145,10 +145,7 @@ func (o *options) authSource(vars map[string]string) string {
 	if o.authFromFile {
 		name = "auth-token-file"
 	}
-	where := "--" + name
-	if v := vars[name]; v != "" {
-		where = v
-	}
+	where := cmp.Or(vars[name], "--"+name)
 	if !o.authFromFile {
 		return where
 	}
