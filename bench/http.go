@@ -169,23 +169,20 @@ func (d *httpDriver) refusal() error {
 // body, or nil. It is enough for the flat objects of the REST API, whose
 // strings (tokens, ids, status words) hold no escapes.
 func jsonString(body []byte, name string) []byte {
-	i := bytes.Index(body, []byte(name))
-	if i < 0 {
+	_, rest, ok := bytes.Cut(body, []byte(name))
+	if ok {
+		rest, ok = bytes.CutPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte(":"))
+	}
+	if ok {
+		rest, ok = bytes.CutPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte(`"`))
+	}
+	if ok {
+		rest, _, ok = bytes.Cut(rest, []byte(`"`))
+	}
+	if !ok {
 		return nil
 	}
-	rest := bytes.TrimLeft(body[i+len(name):], " \t\r\n")
-	if len(rest) == 0 || rest[0] != ':' {
-		return nil
-	}
-	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
-	if len(rest) == 0 || rest[0] != '"' {
-		return nil
-	}
-	j := bytes.IndexByte(rest[1:], '"')
-	if j < 0 {
-		return nil
-	}
-	return rest[1 : 1+j]
+	return rest
 }
 
 func (d *httpDriver) close() error {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
+
+	"github.com/latchd/latchd/internal/clock"
 )
 
 // IsTerminal reports whether w is a terminal (the progress bar shows only
@@ -48,20 +50,13 @@ func StartProgress(w io.Writer, cfg Config) *Progress {
 	start := time.Now()
 	go func() {
 		defer close(p.done)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-t.C:
-				if byTime {
-					_ = p.bar.Set64(min(total, time.Since(start).Milliseconds()))
-				} else {
-					_ = p.bar.Set64(p.ops.Load())
-				}
+		clock.Every(p.stop, 100*time.Millisecond, func() {
+			if byTime {
+				_ = p.bar.Set64(min(total, time.Since(start).Milliseconds()))
+			} else {
+				_ = p.bar.Set64(p.ops.Load())
 			}
-		}
+		})
 	}()
 	return p
 }

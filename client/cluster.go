@@ -95,10 +95,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ...Option) (*Cluster,
 	if len(seeds) == 0 {
 		return nil, fmt.Errorf("%w: no seed addresses", ErrBadRequest)
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	c := &Cluster{
 		seeds:   slices.Clone(seeds),
 		opts:    slices.Clone(opts),
@@ -322,13 +319,8 @@ func deadlinePassed(ctx context.Context) bool {
 // answer reports whether err is the server's answer (or the client's
 // refusal to send), as opposed to a failure of the connection.
 func answer(err error) bool {
-	for _, e := range []error{ErrTimeout, ErrMaxLocks, ErrMaxWaiters, ErrLimitMismatch, ErrNotHolder,
-		ErrNotQueued, ErrAlreadyQueued, ErrBadRequest, ErrAuth} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]error{ErrTimeout, ErrMaxLocks, ErrMaxWaiters, ErrLimitMismatch, ErrNotHolder,
+		ErrNotQueued, ErrAlreadyQueued, ErrBadRequest, ErrAuth}, func(e error) bool { return errors.Is(err, e) })
 }
 
 // backoff sleeps before attempt n+1: base * 2^(n-1), at most the cap, less

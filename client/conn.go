@@ -64,10 +64,7 @@ type Conn struct {
 // Dial connects to the server at addr (host:port), performs the TLS
 // handshake and sends the auth secret when so configured.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Conn, error) {
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	if o.authToken != "" && (strings.ContainsAny(o.authToken, "\r\n") || len(o.authToken) > codec.MaxLine) {
 		return nil, fmt.Errorf("%w: auth token must be one line of at most %d bytes", ErrBadRequest, codec.MaxLine)
 	}

@@ -59,10 +59,7 @@ func DialMux(ctx context.Context, addrs []string, n int, opts ...Option) (*Mux, 
 	if len(addrs) == 0 {
 		addrs = []string{DefaultAddr}
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	m := &Mux{addrs: addrs, opts: o, quit: make(chan struct{})}
 	m.commands = commands{m}
 	for i := range max(n, 1) {

@@ -39,14 +39,19 @@ type options struct {
 	backoffMax  time.Duration
 }
 
-func defaultOptions() options {
-	return options{
+// newOptions returns the defaults with opts applied.
+func newOptions(opts []Option) options {
+	o := options{
 		dialTimeout: DefaultDialTimeout,
 		ioTimeout:   DefaultIOTimeout,
 		maxAttempts: DefaultMaxAttempts,
 		backoffBase: DefaultBackoffBase,
 		backoffMax:  DefaultBackoffMax,
 	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }
 
 // WithTLS makes Dial speak TLS with cfg. A cfg without ServerName gets the

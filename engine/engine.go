@@ -271,16 +271,7 @@ func (e *Engine) check(req *AcquireReq) error {
 // otherwise parks the request: Queued, and sink later hears Granted or
 // TimedOut (or Canceled if the owner is dropped first).
 func (e *Engine) Acquire(now int64, req AcquireReq, sink Sink) (Outcome, error) {
-	if err := e.check(&req); err != nil {
-		return Outcome{}, err
-	}
-	sh := e.shardFor(req.Key)
-	out, err := sh.acquire(now, &req, sink, false)
-	if err == ErrMaxKeys && e.evictIdle(sh) {
-		out, err = sh.acquire(now, &req, sink, false)
-	}
-	e.countRefusal(err)
-	return out, err
+	return e.acquire(now, req, sink, false)
 }
 
 // Enqueue is the first phase of a two-phase acquire: it takes a slot at
@@ -289,13 +280,19 @@ func (e *Engine) Acquire(now int64, req AcquireReq, sink Sink) (Outcome, error) 
 // it, in both cases. An owner that already holds or waits on the key gets
 // ErrAlreadyQueued.
 func (e *Engine) Enqueue(now int64, req AcquireReq) (Outcome, error) {
+	return e.acquire(now, req, nil, true)
+}
+
+// acquire is Acquire, or with enqueue Enqueue: a refusal at MaxKeys is
+// tried again once an idle key of another shard is evicted.
+func (e *Engine) acquire(now int64, req AcquireReq, sink Sink, enqueue bool) (Outcome, error) {
 	if err := e.check(&req); err != nil {
 		return Outcome{}, err
 	}
 	sh := e.shardFor(req.Key)
-	out, err := sh.acquire(now, &req, nil, true)
+	out, err := sh.acquire(now, &req, sink, enqueue)
 	if err == ErrMaxKeys && e.evictIdle(sh) {
-		out, err = sh.acquire(now, &req, nil, true)
+		out, err = sh.acquire(now, &req, sink, enqueue)
 	}
 	e.countRefusal(err)
 	return out, err

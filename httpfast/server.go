@@ -96,11 +96,8 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 		met:      newHTTPMetrics(o.metrics),
 		stopping: make(chan struct{}),
 		lnSet:    o.listeners,
-		budget:   o.budget,
+		budget:   cmp.Or(o.budget, budget.New(cfg.MaxOutput)),
 		statsSem: make(chan struct{}, cfg.StatsConcurrency),
-	}
-	if s.budget == nil {
-		s.budget = budget.New(cfg.MaxOutput)
 	}
 	if cfg.AuthToken != "" {
 		s.auth = []byte("Bearer " + cfg.AuthToken)

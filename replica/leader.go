@@ -13,7 +13,6 @@ import (
 
 // run restamps on every new leadership and proposes expiry while leader.
 func (n *Node) run() {
-	defer n.wg.Done()
 	tick := time.NewTicker(n.cfg.ExpireEvery)
 	defer tick.Stop()
 	var (

@@ -155,9 +155,7 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = cmp.Or(log, zap.NewNop())
 	origin := clock.Salt() | 1
 	fsm, err := NewFSM(cfg.Engine, origin)
 	if err != nil {
@@ -177,16 +175,16 @@ func New(cfg Config, log *zap.Logger, st Storage) (*Node, error) {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
 	n.startTransport()
-	n.wg.Add(4)
-	go n.raftLoop()
-	go n.thread(&n.appQ, &n.appRun, n.appendBatch) // all the appends queued, one fdatasync
-	go n.thread(&n.applyQ, &n.applyRun, func(ms []*raftpb.Message) {
-		n.applyBatch(ms)
-		n.maybeSnapshot(false)
+	n.wg.Go(n.raftLoop)
+	n.wg.Go(func() { n.thread(&n.appQ, &n.appRun, n.appendBatch) }) // all the appends queued, one fdatasync
+	n.wg.Go(func() {
+		n.thread(&n.applyQ, &n.applyRun, func(ms []*raftpb.Message) {
+			n.applyBatch(ms)
+			n.maybeSnapshot(false)
+		})
 	})
-	go n.run()
-	n.wg.Add(1)
-	go n.promoteLoop()
+	n.wg.Go(n.run)
+	n.wg.Go(n.promoteLoop)
 	return n, nil
 }
 
@@ -301,7 +299,6 @@ func (n *Node) startTransport() {
 // takes what q holds and does it under run, until the node stops. What
 // kickAppend and kickApply do not do inline is left to it.
 func (n *Node) thread(q *queue[*raftpb.Message], run *sync.Mutex, do func([]*raftpb.Message)) {
-	defer n.wg.Done()
 	for {
 		select {
 		case <-n.stop:

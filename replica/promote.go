@@ -22,7 +22,6 @@ import (
 // learner to promote, and promotes it. It does nothing when
 // cfg.LearnerPromoteLag is 0.
 func (n *Node) promoteLoop() {
-	defer n.wg.Done()
 	if n.cfg.LearnerPromoteLag == 0 {
 		return
 	}

@@ -12,7 +12,6 @@ import (
 // raftLoop ticks raft, runs the closures of do and call, and proposes
 // what a proposer queued while another goroutine held mu.
 func (n *Node) raftLoop() {
-	defer n.wg.Done()
 	tick := time.NewTicker(max(n.cfg.ElectionTimeout/10, time.Millisecond))
 	defer tick.Stop()
 	for {

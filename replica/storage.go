@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -65,9 +66,7 @@ func DiskStorage(cfg Config, log *zap.Logger) (Storage, error) {
 	if cfg.RaftDir == "" || cfg.BindAddr == "" {
 		return Storage{}, errors.New("replica: an on-disk node needs a raft dir and a bind address")
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = cmp.Or(log, zap.NewNop())
 	if err := os.MkdirAll(cfg.RaftDir, 0o700); err != nil {
 		return Storage{}, fmt.Errorf("replica: %w", err)
 	}
@@ -254,12 +253,9 @@ func (st *Storage) loadSnapshot() (*raftpb.Snapshot, error) {
 		if errors.Is(err, ErrNewerFormat) {
 			return nil, err
 		}
-		if err != nil || crc32.Checksum(b[:len(b)-4], walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
-			st.passedOver = append(st.passedOver, path)
-			continue
-		}
 		snap := &raftpb.Snapshot{}
-		if err := proto.Unmarshal(body, snap); err != nil {
+		if err != nil || crc32.Checksum(b[:len(b)-4], walCRC) != binary.LittleEndian.Uint32(b[len(b)-4:]) ||
+			proto.Unmarshal(body, snap) != nil {
 			st.passedOver = append(st.passedOver, path)
 			continue
 		}

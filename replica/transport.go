@@ -88,12 +88,10 @@ func newTransport(st *Storage, log *zap.Logger) *transport {
 
 // start begins accepting connections.
 func (t *transport) start() {
-	t.wg.Add(1)
-	go t.acceptLoop()
+	t.wg.Go(t.acceptLoop)
 }
 
 func (t *transport) acceptLoop() {
-	defer t.wg.Done()
 	for {
 		c, err := t.st.ln.Accept()
 		if err != nil {
@@ -198,8 +196,7 @@ func (t *transport) setPeer(id uint64, addr string) {
 	p := &peerStream{id: id, addr: addr, stop: make(chan struct{})}
 	p.q.init()
 	t.peers[id] = p
-	t.wg.Add(1)
-	go t.writeLoop(p)
+	t.wg.Go(func() { t.writeLoop(p) })
 }
 
 // removePeer stops the stream to id.
@@ -376,14 +373,12 @@ func (t *transport) dial(p *peerStream) error {
 		t.dropConn(p)
 		return err
 	}
-	t.wg.Add(1)
-	go t.watchReply(p, c)
+	t.wg.Go(func() { t.watchReply(p, c) })
 	return nil
 }
 
 // writeLoop sends what send queued, dialing when needed.
 func (t *transport) writeLoop(p *peerStream) {
-	defer t.wg.Done()
 	defer func() {
 		p.wmu.Lock()
 		t.dropConn(p)

@@ -65,7 +65,6 @@ func (t *transport) answerHello(c net.Conn, from uint64, addr string, major, min
 // An acceptor of the previous release answers nothing: the read ends
 // when c closes.
 func (t *transport) watchReply(p *peerStream, c net.Conn) {
-	defer t.wg.Done()
 	b, err := readFrame(c, maxHello)
 	if err != nil {
 		return

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -75,9 +76,7 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = cmp.Or(log, zap.NewNop())
 	if be == nil {
 		return nil, errors.New("server: no backend")
 	}
@@ -86,9 +85,7 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 	for _, o := range opts {
 		o(s)
 	}
-	if s.budget == nil {
-		s.budget = budget.New(cfg.MaxOutput)
-	}
+	s.budget = cmp.Or(s.budget, budget.New(cfg.MaxOutput))
 	if be.Replicated() {
 		s.nextID.Store(ownerBase())
 	}

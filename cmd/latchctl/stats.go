@@ -307,8 +307,7 @@ func runHealth(fs *flag.FlagSet, c *common, args []string, stdout io.Writer) err
 	bad := 0
 	for _, addr := range targets {
 		start := time.Now()
-		err := ping(addr, c.dialTimeout+client.DefaultIOTimeout, opts)
-		if err != nil {
+		if err := ping(addr, c.dialTimeout+client.DefaultIOTimeout, opts); err != nil {
 			fmt.Fprintf(stdout, "%s: unhealthy: %v\n", addr, err)
 			bad++
 			continue

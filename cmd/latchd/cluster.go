@@ -63,10 +63,8 @@ func (o *options) clusterOptions() error {
 			return fmt.Errorf("--host %q is a wildcard, which other nodes cannot send clients to: set %s", o.host, a.flag)
 		}
 	}
-	if _, err := o.peers(); err != nil {
-		return err
-	}
-	return nil
+	_, err := o.peers()
+	return err
 }
 
 // readSecret sets *dst to the secret in the file at path, trimmed; an

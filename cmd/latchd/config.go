@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -21,27 +22,25 @@ type options struct {
 	logLevel, logFormat, debugAddr string
 	tlsCert, tlsKey, fenceFile     string
 	metricsAddr                    string
-	maxConnsPerIP                  int
 	port, httpPort                 int
 	defaultLeaseTTL, readTimeout   int
 	gcMaxIdle, httpSessionTTL      int
 	maxLocks, maxWaiters, maxConns int
-	maxKeysPerOwner                int
-	eventLoops, shards             int
-	httpMaxSessions, httpMaxConns  int
+	httpMaxConns                   int
 	shutdownTimeout                int
-	httpMaxSessionsPerIP           int
-	httpMaxConnsPerIP              int
 	authFailuresPerMinute          int
 	writeTimeout, maxOutputMB      int
 	maxConnOutputKB, maxStatsKB    int
 	sendBufferKB                   int
-	directHandOff                  bool
-	httpRateLimit                  float64
 	autoRelease, version           bool
 	metricsPublic                  bool
 	authFromFile                   bool        // the secret was read from authTokenFile
 	tls                            *tls.Config // loaded from tlsCert and tlsKey
+	// The configs from their defaults: a flag that sets a field as given
+	// is bound to it; engineConfig, serverConfig and httpConfig set the rest.
+	ecfg engine.Config
+	scfg server.Config
+	hcfg httpfast.Config
 
 	// Cluster mode (on with raftDir).
 	raftDir, nodeID, raftAddr, raftAdvertise string
@@ -51,8 +50,6 @@ type options struct {
 	adminTokenFile, raftLogLevel             string
 	raftBatchWait                            time.Duration
 	learnerPromoteLag                        int
-	orphanTTL                                time.Duration
-	lockDelay                                time.Duration
 	bootstrap                                bool
 	raftAuthToken                            string // read from raftAuthTokenFile
 
@@ -88,7 +85,7 @@ const defaultMaxKeysPerOwner = 256
 // DFLOCKD_* (compat.go). Then it checks every value, naming the flag of
 // the first one out of range, and reads the files the flags name.
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
-	o := &options{}
+	o := &options{ecfg: engine.DefaultConfig(), scfg: server.DefaultConfig(), hcfg: httpfast.DefaultConfig()}
 	fs := o.newFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -148,10 +145,7 @@ func (o *options) authSource(vars map[string]string) string {
 	if o.authFromFile {
 		name = "auth-token-file"
 	}
-	where := "--" + name
-	if v := vars[name]; v != "" {
-		where = v
-	}
+	where := cmp.Or(vars[name], "--"+name)
 	if !o.authFromFile {
 		return where
 	}
@@ -188,29 +182,22 @@ func (o *options) metricsToken() string {
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }
 
 func (o *options) engineConfig() (engine.Config, error) {
-	c := engine.DefaultConfig()
-	c.Shards = o.shards
+	c := o.ecfg
 	c.MaxKeys = o.maxLocks
 	c.MaxWaiters = o.maxWaiters
-	c.MaxKeysPerOwner = o.maxKeysPerOwner
 	c.DefaultTTL = secs(o.defaultLeaseTTL)
 	c.GCMaxIdle = secs(o.gcMaxIdle)
-	c.LockDelay = o.lockDelay
 	return c, c.Validate()
 }
 
 func (o *options) serverConfig() (server.Config, error) {
-	c := server.DefaultConfig()
+	c := o.scfg
 	c.Addr = hostPort(o.host, o.port)
-	c.EventLoops = o.eventLoops
-	c.DirectHandOff = o.directHandOff
 	c.ReadTimeout = secs(o.readTimeout)
 	c.MaxConnections = o.maxConns
 	c.AuthToken = o.authToken
 	c.AutoRelease = o.autoRelease
-	c.OrphanTTL = o.orphanTTL
 	c.TLS = o.tls
-	c.MaxConnectionsPerIP = o.maxConnsPerIP
 	c.AuthFailuresPerMinute = o.authFailuresPerMinute
 	c.WriteTimeout = secs(o.writeTimeout)
 	c.MaxOutput = int64(o.maxOutputMB) << 20
@@ -221,14 +208,10 @@ func (o *options) serverConfig() (server.Config, error) {
 }
 
 func (o *options) httpConfig() (httpfast.Config, error) {
-	c := httpfast.DefaultConfig()
+	c := o.hcfg
 	c.Addr = hostPort(o.host, o.httpPort)
 	c.SessionTTL = secs(o.httpSessionTTL)
 	c.AuthToken = o.authToken
-	c.RateLimitPerIP = o.httpRateLimit
-	c.MaxSessions = o.httpMaxSessions
-	c.MaxSessionsPerIP = o.httpMaxSessionsPerIP
-	c.MaxConnectionsPerIP = o.httpMaxConnsPerIP
 	c.AuthFailuresPerMinute = o.authFailuresPerMinute
 	c.TLS = o.tls
 	c.MaxConnections = o.httpMaxConns
@@ -243,9 +226,7 @@ func (o *options) httpConfig() (httpfast.Config, error) {
 // limit of n (see listen.DefaultCaps).
 func (o *options) applyFDLimit(n uint64) {
 	tcp, rest := listen.DefaultCaps(n, o.httpPort != 0)
-	if o.maxConns == 0 {
-		o.maxConns = tcp
-	}
+	o.maxConns = cmp.Or(o.maxConns, tcp)
 	if o.httpMaxConns == 0 && o.httpPort != 0 {
 		o.httpMaxConns = rest
 	}

@@ -56,14 +56,14 @@ func (o *options) listenerFlags(g *flagGroup) {
 func (o *options) limitFlags(g *flagGroup) {
 	g.intFlag(&o.maxLocks, "max-locks", 1024, "cap on keys in memory (0 = no cap)")
 	g.intFlag(&o.maxWaiters, "max-waiters", defaultMaxWaiters, "cap on each key's queue (0 = no cap)")
-	g.intFlag(&o.maxKeysPerOwner, "max-keys-per-owner", defaultMaxKeysPerOwner, "cap on the keys one TCP connection or REST session holds or waits on at once (0 = no cap); the default, a quarter of the default --max-locks, keeps one client from taking every key")
+	g.intFlag(&o.ecfg.MaxKeysPerOwner, "max-keys-per-owner", defaultMaxKeysPerOwner, "cap on the keys one TCP connection or REST session holds or waits on at once (0 = no cap); the default, a quarter of the default --max-locks, keeps one client from taking every key")
 	g.intFlag(&o.maxConns, "max-connections", 0, "cap on open TCP connections (0 = no cap of its own: derived from the file descriptor limit)")
-	g.intFlag(&o.maxConnsPerIP, "max-connections-per-ip", 0, "cap on open TCP connections from one IP (0 = no cap)")
+	g.intFlag(&o.scfg.MaxConnectionsPerIP, "max-connections-per-ip", 0, "cap on open TCP connections from one IP (0 = no cap)")
 	g.intFlag(&o.httpMaxConns, "http-max-connections", 0, "cap on open REST connections; past it a connection gets 503 and is closed (0 = no cap of its own: derived from the file descriptor limit)")
-	g.intFlag(&o.httpMaxConnsPerIP, "http-max-connections-per-ip", 1000, "cap on open REST connections from one client IP (an IPv6 client is its /64); past it a connection gets 429 and is closed (0 = no cap)")
-	g.intFlag(&o.httpMaxSessions, "http-max-sessions", 100000, "cap on open REST sessions; past it POST /v1/sessions answers 429 (0 = no cap)")
-	g.intFlag(&o.httpMaxSessionsPerIP, "http-max-sessions-per-ip", 1000, "cap on REST sessions one client IP may hold open; past it POST /v1/sessions answers 429 (0 = no cap)")
-	g.floatFlag(&o.httpRateLimit, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = no cap)")
+	g.intFlag(&o.hcfg.MaxConnectionsPerIP, "http-max-connections-per-ip", 1000, "cap on open REST connections from one client IP (an IPv6 client is its /64); past it a connection gets 429 and is closed (0 = no cap)")
+	g.intFlag(&o.hcfg.MaxSessions, "http-max-sessions", 100000, "cap on open REST sessions; past it POST /v1/sessions answers 429 (0 = no cap)")
+	g.intFlag(&o.hcfg.MaxSessionsPerIP, "http-max-sessions-per-ip", 1000, "cap on REST sessions one client IP may hold open; past it POST /v1/sessions answers 429 (0 = no cap)")
+	g.floatFlag(&o.hcfg.RateLimitPerIP, "http-rate-limit-per-ip", 0, "REST requests per second per client IP (0 = no cap)")
 	g.intFlag(&o.readTimeout, "read-timeout", 23, "seconds a connection may sit on a partial request")
 	g.intFlag(&o.writeTimeout, "write-timeout", 10, "seconds a connection may leave its answers unread (nothing of them sent) before it is closed (0 = off)")
 	g.intFlag(&o.maxOutputMB, "max-output-mb", 64, "MiB of unsent answers for all clients together; past it the largest holders are closed and stats answer totals only (0 = no cap)")
@@ -75,7 +75,7 @@ func (o *options) leaseFlags(g *flagGroup) {
 	g.intFlag(&o.defaultLeaseTTL, "default-lease-ttl", 33, "lease TTL in seconds when a request names none")
 	g.boolFlag(&o.autoRelease, "auto-release-on-disconnect", true, "release what a connection held when it closes")
 	g.intFlag(&o.gcMaxIdle, "gc-max-idle", 60, "seconds an idle key is kept")
-	g.durFlag(&o.lockDelay, "lock-delay", 0, "after a holder loses a key involuntarily (lease expiry, disconnect; not a release), grant it again only after this long (0 = at once); a request may set its own; the same on every node of a cluster")
+	g.durFlag(&o.ecfg.LockDelay, "lock-delay", 0, "after a holder loses a key involuntarily (lease expiry, disconnect; not a release), grant it again only after this long (0 = at once); a request may set its own; the same on every node of a cluster")
 	g.intFlag(&o.httpSessionTTL, "http-session-ttl", 60, "seconds a REST session lives without a request")
 	g.strFlag(&o.fenceFile, "fence-state-file", "", "fence-counter journal: tokens never go back, even across crashes and clock steps")
 }
@@ -102,7 +102,7 @@ func (o *options) clusterFlags(g *flagGroup) {
 	g.strFlag(&o.raftAuthTokenFile, "raft-auth-token-file", "", "cluster mode: file holding the secret nodes prove to each other")
 	g.strFlag(&o.adminToken, "admin-token", "", "bearer token for the admin API (/v1/admin/*: cluster membership, and snapshots on a single node too; off when empty)")
 	g.strFlag(&o.adminTokenFile, "admin-token-file", "", "file holding the admin token")
-	g.durFlag(&o.orphanTTL, "orphan-ttl", 5*time.Second, "cluster mode (and tagged connections on any node): how long what a TCP session's connection held and waited for is kept after the connection dies, for the client to take back (0 = no TCP sessions: released at once)")
+	g.durFlag(&o.scfg.OrphanTTL, "orphan-ttl", 5*time.Second, "cluster mode (and tagged connections on any node): how long what a TCP session's connection held and waited for is kept after the connection dies, for the client to take back (0 = no TCP sessions: released at once)")
 	g.durFlag(&o.raftBatchWait, "raft-batch-wait", 2*time.Millisecond, "cluster mode: how long the leader holds queued commands for the clients it just answered, to commit them together (0 = off; at most 100ms)")
 	g.strFlag(&o.raftLogLevel, "raft-log-level", "warn", "raft's log level: off, error, warn, info, debug")
 }
@@ -117,8 +117,8 @@ func (o *options) observabilityFlags(g *flagGroup) {
 }
 
 func (o *options) tuningFlags(g *flagGroup) {
-	g.intFlag(&o.eventLoops, "event-loops", 0, "gnet event loops (0 = one per core but one, at least one)")
-	g.intFlag(&o.shards, "shards", 64, "engine shards (a power of two)")
-	g.boolFlag(&o.directHandOff, "direct-handoff", true, "write a grant to an idle waiter's socket from the granting goroutine instead of waking its event loop")
+	g.intFlag(&o.scfg.EventLoops, "event-loops", 0, "gnet event loops (0 = one per core but one, at least one)")
+	g.intFlag(&o.ecfg.Shards, "shards", 64, "engine shards (a power of two)")
+	g.boolFlag(&o.scfg.DirectHandOff, "direct-handoff", true, "write a grant to an idle waiter's socket from the granting goroutine instead of waking its event loop")
 	g.intFlag(&o.sendBufferKB, "send-buffer-kb", 256, "KiB of kernel send buffer per connection, TCP and REST; bounds what the kernel keeps for a client that does not read (0 = the kernel's autotuning, up to 4 MiB each)")
 }

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/latchd/latchd/engine"
+	"github.com/latchd/latchd/internal/clock"
 	"github.com/latchd/latchd/replica"
 )
 
@@ -42,19 +43,12 @@ const refusalLogEvery = 10 * time.Second
 // refused at --max-locks, --max-waiters and --max-keys-per-owner since the last line, until
 // stop is closed. The counts are also in latchd_refused_total.
 func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Duration, log *zap.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	var last [3]uint64 // refusals at each cap below, when last logged
 	var lastEng *engine.Engine
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
+	clock.Every(stop, every, func() {
 		e := eng()
 		if e == nil {
-			continue
+			return
 		}
 		if e != lastEng { // first tick, or a snapshot restore replaced the engine: it counts from 0
 			lastEng, last = e, [3]uint64{}
@@ -75,7 +69,7 @@ func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Dur
 			}
 		}
 		last = now
-	}
+	})
 }
 
 // logConnRefusals logs the TCP connections refused at --max-connections
@@ -85,22 +79,15 @@ func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Dur
 // every new client without a word while /healthz answers 200 (the counts
 // are also in latchd_tcp_connections_refused_total).
 func logConnRefusals(stop <-chan struct{}, refused func() uint64, poll, every time.Duration, maxConns, perIP int, log *zap.Logger) {
-	t := time.NewTicker(poll)
-	defer t.Stop()
 	var last uint64
 	var logged time.Time
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
+	clock.Every(stop, poll, func() {
 		n := refused()
 		if n <= last || time.Since(logged) < every {
-			continue
+			return
 		}
 		log.Warn("connections refused at --max-connections or --max-connections-per-ip", zap.Uint64("refused", n-last),
 			zap.Int("max_connections", maxConns), zap.Int("max_connections_per_ip", perIP))
 		last, logged = n, time.Now()
-	}
+	})
 }

@@ -40,14 +40,19 @@ type Expirer interface{ Expire(now int64) }
 // Drive calls e.Expire(Now()) every tick until stop is closed. A tick of
 // 10 ms hands an expired lease on well within 50 ms.
 func Drive(stop <-chan struct{}, e Expirer, tick time.Duration) {
-	t := time.NewTicker(tick)
+	Every(stop, tick, func() { e.Expire(Now()) })
+}
+
+// Every calls f every d until stop is closed.
+func Every(stop <-chan struct{}, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			e.Expire(Now())
+			f()
 		}
 	}
 }

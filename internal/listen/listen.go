@@ -10,6 +10,7 @@
 package listen
 
 import (
+	"cmp"
 	"errors"
 	"net"
 	"os"
@@ -46,9 +47,7 @@ type Set struct {
 // NewSet returns a Set that logs to log and reports each accept error to
 // count (a metric; nil: none).
 func NewSet(log *zap.Logger, count func(listener, reason string)) *Set {
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = cmp.Or(log, zap.NewNop())
 	return &Set{log: log, count: count, free: fdAvailable}
 }
 

@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/latchd/latchd/internal/clock"
 )
 
 // Gauges are what the program tells Run of its large buffers; either
@@ -81,8 +83,6 @@ func when(b bool, r rule) rule {
 // run is Run; checked, if not nil, is called after every check with the
 // rules that fired (0: no trim), once the trim is done.
 func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, checked func(rule)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	var peak, prev int64 // Held's highest since the last trim, and at the last check
 	var falls int        // checks in a row that saw Held fall
 	if g.Held == nil {
@@ -94,12 +94,7 @@ func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, ch
 	made := g.Made()
 	last := read()
 	low := last.live // lowest live heap seen since the last trim
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
+	clock.Every(stop, every, func() {
 		// Read before trimming: what is freed while the trim runs must
 		// count for the next one.
 		h, mk := g.Held(), g.Made()
@@ -143,7 +138,7 @@ func run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges, ch
 		if checked != nil {
 			checked(fired)
 		}
-	}
+	})
 }
 
 // settleChecks: when Held has fallen at this many checks in a row, Run

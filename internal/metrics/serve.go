@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -39,9 +40,7 @@ func Serve(addr string, reg *Registry, log *zap.Logger, cfg ServeConfig) (stop f
 	if reg == nil {
 		return nil, "", errNilRegistry
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = cmp.Or(log, zap.NewNop())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("metrics: listen %s: %w", addr, err)
