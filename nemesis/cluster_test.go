@@ -108,6 +108,11 @@ func newCluster(t *testing.T, tp *topo, bin, dir string, dial *nsDialer) *cluste
 		if err := tp.mountLoop(n.dir, fmt.Sprint("d", n.idx+1), imgSize); err != nil {
 			t.Skipf("nemesis: skipped, cannot make a loop-device filesystem here: %v", err)
 		}
+		if n.idx == 0 {
+			if err := tp.canThrottle(tp.loops[0].dev); err != nil {
+				t.Skipf("nemesis: skipped, cannot throttle a disk's writes here (the slow-disk faults need it): %v", err)
+			}
+		}
 		n.args = nodeArgs(n, bin, "--bootstrap", "--cluster-peers", strings.Join(peers, ","))
 		f, err := os.Create(filepath.Join(dir, n.id+".log"))
 		if err != nil {

@@ -110,6 +110,21 @@ func (tp *topo) throttle(name, dev string, pid, iops, bps int) (string, func() e
 
 // leaveCgroup moves every process of cgroup cg back to root and removes
 // cg.
+// canThrottle reports whether writes to dev can be throttled here, by
+// throttling a short-lived child for a moment: the slow-disk faults need it.
+func (tp *topo) canThrottle(dev string) error {
+	p := exec.Command("sleep", "30")
+	if err := p.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = p.Process.Kill(); _ = p.Wait() }()
+	_, heal, err := tp.throttle("probe", dev, p.Process.Pid, 1000, 1<<20)
+	if err != nil {
+		return err
+	}
+	return heal()
+}
+
 func leaveCgroup(cg, root string) {
 	b, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
 	for _, p := range strings.Fields(string(b)) {
