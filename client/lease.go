@@ -31,9 +31,11 @@ func FenceFromToken(token string) (uint64, error) {
 
 // slots is what a Lock, Semaphore or Election asks for: limit slots of
 // key on the commands k, with the fields of Lock that say how and where.
+// A MultiLock sets keys, all of them, and key to the first.
 type slots struct {
 	k          cmds
 	key        string
+	keys       []string
 	limit      int
 	timeout    time.Duration
 	ttlSeconds int
@@ -46,6 +48,14 @@ type slots struct {
 }
 
 func (w slots) ttl() time.Duration { return time.Duration(w.ttlSeconds) * time.Second }
+
+// keyList returns the keys of one grant: keys, or key alone.
+func (w slots) keyList() []string {
+	if w.keys != nil {
+		return w.keys
+	}
+	return []string{w.key}
+}
 
 // dial opens the connection of one grant: a Cluster, or a Conn to the
 // key's server.
@@ -60,8 +70,9 @@ func (w slots) dial(ctx context.Context) (commander, error) {
 	return Dial(ctx, ServerFor(w.servers, w.key), opts...)
 }
 
-// lease is the one implementation behind Lock, Semaphore and Election: a
-// connection per grant, a renewal goroutine per grant, and the Lost signal.
+// lease is the one implementation behind Lock, Semaphore, Election and
+// MultiLock: a connection per grant, a renewal goroutine per grant, and
+// the Lost signal.
 //
 // op serialises Acquire, Enqueue, Wait and Release; mu guards the fields
 // the accessors read. op is taken before mu, never the other way round, and
@@ -77,13 +88,15 @@ type lease struct {
 	renewHook func(context.Context) // tests only: runs before each renewal
 }
 
-// held is one grant and its renewal goroutine.
+// held is one grant, of one key or of a MultiLock's keys, and its renewal
+// goroutine.
 type held struct {
-	conn  commander
-	k     cmds
-	key   string
-	grant Grant
-	end   atomic.Pointer[time.Time] // the lease's local end: a request's send time + its TTL
+	conn    commander
+	k       cmds
+	keys    []string
+	grants  []Grant                   // in the order of keys
+	fromEnd bool                      // MultiLock: renew at end - TTL/2, not halfway through the renewed lease
+	end     atomic.Pointer[time.Time] // the lease's local end: a request's send time + its TTL
 
 	stop chan struct{} // closed by Release
 	done chan struct{} // closed when the renewal goroutine exits
@@ -114,22 +127,23 @@ func (h *held) isLost() bool {
 }
 
 func (l *lease) acquire(ctx context.Context, w slots) (bool, error) {
-	return l.open(ctx, w, func(c commander) (Grant, bool, error) {
+	return l.open(ctx, w, func(c commander) ([]Grant, bool, error) {
 		g, err := c.acquire(ctx, w.k, w.key, w.limit, w.timeout, w.ttl())
-		return g, true, err
+		return []Grant{g}, true, err
 	})
 }
 
 func (l *lease) enqueue(ctx context.Context, w slots) (bool, error) {
-	return l.open(ctx, w, func(c commander) (Grant, bool, error) {
-		return c.enqueue(ctx, w.k, w.key, w.limit, w.ttl())
+	return l.open(ctx, w, func(c commander) ([]Grant, bool, error) {
+		g, granted, err := c.enqueue(ctx, w.k, w.key, w.limit, w.ttl())
+		return []Grant{g}, granted, err
 	})
 }
 
 // open dials the connection of one grant and runs ask on it, which
-// returns the grant, or granted false when it only enqueued: the
-// connection is then kept for wait.
-func (l *lease) open(ctx context.Context, w slots, ask func(commander) (g Grant, granted bool, err error)) (bool, error) {
+// returns the grants of w's keys, or granted false when it only enqueued:
+// the connection is then kept for wait.
+func (l *lease) open(ctx context.Context, w slots, ask func(commander) (gs []Grant, granted bool, err error)) (bool, error) {
 	if w.ttlSeconds < 0 {
 		return false, fmt.Errorf("%w: lease TTL %d s < 0", ErrBadRequest, w.ttlSeconds)
 	}
@@ -143,14 +157,14 @@ func (l *lease) open(ctx context.Context, w slots, ask func(commander) (g Grant,
 		return false, err
 	}
 	sent := time.Now()
-	g, granted, err := ask(c)
+	gs, granted, err := ask(c)
 	if err == nil && !granted {
 		l.mu.Lock()
 		l.queued = c
 		l.mu.Unlock()
 		return false, nil
 	}
-	return l.settle(ctx, c, w, g, sent, err)
+	return l.settle(ctx, c, w, gs, sent, err)
 }
 
 func (l *lease) wait(ctx context.Context, w slots, timeout time.Duration) (bool, error) {
@@ -165,14 +179,14 @@ func (l *lease) wait(ctx context.Context, w slots, timeout time.Duration) (bool,
 	}
 	sent := time.Now()
 	g, err := c.wait(ctx, w.k, w.key, timeout)
-	return l.settle(ctx, c, w, g, sent, err)
+	return l.settle(ctx, c, w, []Grant{g}, sent, err)
 }
 
 // settle ends an acquire or a wait on c: a grant is started; after an
 // error c is closed (nothing is held on it, the queue entry is gone, or
 // with the outcome unknown the server releases what it granted), and a
 // timeout is a false return.
-func (l *lease) settle(ctx context.Context, c commander, w slots, g Grant, sent time.Time, err error) (bool, error) {
+func (l *lease) settle(ctx context.Context, c commander, w slots, gs []Grant, sent time.Time, err error) (bool, error) {
 	if err != nil {
 		_ = c.Close()
 		if errors.Is(err, ErrTimeout) {
@@ -180,7 +194,7 @@ func (l *lease) settle(ctx context.Context, c commander, w slots, g Grant, sent 
 		}
 		return false, err
 	}
-	if err := l.start(ctx, c, w, g, sent); err != nil {
+	if err := l.start(ctx, c, w, gs, sent); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -211,7 +225,13 @@ func (l *lease) release(ctx context.Context) error {
 	if h.isLost() {
 		return fmt.Errorf("%w: %w", ErrLost, h.err)
 	}
-	return h.conn.release(ctx, h.k, h.key, h.grant.Token)
+	var first error
+	for i, key := range h.keys {
+		if err := h.conn.release(ctx, h.k, key, h.grants[i].Token); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // idle makes sure nothing is held or queued; a lost grant is cleared.
@@ -253,34 +273,33 @@ func (l *lease) lostChan() chan struct{} {
 }
 
 // start records a grant and starts renewing it. sent is when the request
-// that got g was sent: the server started the lease no earlier, so the
-// lease's local end, sent + TTL, is never later than the server's.
+// that got gs was sent: the server started the leases no earlier, so their
+// local end, sent + TTL, is never later than the server's.
 //
 // A grant that arrives with less than half of that left (it waited in the
 // queue: the lease began at some unknown time since sent) is renewed at
 // once, so the lease's end is known again before the caller is told it
 // holds. If that renewal fails, the grant is dropped and start returns an
 // error wrapping ErrLost.
-func (l *lease) start(ctx context.Context, c commander, w slots, g Grant, sent time.Time) error {
-	end := sent.Add(g.TTL)
-	if time.Until(end) < g.TTL/2 {
-		now := time.Now()
-		rem, err := c.renew(ctx, w.k, w.key, g.Token, g.TTL)
-		if err != nil {
-			_ = c.Close() // the server releases what is left
-			return fmt.Errorf("%w: renewing %s after a late grant: %w", ErrLost, w.key, err)
-		}
-		end = now.Add(rem)
-	}
+func (l *lease) start(ctx context.Context, c commander, w slots, gs []Grant, sent time.Time) error {
 	h := &held{
-		conn:  c,
-		k:     w.k,
-		key:   w.key,
-		grant: g,
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		lost:  l.lostChan(),
+		conn:    c,
+		k:       w.k,
+		keys:    w.keyList(),
+		grants:  gs,
+		fromEnd: w.keys != nil,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
+	end := sent.Add(gs[0].TTL)
+	if time.Until(end) < gs[0].TTL/2 {
+		var err error
+		if end, _, err = h.renewAll(ctx); err != nil {
+			_ = c.Close() // the server releases what is left
+			return fmt.Errorf("%w: renewing after a late grant: %w", ErrLost, err)
+		}
+	}
+	h.lost = l.lostChan()
 	h.extend(end)
 	l.mu.Lock()
 	l.cur = h
@@ -290,14 +309,31 @@ func (l *lease) start(ctx context.Context, c commander, w slots, g Grant, sent t
 	return nil
 }
 
+// renewAll renews every key and returns the leases' new local end and the
+// least TTL the server gave.
+func (h *held) renewAll(ctx context.Context) (time.Time, time.Duration, error) {
+	sent := time.Now()
+	var least time.Duration
+	for i, key := range h.keys {
+		rem, err := h.conn.renew(ctx, h.k, key, h.grants[i].Token, h.grants[i].TTL)
+		if err != nil {
+			return time.Time{}, 0, fmt.Errorf("renew %s: %w", key, err)
+		}
+		if i == 0 || rem < least {
+			least = rem
+		}
+	}
+	return sent.Add(least), least, nil
+}
+
 // renew keeps the lease alive, renewing at half its TTL, until Release
 // stops it or a renewal fails. A renewal must finish before the lease's
 // local end (measured from when the grant's request or the last renewal
 // was sent), or the lease counts as lost: by then the server may have
-// granted it to someone else.
+// granted it to someone else. A MultiLock's set is lost with any key.
 func (h *held) renew(hook func(context.Context)) {
 	defer close(h.done)
-	ttl := h.grant.TTL
+	ttl := h.grants[0].TTL
 	t := time.NewTimer(time.Until(h.until().Add(-ttl / 2)))
 	defer t.Stop()
 	for {
@@ -310,16 +346,19 @@ func (h *held) renew(hook func(context.Context)) {
 		if hook != nil {
 			hook(ctx)
 		}
-		sent := time.Now()
-		rem, err := h.conn.renew(ctx, h.k, h.key, h.grant.Token, ttl)
+		end, rem, err := h.renewAll(ctx)
 		cancel()
 		if err != nil {
-			h.markLost(fmt.Errorf("client: renew %s: %w", h.key, err))
+			h.markLost(fmt.Errorf("client: %w", err))
 			_ = h.conn.Close() // let the server drop whatever is left
 			return
 		}
-		h.extend(sent.Add(rem))
-		t.Reset(time.Until(sent.Add(rem / 2)))
+		h.extend(end)
+		next := end.Add(-rem / 2)
+		if h.fromEnd {
+			next = end.Add(-ttl / 2)
+		}
+		t.Reset(time.Until(next))
 	}
 }
 
@@ -333,14 +372,14 @@ func (l *lease) current() *held {
 
 func (l *lease) token() string {
 	if h := l.current(); h != nil {
-		return h.grant.Token
+		return h.grants[0].Token
 	}
 	return ""
 }
 
 func (l *lease) fenceNum() uint64 {
 	if h := l.current(); h != nil {
-		return h.grant.Fence()
+		return h.grants[0].Fence()
 	}
 	return 0
 }
