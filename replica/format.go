@@ -12,10 +12,8 @@ import (
 	"sync"
 )
 
-// Format versions. What a node writes and reads carries a version, and a
-// node refuses, with ErrNewerFormat, what a newer release wrote in a
-// format it does not know. docs/upgrades.md says
-// which releases can be mixed.
+// Format versions. A node refuses, with ErrNewerFormat, what a newer
+// release wrote (docs/upgrades.md says which releases can be mixed).
 //
 // The data directory (--raft-dir) has one version, in its FORMAT file:
 //

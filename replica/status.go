@@ -40,19 +40,17 @@ type Status struct {
 	// started (itself included): each election won, by anyone, that
 	// reached it. A steady cluster's count does not move.
 	LeaderChanges uint64 `json:"leader_changes"`
-	// ProposedEntries and ProposedCommands count the log entries of
-	// clients' commands this node proposed while it led (not its own
-	// Restamp and Expire entries) and the commands they carried (their
-	// ratio is the group commit's batch size); BatchWaits counts
-	// the leader's batch waits (Config.BatchWait) and BatchWaitTimeouts
-	// those that ended at their deadline rather than full. Since start.
+	// ProposedEntries and ProposedCommands count the entries of clients'
+	// commands this node proposed while it led and the commands they
+	// carried (their ratio is the batch size); BatchWaits counts the
+	// leader's batch waits and BatchWaitTimeouts those that ended at their
+	// deadline. Since start.
 	ProposedEntries   uint64 `json:"proposed_entries"`
 	ProposedCommands  uint64 `json:"proposed_commands"`
 	BatchWaits        uint64 `json:"batch_waits"`
 	BatchWaitTimeouts uint64 `json:"batch_wait_timeouts"`
-	// SnapshotWriteFailures counts this node's snapshot writes that
-	// failed (a full or broken disk): the log is not compacted behind
-	// them, and each is retried after a pause. Since start.
+	// SnapshotWriteFailures counts this node's failed snapshot writes
+	// (each retried after a pause). Since start.
 	SnapshotWriteFailures uint64 `json:"snapshot_write_failures"`
 	// Voters is the latest configuration this node knows (it may not be
 	// committed yet): every server, voters and non-voters, sorted by ID.

@@ -24,18 +24,14 @@ const walRepair = "The files are left as they are. Repair this node as one that 
 	"for diagnosis), and add it back as a new member (start it with --join and a new --node-id); " +
 	"it catches up from the leader's snapshot and log"
 
-// OpenWAL opens (or creates) the log in dir. segmentSize 0 means the
-// default. The caller keeps other processes out of dir (DiskStorage holds
-// the raft directory's LOCK).
+// OpenWAL opens (or creates) the log in dir; segmentSize 0 means the
+// default. The caller keeps other processes out of dir (the LOCK file).
 //
 // Open changes no file. A bad record is taken for a write that never
-// finished only at the tail of the newest segment, only if nothing
-// intact follows it (intactAfter) and only if it looks unfinished
-// (unfinished); it is cut off before the next write
-// (cutTorn), so that a node that finds more damage after Open (a commit
-// index past the log) can still refuse with the files as they were. Any
-// other damage refuses the open with errWALCorrupt naming the file and the
-// byte offset.
+// finished only at the tail of the newest segment, if nothing intact
+// follows it (intactAfter) and it looks unfinished (unfinished); cutTorn
+// cuts it off before the next write. Any other damage refuses the open
+// with errWALCorrupt naming the file and the byte offset.
 func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 	if segmentSize <= 0 {
 		segmentSize = walSegmentSize
