@@ -11,16 +11,10 @@ import (
 	"go.etcd.io/raft/v3"
 )
 
-// Linearizable reads (ReadBarrier) over etcd raft's ReadIndex: the node
-// asks the leader for its commit index, the leader confirms with a quorum
-// of heartbeats that it still leads, and the node waits until it has
-// applied up to that index. What it reads after that includes every write
-// acknowledged before the barrier began, on a follower as on the leader.
-//
-// Barriers that arrive while a round waits to be sent join it: one
-// ReadIndex answers them all. A round never takes in a barrier that began
-// after the round was sent (its index could predate that barrier's
-// writes).
+// Linearizable reads (ReadBarrier) over etcd raft's ReadIndex. Barriers
+// that arrive while a round waits to be sent join it: one ReadIndex
+// answers them all. A round never takes in a barrier that began after it
+// was sent (its index could predate that barrier's writes).
 
 // errReadRetry fails a round whose request raft dropped or will never
 // answer (the leader changed, or none was known when it was sent): its
