@@ -34,12 +34,9 @@ func (s *Server) OutputBudget() *budget.Budget { return s.budget }
 // (stats) does not pin its size for the life of the connection.
 const bigBuf = 64 << 10
 
-// outChunk is the largest piece handed to gnet in one slice. gnet keeps
-// what the socket did not take in pooled slices rounded up to a power of
-// two, one per slice written, and holds a slice until all of it is sent:
-// a 300 KiB stats answer written whole would pin 512 KiB for as long as
-// one byte of it is unsent. In pieces, the memory held stays close to the
-// unsent bytes the budget counts.
+// outChunk is the largest piece handed to gnet in one slice: gnet holds
+// each slice, rounded up to a power of two, until all of it is sent, so in
+// pieces the memory held stays close to the unsent bytes the budget counts.
 const outChunk = 32 << 10
 
 // write hands out to gnet, a large output in outChunk pieces. Event loop

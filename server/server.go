@@ -97,11 +97,9 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 }
 
 // Start listens and serves in the background. It returns once the server
-// accepts connections, or with the reason it could not.
-// It accepts through its own loop and a listen.Guard, which backs off and
-// retries accept errors, and enrolls plain connections in a gnet.Client's
-// event loops: gnet v2.10.0's own accept loop ends its engine, dropping
-// every client, on the first accept error it does not expect (EMFILE).
+// accepts connections, or with the reason it could not. It accepts
+// through a listen.Guard and enrolls connections in a gnet.Client's
+// loops: gnet's own accept loop stops the engine on EMFILE.
 func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
