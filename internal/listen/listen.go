@@ -68,13 +68,9 @@ func (s *Set) Wrap(name string, ln net.Listener) net.Listener {
 // Down returns the names of the listeners that cannot take a connection
 // now, sorted: those sleeping a backoff step after an accept error, and
 // those that ran out of descriptors while the process still has none
-// free. None when every listener can accept. A closed listener is not
-// down. A nil Set has none.
-//
-// It answers for the present, not from the last accept: a listener whose
-// accept waits in the kernel with nothing queued learns of no recovery
-// until a client connects, and a client that asks /healthz first, or a
-// balancer that sends none while it reads 503, would wait for ever.
+// free. A closed listener is not down; a nil Set has none. It answers
+// for the present, not from the last accept, which may wait for a client
+// that waits for /healthz.
 func (s *Set) Down() []string {
 	if s == nil {
 		return nil
