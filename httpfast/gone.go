@@ -11,15 +11,12 @@ import (
 )
 
 // A REST client that gives up on a blocking acquire or wait closes its
-// connection while the handler is parked. fasthttp reads nothing while a
-// handler runs, so it cannot tell; left alone, the request stays queued,
-// is granted to nobody listening, and the next client waits out the
-// session TTL. So a parked handler registers its connection with the
-// server's connWatch, whose one goroutine polls every registered socket
-// each goneEvery without reading it (POLLRDHUP on Linux, so pipelined
-// requests are not consumed). A handler whose client is gone withdraws
-// its request and releases a grant that raced the withdrawal. A client
-// that half-closes after sending counts as gone, as in net/http.
+// connection while the handler is parked, which fasthttp cannot tell: the
+// request would stay queued and be granted to nobody. So a parked handler
+// registers its connection with the server's connWatch, whose one
+// goroutine polls every registered socket each goneEvery without reading
+// it (POLLRDHUP on Linux). A handler whose client is gone (or half-closed,
+// as in net/http) withdraws its request and releases a racing grant.
 
 // goneEvery is how often parked requests' connections are checked.
 const goneEvery = 100 * time.Millisecond

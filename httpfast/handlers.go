@@ -143,11 +143,8 @@ func (s *Server) alive(owner engine.OwnerID) bool {
 }
 
 // closeAllSessions closes every session, as Stop does. Over a replicated
-// backend it only forgets their names: the sessions stay in the
-// replicated state, and what they hold stays held until it is released by
-// token or the session expires on the leader, as the TCP server leaves
-// its connections' grants to the next leader. (Their parked requests are
-// withdrawn by park.)
+// backend it only forgets their names: the sessions and what they hold
+// stay in the replicated state for the next leader, as TCP grants do.
 func (s *Server) closeAllSessions() {
 	owners := s.reg.drain()
 	if s.be.Replicated() {

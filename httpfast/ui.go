@@ -17,12 +17,9 @@ import (
 	"github.com/latchd/latchd/internal/clock"
 )
 
-// The dashboard: static files under GET /ui/ (embedded, no build step,
-// nothing fetched from elsewhere) that poll GET /v1/ui/keys. The files
-// hold no data and are served without the bearer token, so a browser can
-// load the page; every data route still needs it. The page asks for the
-// token when a route answers 401 and keeps it in sessionStorage (see
-// docs/dashboard.md).
+// The dashboard: embedded static files under GET /ui/ that poll GET
+// /v1/ui/keys. The files hold no data and are served without the bearer
+// token; every data route still needs it (docs/dashboard.md).
 
 //go:embed ui
 var uiFS embed.FS
