@@ -134,10 +134,8 @@ type Config struct {
 	// DialTimeout bounds connecting and setting up one worker.
 	DialTimeout time.Duration
 	// Pipeline, over TCP in the one-step modes, sends each op's release
-	// in the same write as the next op's acquire (the protocol answers a
-	// connection's requests in order, so this is safe): one write and one
-	// read wake-up per op instead of two, on both ends. The last release
-	// of a worker is sent after its clock stops.
+	// in the same write as the next op's acquire: one write and one read
+	// wake-up per op instead of two, on both ends.
 	Pipeline bool
 	// Mux is how many connections the workers of a mux target share.
 	Mux int
