@@ -42,17 +42,13 @@ type readIndexes struct {
 }
 
 // ReadBarrier returns once this node has applied every entry committed
-// before the call, as the leader confirmed it (raft's ReadIndex, answered
-// after a quorum of heartbeats): reads of the node's state that follow
-// see every write acknowledged before ReadBarrier was called. It works on
-// a follower and a learner as on the leader; a single-voter cluster
-// answers at once.
+// before the call, as the leader confirmed with a quorum of heartbeats
+// (raft's ReadIndex): reads that follow see every write acknowledged
+// before the call, on a follower or learner as on the leader.
 //
-// It fails with *NotLeaderError when no leader is known (an election, or
-// a node cut off from the rest once its election timeout passed), with
-// ctx's error when the leader's answer or the apply does not come in
-// time (a partition: the node must not answer from its state then), and
-// ErrClosed once the node stops.
+// It fails with *NotLeaderError when no leader is known, with ctx's error
+// when the confirmation or the apply does not come in time (the node must
+// not answer from its state then), and ErrClosed once the node stops.
 func (n *Node) ReadBarrier(ctx context.Context) error {
 	for {
 		if n.stopping() {
