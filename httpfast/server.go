@@ -183,11 +183,8 @@ func (s *Server) Addr() string {
 func (s *Server) Sessions() int { return s.reg.len() }
 
 // Stop stops accepting, makes every parked request give up, closes every
-// session (releasing what it held, as a disconnect does) and waits for
-// in-flight requests until ctx ends. Over a replicated backend the
-// sessions stay open in the replicated state (see closeAllSessions) and
-// the parked requests are withdrawn through the log, so the node must
-// still run.
+// session (see closeAllSessions) and waits for in-flight requests until
+// ctx ends. Over a replicated backend the node must still run.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.ln == nil {

@@ -18,23 +18,18 @@ import (
 )
 
 // sessionBit marks HTTP session owner IDs; TCP connections count up from
-// 1 and never reach it. A single node's session owners are sessionBit |
-// counter. In cluster mode they must be unique across the cluster and
-// past process incarnations, so they are sessionBit | prefix<<32 |
-// counter, with a 31-bit random prefix drawn at start and every 2^32-1
+// 1 and never reach it. In cluster mode they are sessionBit | prefix<<32 |
+// counter, with a random 31-bit prefix drawn at start and every 2^32-1
 // sessions (docs/design/replication.md#owner-ids).
 const sessionBit = engine.OwnerID(1) << 63
 
 // sessionIDLen is the length of a session_id: the owner ID and the
-// session's random key, 64 bits each, in hex. The engine keeps the key
-// with the session (replicated in cluster mode), so a process that never
-// issued an id, a new leader say, accepts it when the key matches.
+// session's random key, 64 bits each, in hex. The engine keeps the key,
+// so a new leader accepts an id it never issued.
 const sessionIDLen = 32
 
 // sweepPerCreate is how many names each create checks against the
-// engine: two, so a sweep outruns the one name each create adds, and an
-// expired session's name is forgotten within about as many creates as
-// there are names, without any full scan.
+// engine: two, so that sweeping outruns creating without a full scan.
 const sweepPerCreate = 2
 
 // errMaxSessionsPerIP refuses a session to a client IP at its cap
