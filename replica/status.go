@@ -66,9 +66,8 @@ type Member struct {
 }
 
 // ReadyLag is how many committed entries a ready node may still have to
-// apply: under steady traffic a follower is always an entry or two
-// behind, which must not make /readyz flap; one replaying a long log (a
-// restart, a snapshot install) is well past it.
+// apply: a follower under steady traffic is an entry or two behind, one
+// replaying a long log is well past it.
 const ReadyLag = 64
 
 // Status returns this node's view; see Status.
