@@ -183,9 +183,7 @@ func (g *Guard) backoff() {
 
 // Freed tells the Guard that a connection of its listener closed, so a
 // descriptor may be free: a backoff step under way, or the next one, ends
-// at once rather than at the end of its time. It never blocks (a
-// non-blocking send on a one-slot channel; a stale signal only makes one
-// retry early).
+// at once. It never blocks.
 func (g *Guard) Freed() {
 	select {
 	case g.nudge <- struct{}{}:
