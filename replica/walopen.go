@@ -155,11 +155,9 @@ func (w *WAL) cutTorn() error {
 	return s.f.Sync()
 }
 
-// intactAfter returns the offset of the first intact record after the bad
-// one at off (one that holds an index from next on), or -1 if there is
-// none. A write that a crash interrupted is the last one made, so nothing
-// intact can follow it: anything that does makes the bad record damage in
-// the middle of the log.
+// intactAfter returns the offset of the first intact record (holding an
+// index from next on) after the bad one at off, or -1 if there is none:
+// nothing intact can follow a write a crash interrupted.
 func intactAfter(data []byte, off int64, next uint64) int64 {
 	// Each record takes more than walHeaderSize bytes: an index further
 	// on than this cannot be in the bytes left.
