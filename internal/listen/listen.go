@@ -1,12 +1,9 @@
 // Package listen keeps latchd's listeners alive through accept errors.
 //
-// A listener whose accept fails with EMFILE ("too many open files") or
-// another resource error must neither die nor spin: Guard wraps a
-// net.Listener so that Accept never returns such an error. It counts it,
-// logs it (at most once a second per listener), backs off (5 ms doubling to
-// 1 s) and tries again, while the connections already open keep being
-// served. A Set tells which of its listeners cannot take a connection
-// now, for /healthz.
+// Guard wraps a net.Listener so that Accept never returns EMFILE or
+// another resource error: it counts and logs it (at most once a second),
+// backs off (5 ms doubling to 1 s) and tries again. A Set tells which of
+// its listeners cannot take a connection now, for /healthz.
 package listen
 
 import (
@@ -138,9 +135,8 @@ func (g *Guard) Accept() (net.Conn, error) {
 }
 
 // Report records an error taking over a connection Accept returned (a
-// descriptor that could not be duplicated, say) as an accept error: it is
-// counted and logged, and a shortage of descriptors backs the next Accept
-// off. Any goroutine may call it.
+// descriptor that could not be duplicated, say) as an accept error. Any
+// goroutine may call it.
 func (g *Guard) Report(err error) {
 	if g.record(err) {
 		g.owed.Store(true)
