@@ -135,9 +135,8 @@ func (r *registry) create(b backend.Backend, ttl time.Duration, max int, ip neti
 }
 
 // ipFullLocked reports whether ip has max sessions open (or being
-// opened). Names are forgotten lazily (sweepLocked), so at the cap it
-// first checks ip's own names against eng and forgets the ended ones:
-// at most max lookups, and only for an IP at its cap.
+// opened). Names are forgotten lazily, so at the cap it first forgets
+// ip's ended ones.
 func (r *registry) ipFullLocked(eng *engine.Engine, ip netip.Addr, max int) bool {
 	if len(r.byIP[ip])+r.opening[ip] < max {
 		return false
@@ -153,9 +152,8 @@ func (r *registry) ipFullLocked(eng *engine.Engine, ip netip.Addr, max int) bool
 }
 
 // sweepLocked checks the next sweepPerCreate names and forgets those
-// whose session the engine no longer has. It takes the engine's session
-// mutex once per name, never the other way round, so the two locks
-// cannot deadlock.
+// whose session the engine no longer has (taking the engine's mutex under
+// r.mu, never the other way round).
 func (r *registry) sweepLocked(eng *engine.Engine) {
 	for range sweepPerCreate {
 		if len(r.names) == 0 {
