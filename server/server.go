@@ -140,11 +140,9 @@ func (s *Server) startLoops() error {
 	return err
 }
 
-// accept takes connections until the listener closes (the guard retries
-// every other error). A TLS connection gets its own goroutine (tls.go);
-// a plain one goes to an enroller. Enrolling waits for an event loop to
-// run OnOpen, so one enroller per loop keeps every loop taking
-// connections while this goroutine accepts the next.
+// accept takes connections until the listener closes. A TLS connection
+// gets its own goroutine (tls.go); a plain one goes to an enroller, one
+// per loop, since enrolling waits for the loop to run OnOpen.
 func (s *Server) accept() {
 	serve := func(c net.Conn) { s.running.Go(func() { s.serveTLS(c) }) }
 	if s.cfg.TLS == nil {
@@ -196,9 +194,7 @@ func (s *Server) StopAccepting() {
 }
 
 // Settle waits, within ctx, until every connection has taken the answers
-// the engine delivered to it (a Drain's errors, say): Stop closes
-// connections without running their pending wake-ups, so a graceful stop
-// settles first.
+// delivered to it (a Drain's errors, say), which Stop would drop.
 func (s *Server) Settle(ctx context.Context) error {
 	return poll(ctx, func() bool {
 		for ss := range s.sessions {
