@@ -75,8 +75,8 @@ type Node struct {
 
 	waitMu  sync.Mutex
 	waiters map[uint64]*waiter // by the ReqID of the entry's first command
-	// waitShut: Shutdown has answered the waiters; a proposal that gets
-	// here later is answered ErrClosed at once (under waitMu).
+	// waitShut: Shutdown has answered the waiters; later ones get
+	// ErrClosed at once (under waitMu).
 	waitShut bool
 	ccWait   map[uint64]chan error
 

@@ -30,9 +30,8 @@ import (
 //	hardstate   term, vote, commit and a CRC-32C, rewritten in place
 //	snap/       snapshots, %020d.snap by index, newest SnapshotRetain kept
 //
-// A directory written by a latchd release from before etcd raft (raft.db,
-// snapshots/ or wal/ and no FORMAT) is refused with ErrOldRaftDir: its log
-// is not read, so nothing of it is lost or changed.
+// A directory of a release from before etcd raft (no FORMAT) is refused
+// with ErrOldRaftDir, unread and unchanged.
 const (
 	snapFileExt = ".snap"
 	dialTimeout = 2 * time.Second

@@ -139,9 +139,8 @@ func (w *WAL) Get(index uint64) (walRecord, error) {
 }
 
 // Append writes recs and fdatasyncs them before it returns. They follow
-// the last entry, or start past a gap: the node writes past a gap only
-// after a snapshot install that covers everything before it (it then
-// clears the log, but a crash can come between), so what is older goes.
+// the last entry, or start past a gap (after a snapshot install that
+// covers it), and then what is older goes.
 func (w *WAL) Append(recs []walRecord) error {
 	if len(recs) == 0 {
 		return nil
@@ -438,8 +437,7 @@ type walRecord struct {
 
 // A record's body: a version byte (1), the term as a uvarint, a type
 // byte (0), a varint (0), Data length-prefixed (uvarint), and an empty
-// length-prefixed field. The constant fields keep the layout every latchd
-// release has written, so a log written before reads the same.
+// length-prefixed field: the layout every release has written.
 const walRecordVersion = 1
 
 func encodeRecord(b []byte, r walRecord) []byte {

@@ -1,8 +1,7 @@
 package replica
 
-// Opening the log: every segment is read back and checked, and the bad
-// bytes found are either a write that never finished (cut off) or damage
-// (the node refuses to start).
+// Opening the log: every segment is read back and checked; bad bytes are
+// either a write that never finished (cut off) or damage (refused).
 
 import (
 	"bytes"
@@ -83,10 +82,9 @@ func (w *WAL) readSegments() error {
 
 func (w *WAL) path(first uint64) string { return indexedPath(w.dir, first, walExt) }
 
-// openSegment reads a segment's records, without changing the file. What
-// follows the last record is zeros (preallocated space, s.alloc) or, in
-// the newest segment (tail), a write that never finished: w.torn, which
-// cutTorn cuts off before the next write. Anything else is damage.
+// openSegment reads a segment's records, without changing the file. After
+// the last record come zeros (preallocated) or, in the newest segment, a
+// write that never finished (w.torn). Anything else is damage.
 func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 	f, err := os.OpenFile(w.path(first), os.O_RDWR, 0o600)
 	if err != nil {
