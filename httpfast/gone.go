@@ -112,9 +112,8 @@ func (w *connWatch) loop() {
 		batch = slices.AppendSeq(batch[:0], maps.Keys(w.conns))
 		w.mu.Unlock()
 		for i, x := range batch {
-			// RawConn.Control holds the descriptor open while it runs, so
-			// a connection closed meanwhile fails it instead of polling a
-			// reused descriptor; either way the client is gone.
+			// Control holds the descriptor open, so a closed connection
+			// fails it rather than poll a reused descriptor.
 			if peerGone(x.rc) {
 				w.mu.Lock()
 				if _, ok := w.conns[x]; ok {
