@@ -13,9 +13,8 @@ import (
 
 // Defaults for Open's options.
 const (
-	// DefaultRange is how far one reservation runs ahead: 1<<20 fences, so
-	// at a million grants a second the journal fsyncs about once a second,
-	// and a crash skips at most about two million numbers.
+	// DefaultRange is how far one reservation runs ahead: about one fsync
+	// a second at a million grants a second.
 	DefaultRange = 1 << 20
 	// DefaultInterval is how often Keep checks the engine's last fence.
 	DefaultInterval = 50 * time.Millisecond
@@ -192,9 +191,8 @@ func (j *Journal) Reserve(need uint64) (uint64, error) {
 }
 
 // extendLocked writes limit = max(base, current limit) + range. A jump of
-// more than twice the previous record's step (the first record, a seed
-// from a later clock, a large need) is written to both slots, so a
-// fallback to the other slot never needs a bigger margin than Open adds.
+// more than twice the previous record's step is written to both slots, so
+// a fallback to the other never needs a bigger margin than Open adds.
 func (j *Journal) extendLocked(base uint64) (uint64, error) {
 	base = max(base, j.cur.limit)
 	target, carry := bits.Add64(base, j.step, 0)
