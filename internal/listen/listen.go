@@ -147,15 +147,16 @@ func (g *Guard) Report(err error) {
 // a backoff; it marks descriptors short if so.
 func (g *Guard) record(err error) bool {
 	reason, resource := classify(err)
+	if resource {
+		// Before the count, so that whoever sees the count sees the
+		// listener down. A peer that went away before its turn
+		// (ECONNABORTED, ECONNRESET) is not: nothing to wait for.
+		g.short.Store(true)
+	}
 	if g.set.count != nil {
 		g.set.count(g.name, reason)
 	}
 	g.logError(err, reason)
-	if resource {
-		// A peer that went away before its turn (ECONNABORTED,
-		// ECONNRESET) is not: nothing to wait for.
-		g.short.Store(true)
-	}
 	return resource
 }
 
