@@ -11,8 +11,7 @@ import (
 
 // Online backups (latchctl snapshot save) and what latchd --restore reads
 // of them. The body of a backup is the FSM's state, as a snapshot holds
-// it: on a cluster node the applied state at a ReadIndex-confirmed point,
-// on a single node its engine's state at one moment, with index 0.
+// it (on a single node, with index 0).
 
 // Backup returns a backup file of the node's state once ReadBarrier
 // returned, so it holds every change acknowledged before the call; the
