@@ -14,15 +14,12 @@ import (
 // backend also *NotLeaderError, ErrUnknownOutcome and context errors (the
 // backend's own bound on a wait).
 type Backend interface {
-	// Submit runs *r. It answers at once (pending false: the reply or
-	// the error are returned) or takes the request and answers it later
-	// (pending true): l hears the reply exactly once, on another
+	// Submit runs *r. It answers at once (pending false) or later
+	// (pending true): l then hears the reply exactly once, on another
 	// goroutine, and must not block. sink hears a parked Acquire's or
 	// Wait's outcome; via, if not nil, receives the Sinks a single
-	// node's Release or Disconnect calls in place (engine.Via). Neither
-	// r nor r.Key is kept after Submit returns: r is a pointer only so
-	// that an event loop can reuse one Request per connection instead of
-	// copying it into every call.
+	// node's Release or Disconnect calls in place (engine.Via). r is not
+	// kept: it is a pointer so that an event loop can reuse one.
 	Submit(r *Request, sink engine.Sink, via engine.Via, l Later) (rep Reply, pending bool, err error)
 	// Do runs r and waits for its reply, within a bound of the backend's
 	// own on a replicated backend (then it returns a context error).
@@ -40,10 +37,9 @@ type Backend interface {
 	// LeaderAddrs returns what this node knows of the leader's
 	// addresses, for a not_leader answer.
 	LeaderAddrs() Leader
-	// Replicated reports whether the state is shared by a group of
-	// nodes and outlives this process: owner IDs must then be unique
-	// across processes, and a front end that stops leaves its clients'
-	// grants and sessions in place for them to use on the next leader.
+	// Replicated reports whether the state outlives this process: owner
+	// IDs must then be unique across processes, and a front end that
+	// stops leaves its clients' grants and sessions to the next leader.
 	Replicated() bool
 	// ClusterStatus returns the node's raft state for stats (a value
 	// encoding/json can encode), or nil on a single node.
@@ -51,12 +47,10 @@ type Backend interface {
 	// Ready returns why the node cannot serve yet, or nil.
 	Ready() error
 	// Barrier returns once Engine reflects every mutation acknowledged
-	// (by any node) before the call: a read that follows it is
-	// linearizable. A single node's engine always does. A replicated
-	// node confirms the leader's commit index (raft's ReadIndex) and
-	// waits to apply up to it; it fails with *NotLeaderError when no
-	// leader is known, or ctx's error when not confirmed in time, and
-	// then the caller must not answer from Engine as if it had.
+	// (by any node) before the call, so that a read after it is
+	// linearizable. On a replicated node it fails with *NotLeaderError
+	// or ctx's error when it cannot confirm that in time; the caller
+	// must not answer from Engine then.
 	Barrier(ctx context.Context) error
 }
 

@@ -5,14 +5,6 @@
 // satisfies Backend in replica/backend.go). The front ends hold a Backend
 // and never learn which one it is.
 //
-// A call answers at once or, on a replicated backend, later (Submit's
-// pending); Do is the blocking form, for front ends that have a goroutine
-// to block (the REST API's fasthttp workers).
-//
-// The package imports only engine, fence and internal/clock: it knows
-// nothing of the network, of raft or of the front ends.
-//
-// Concurrency: every method is safe from any goroutine. Local answers on
-// the caller's goroutine and calls Sinks and Vias as the engine does; a
-// Later must not block.
+// The package imports only engine, fence and internal/clock. Every method
+// is safe from any goroutine; Local answers on the caller's goroutine.
 package backend

@@ -43,12 +43,9 @@ func (c CeilingConfig) Validate() error {
 }
 
 // Ceiling is a trivial gnet responder: it answers every complete
-// three-line request at once with a canned answer ("ok <token> 33" for l,
-// sl, w and sw; "acquired <token> 33" for e and se; "ok 33" for n and sn;
-// "ok" for everything else it knows) and keeps no state. Driving it
-// measures what the transport on this machine allows, the upper bound for
-// any server of the protocol. A line longer than codec.MaxLine or an
-// unknown command gets "error" and a close, as on a real server.
+// three-line request at once with a canned answer and keeps no state, so
+// driving it measures what the transport allows, the upper bound for any
+// server of the protocol. A bad line gets "error" and a close.
 type Ceiling struct {
 	gnet.BuiltinEventEngine
 

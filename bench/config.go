@@ -101,9 +101,8 @@ func ParseWorkers(s string) ([]int, error) {
 
 // Config is one sweep: every target, at every worker count.
 type Config struct {
-	// Targets are driven in this order at each worker count, so all of
-	// them see the same machine conditions. The first is the base of the
-	// Ratio column.
+	// Targets are driven in this order at each worker count; the first is
+	// the base of the Ratio column.
 	Targets []Target
 	// Workers lists the worker counts, one table row per count and target.
 	Workers []int
@@ -111,9 +110,8 @@ type Config struct {
 	Rounds int
 	// Duration, when set, runs each row for this long instead of Rounds.
 	Duration time.Duration
-	// Rate, when > 0, is the open-loop schedule in ops/s across all
-	// workers of a row; latency is measured from each op's scheduled
-	// start. 0 runs a closed loop.
+	// Rate, when > 0, is the open-loop schedule in ops/s across a row's
+	// workers, latency counted from each op's scheduled start; 0: closed.
 	Rate float64
 	// Mode is the workload.
 	Mode Mode
@@ -134,10 +132,8 @@ type Config struct {
 	// DialTimeout bounds connecting and setting up one worker.
 	DialTimeout time.Duration
 	// Pipeline, over TCP in the one-step modes, sends each op's release
-	// in the same write as the next op's acquire (the protocol answers a
-	// connection's requests in order, so this is safe): one write and one
-	// read wake-up per op instead of two, on both ends. The last release
-	// of a worker is sent after its clock stops.
+	// in the same write as the next op's acquire: one write and one read
+	// wake-up per op instead of two, on both ends.
 	Pipeline bool
 	// Mux is how many connections the workers of a mux target share.
 	Mux int

@@ -12,11 +12,7 @@
 // silently slowing the load (coordinated omission).
 //
 // bench talks to servers over the network only: it imports codec for the
-// wire format, never the engine or the server.
-//
-// Concurrency: Run starts one goroutine per worker for the length of one
-// row and joins them before it returns. Each worker owns its connection,
-// its buffers and its latency histogram; the histograms are merged after
-// the join, so the hot path shares no memory between workers. Ceiling runs
-// a gnet engine on its own goroutines between StartCeiling and Close.
+// wire format, never the engine or the server. Each worker owns its
+// connection, buffers and latency histogram; the histograms are merged
+// once the row's workers are joined.
 package bench

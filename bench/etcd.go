@@ -15,12 +15,9 @@ import (
 // when the worker closes.
 const etcdLeaseTTL = 3600
 
-// etcdDriver drives an etcd v3 cluster through its JSON gateway: each
-// worker holds one lease (its session), and each op is a Lock and an
-// Unlock of the v3lock service, which runs concurrency.Mutex over that
-// lease on the server. The gateway is etcd's own HTTP front end, so the
-// driver needs no gRPC client; it adds a JSON decode per request on the
-// etcd side, which the docs state beside the figures.
+// etcdDriver drives an etcd v3 cluster through its JSON gateway (no gRPC
+// client; etcd pays a JSON decode per request): each worker holds one
+// lease, and each op is a Lock and an Unlock of the v3lock service.
 type etcdDriver struct {
 	fastConn
 	base    string // "http://host:port"

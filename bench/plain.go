@@ -23,9 +23,8 @@ type PlainResult struct {
 
 // Plain is the plainest client of the protocol, the reference for the
 // harness's self-check: a goroutine per worker, each with its own
-// connection, doing a blocking write of "l key 10", a buffered line read,
-// a write of "r key token" and another read, rounds times. It records no
-// latencies and uses the standard library's string functions freely.
+// connection, doing rounds blocking lock and release round trips. It
+// records no latencies.
 func Plain(ctx context.Context, addr string, workers, rounds int) (PlainResult, error) {
 	if workers <= 0 || rounds <= 0 {
 		return PlainResult{}, errors.New("bench: plain needs workers and rounds > 0")
@@ -108,10 +107,9 @@ type SelfCheckRow struct {
 }
 
 // SelfCheck runs the plain client and the harness (ModeLock, closed loop)
-// side by side against the protocol server at addr: at each worker count,
-// repeat times each, alternating, keeping each client's best throughput.
-// The harness is fit to measure a server when every Ratio is about 1 or
-// more: its own client is then not the bottleneck.
+// against the server at addr, alternating, repeat times at each worker
+// count, keeping each one's best throughput. A Ratio of about 1 or more
+// everywhere means the harness is not the bottleneck.
 func SelfCheck(ctx context.Context, addr string, workers []int, rounds, repeat int) ([]SelfCheckRow, error) {
 	repeat = max(repeat, 1)
 	cfg := DefaultConfig()

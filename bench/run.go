@@ -20,10 +20,8 @@ const (
 	histSigFigs = 3
 )
 
-// refusedError is an op the server answered but did not grant (a
-// timeout, error_max_locks, a release of an expired lease), with the
-// server's answer: the worker counts it and goes on. Any other error ends
-// the worker's run.
+// refusedError is an op the server answered but did not grant, with its
+// answer: the worker counts it and goes on. Any other error ends its run.
 type refusedError struct{ answer string }
 
 func (e *refusedError) Error() string { return "bench: refused: " + e.answer }

@@ -13,11 +13,10 @@ import (
 	"github.com/latchd/latchd/codec"
 )
 
-// Sweep runs every target at every worker count of cfg. Targets alternate
-// within each worker count (A at 10, B at 10, A at 50, B at 50, ...), so a
-// comparison sees the same machine conditions on both sides. progress, if
-// not nil, counts finished ops as they happen. Rows come back in run order
-// with Ratio filled in.
+// Sweep runs every target at every worker count of cfg, the targets
+// alternating within each count so that they see the same machine
+// conditions. progress, if not nil, counts finished ops. Rows come back in
+// run order with Ratio filled in.
 func Sweep(ctx context.Context, cfg Config, progress *atomic.Int64) ([]Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

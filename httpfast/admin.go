@@ -18,11 +18,9 @@ import (
 // token of its own (the client token does not open it, nor the other way
 // round). Without WithAdmin the routes do not exist (404).
 
-// WithAdmin serves the admin API for a (a replicated backend's
-// companion, backend.Admin), guarded by token (which must not be empty):
-// GET /v1/admin/cluster (a's status, on any node), POST /v1/admin/voters,
-// DELETE /v1/admin/voters/{id} and POST /v1/admin/leadership-transfer
-// (the leader only; a follower answers 503 not_leader).
+// WithAdmin serves the admin API for a, guarded by token (not empty):
+// GET /v1/admin/cluster on any node, and the membership and leadership
+// changes on the leader (a follower answers 503 not_leader).
 func WithAdmin(a backend.Admin, token string) Option {
 	return func(o *options) { o.admin = &adminOptions{admin: a, token: token} }
 }

@@ -10,14 +10,11 @@ import (
 	"github.com/latchd/latchd/backend"
 )
 
-// Over a replicated backend every mutation is a raft proposal, ordered
-// with every node's TCP requests; reads (stats, session TTLs, metrics)
-// use this node's replica, and the leader runs expiry through the log. A
-// follower, or a leader that loses leadership meanwhile, answers the
-// routes that propose with 503 not_leader naming the leader's REST
-// address; a request logged and then orphaned by a leadership change
-// answers 503 unknown_outcome. Sessions survive a failover: their state
-// and key are replicated, so the next leader takes a session_id it never
+// Over a replicated backend every mutation is a raft proposal; reads use
+// this node's replica. A follower answers the routes that propose with
+// 503 not_leader naming the leader's REST address; a request logged and
+// then orphaned by a leadership change answers 503 unknown_outcome.
+// Sessions are replicated, so the next leader takes a session_id it never
 // issued (registry.adopt).
 
 // msgUnknownOutcome is unknown_outcome's message.
@@ -54,10 +51,8 @@ func failBackend(ctx *fasthttp.RequestCtx, err error) bool {
 	return true
 }
 
-// writeNotLeader answers 503 {"error":"not_leader","message":...,
-// "leader":addr}: addr is the leader's REST address, "" when this node
-// knows none (an election is running, or the leader serves no REST API
-// or has not announced it yet).
+// writeNotLeader answers 503 not_leader with "leader": addr, the leader's
+// REST address, or "" when this node knows none.
 func writeNotLeader(ctx *fasthttp.RequestCtx, addr string) {
 	var buf [2 * respBufLen]byte
 	b := append(buf[:0], `{"error":"not_leader","message":"this node is not the leader; send the request to the leader","leader":`...)

@@ -22,17 +22,14 @@ type Config struct {
 	// answers 429 max_sessions. 0 means no cap.
 	MaxSessions int
 	// MaxSessionsPerIP caps the sessions one client IP opened on this
-	// server (a previous leader's are not counted), so one address cannot
-	// take all MaxSessions. Past it: 429 max_sessions. 0 means no cap.
+	// server; past it: 429 max_sessions. 0 means no cap.
 	MaxSessionsPerIP int
 	// MaxConnectionsPerIP caps the open REST connections from one client
-	// (an IPv6 client is its /64), so one host cannot take all of
-	// MaxConnections. A connection over it is answered 429 and closed (a
-	// TLS one just closed). 0 means no cap.
+	// (an IPv6 client is its /64); past it a connection gets 429 and is
+	// closed. 0 means no cap.
 	MaxConnectionsPerIP int
-	// AuthFailuresPerMinute is how many wrong or missing bearer tokens a
-	// client IP may send at once, then per minute; past it its requests
-	// get 429 rate_limited without a comparison. 0 turns the limit off.
+	// AuthFailuresPerMinute is how many bad bearer tokens a client IP may
+	// send at once, then per minute (past it: 429); 0 turns it off.
 	AuthFailuresPerMinute int
 	// AuthToken, when set, must come with every request as
 	// "Authorization: Bearer <token>" (/healthz, /readyz,
@@ -63,9 +60,8 @@ type Config struct {
 	MaxStatsBytes int
 	// StatsConcurrency bounds the stats answers being built at once.
 	StatsConcurrency int
-	// MaxOutput is the budget of stats bodies built and not yet written
-	// without WithOutputBudget; 0 means none. Past it /v1/stats answers
-	// the totals only.
+	// MaxOutput is the budget of unwritten stats bodies without
+	// WithOutputBudget; 0 means none. Past it /v1/stats answers totals.
 	MaxOutput int64
 	// SendBuffer sets each connection's kernel send buffer (SO_SNDBUF) in
 	// bytes; 0 keeps the kernel's autotuning.

@@ -10,14 +10,11 @@ import (
 	"github.com/latchd/latchd/backend"
 )
 
-// The read routes (stats, a key's state, the dashboard's key list) answer
-// from this node's engine, which on a follower may lag the leader. With
-// ?consistent=true they first pass the backend's read barrier
-// (backend.Backend.Barrier): the answer then includes every change
-// acknowledged anywhere in the cluster before the request came, on a
-// follower as on the leader. A single node passes at once. A node that
-// cannot confirm its state in time (no leader known, or cut off from the
-// quorum) answers 503 instead of a possibly stale state.
+// The read routes answer from this node's engine, which on a follower may
+// lag the leader. With ?consistent=true they first pass the backend's read
+// barrier (backend.Backend.Barrier), so the answer includes every change
+// acknowledged before the request came; a node that cannot confirm its
+// state in time answers 503 instead of a possibly stale one.
 
 // readBarrierWait bounds a consistent read's barrier: longer than an
 // election and a heartbeat round trip, short enough for a client to retry

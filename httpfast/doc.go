@@ -2,18 +2,14 @@
 // state as the TCP server, so an HTTP session and a TCP connection waiting
 // on one key share one FIFO queue.
 //
-// A session is an engine owner with an idle TTL. Its owner ID has the top
-// bit set, so it never collides with a TCP connection's; its session_id
-// is the owner ID and a random session key, in hex (sessions.go). Every
+// A session is an engine owner with an idle TTL (sessions.go). Every
 // request of a session begins and ends it in the engine, so a session
-// that is waiting never expires; expiry itself is driven by whoever owns
-// the engine.
+// that is waiting never expires.
 //
 // The package is thin: it decodes JSON, makes one call to a
-// backend.Backend and encodes the answer by appending (no fmt on the lock
-// routes); lock semantics are the engine's. The backend is a single
-// node's engine or a replicated node (cluster.go), which the handlers
-// never tell apart. WithAdmin adds the cluster admin API (admin.go).
+// backend.Backend, which may be replicated (cluster.go), and encodes the
+// answer by appending; lock semantics are the engine's. WithAdmin adds
+// the cluster admin API (admin.go).
 //
 // Concurrency: fasthttp runs each connection on its own goroutine. A
 // blocking acquire or wait parks with a one-slot channel Sink until the

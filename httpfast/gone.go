@@ -11,15 +11,12 @@ import (
 )
 
 // A REST client that gives up on a blocking acquire or wait closes its
-// connection while the handler is parked. fasthttp reads nothing while a
-// handler runs, so it cannot tell; left alone, the request stays queued,
-// is granted to nobody listening, and the next client waits out the
-// session TTL. So a parked handler registers its connection with the
-// server's connWatch, whose one goroutine polls every registered socket
-// each goneEvery without reading it (POLLRDHUP on Linux, so pipelined
-// requests are not consumed). A handler whose client is gone withdraws
-// its request and releases a grant that raced the withdrawal. A client
-// that half-closes after sending counts as gone, as in net/http.
+// connection while the handler is parked, which fasthttp cannot tell: the
+// request would stay queued and be granted to nobody. So a parked handler
+// registers its connection with the server's connWatch, whose one
+// goroutine polls every registered socket each goneEvery without reading
+// it (POLLRDHUP on Linux). A handler whose client is gone (or half-closed,
+// as in net/http) withdraws its request and releases a racing grant.
 
 // goneEvery is how often parked requests' connections are checked.
 const goneEvery = 100 * time.Millisecond
@@ -115,9 +112,8 @@ func (w *connWatch) loop() {
 		batch = slices.AppendSeq(batch[:0], maps.Keys(w.conns))
 		w.mu.Unlock()
 		for i, x := range batch {
-			// RawConn.Control holds the descriptor open while it runs, so
-			// a connection closed meanwhile fails it instead of polling a
-			// reused descriptor; either way the client is gone.
+			// Control holds the descriptor open, so a closed connection
+			// fails it rather than poll a reused descriptor.
 			if peerGone(x.rc) {
 				w.mu.Lock()
 				if _, ok := w.conns[x]; ok {

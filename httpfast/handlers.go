@@ -143,11 +143,8 @@ func (s *Server) alive(owner engine.OwnerID) bool {
 }
 
 // closeAllSessions closes every session, as Stop does. Over a replicated
-// backend it only forgets their names: the sessions stay in the
-// replicated state, and what they hold stays held until it is released by
-// token or the session expires on the leader, as the TCP server leaves
-// its connections' grants to the next leader. (Their parked requests are
-// withdrawn by park.)
+// backend it only forgets their names: the sessions and what they hold
+// stay in the replicated state for the next leader, as TCP grants do.
 func (s *Server) closeAllSessions() {
 	owners := s.reg.drain()
 	if s.be.Replicated() {
@@ -182,9 +179,8 @@ var allowed = [opCount]fields{
 // changes nothing.
 func (s *Server) lockOp(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	// The key goes to the backend behind an interface, where escape
-	// analysis loses it: a pooled buffer keeps it off the heap per call.
-	// Neither backend keeps it after returning (the engine copies keys it
-	// stores, the replica encodes them into the log entry).
+	// analysis loses it: a pooled buffer keeps it off the heap. Neither
+	// backend keeps it after returning.
 	keyBuf := keyBufs.Get().(*[maxKeyLen]byte)
 	defer keyBufs.Put(keyBuf)
 	key, ok := decodeKey(keyBuf, rawKey)
@@ -348,11 +344,9 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, key []byte, owner engine.Owner
 	if err == nil && out.Result == engine.Queued {
 		out, how = s.park(ctx, key, owner, sink, timeout)
 	}
-	// The sink goes back to the pool once nothing can deliver into it: the
-	// engine gave its one Outcome or never took the sink. A call that
-	// failed may still have its sink registered a moment on a replicated
-	// backend (a grant applied as the error came back), so that sink is
-	// dropped.
+	// The sink goes back to the pool once nothing can deliver into it. A
+	// failed call's sink may still be registered on a replicated backend,
+	// so it is dropped.
 	if sink != nil && how == parkedHeard && out.Result != engine.Queued && err == nil {
 		s.sinks.Put(sink)
 	}
@@ -419,12 +413,11 @@ const parkGrace = 10 * time.Second
 const withdrawWait = 2 * time.Second
 
 // park blocks until the parked request's outcome arrives: a grant, a
-// timeout, or Canceled when the session is closed (DELETE or Stop). It
-// first checks the session is open: a DELETE that ran before the request
-// was queued would leave nobody to cancel it. A node cut off from the
-// log may never hear the outcome, so it gives up after the timeout and
+// timeout, or Canceled when the session is closed. It first checks the
+// session is open (a DELETE that ran before the request was queued would
+// leave nobody to cancel it), and gives up after the timeout and
 // parkGrace. A client that leaves meanwhile (gone.go) has its request
-// withdrawn and a racing grant released, within the same bound.
+// withdrawn and a racing grant released.
 func (s *Server) park(ctx *fasthttp.RequestCtx, key []byte, owner engine.OwnerID, sink chanSink, timeout time.Duration) (engine.Outcome, parked) {
 	if !s.alive(owner) {
 		_ = s.disconnect(owner, true)
@@ -462,12 +455,10 @@ func (s *Server) park(ctx *fasthttp.RequestCtx, key []byte, owner engine.OwnerID
 	return s.withdraw(owner, sink)
 }
 
-// withdraw ends a parked request at Stop. A single node closes the
-// session: its DropOwner cancels the request, or a grant that won the
-// race is released. A replicated backend keeps the session (see
-// closeAllSessions) and withdraws only its waits through the log
-// (Disconnect without release). Either way the sink hears one outcome,
-// barring a snapshot restore on a replicated node.
+// withdraw ends a parked request at Stop: a single node closes the
+// session (its DropOwner cancels the request or releases a racing grant);
+// a replicated backend keeps it and withdraws only its waits. Either way
+// the sink hears one outcome, barring a snapshot restore.
 func (s *Server) withdraw(owner engine.OwnerID, sink chanSink) (engine.Outcome, parked) {
 	var err error
 	if s.be.Replicated() {

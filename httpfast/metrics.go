@@ -17,9 +17,9 @@ import (
 // counts as "other".
 var statusCodes = [...]int{200, 201, 400, 401, 404, 405, 409, 410, 413, 429, 499, 500, 503}
 
-// httpMetrics are the REST server's metrics in the shared registry: a
-// latency histogram per route and a response counter per status code,
-// every child resolved up front so the request path only updates them.
+// httpMetrics are the REST server's metrics in the shared registry, every
+// child resolved up front: a latency histogram per route, a counter per
+// status code.
 type httpMetrics struct {
 	reg      *metrics.Registry
 	latency  [opCount]prometheus.Observer

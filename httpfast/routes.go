@@ -92,9 +92,8 @@ var opNames = [opCount]string{
 	opAdminDigest:      "admin_state_digest",
 }
 
-// proposes reports whether o changes engine state: a session, lock,
-// semaphore, read-write lock or many-keys route. In cluster mode only the leader
-// serves them.
+// proposes reports whether o changes engine state, which in cluster mode
+// only the leader serves.
 func (o op) proposes() bool {
 	return o >= opSessionCreate && o <= opSemWait || o >= opRWAcquire && o <= opRWWait || o == opMulti
 }
@@ -170,9 +169,8 @@ func matchSession(method string, rest []byte) (op, []byte, string) {
 }
 
 // matchKey matches what follows /v1/locks/, /v1/semaphores/ or
-// /v1/rwlocks/: {key} or
-// {key}/renew, /enqueue, /wait. base is the family's acquire op; the other
-// ops of a family sit at the same offsets from it.
+// /v1/rwlocks/: {key} or {key}/renew, /enqueue, /wait. base is the
+// family's acquire op; the others sit at the same offsets from it.
 func matchKey(method string, rest []byte, base op) (op, []byte, string) {
 	key, sub, hasSub := bytes.Cut(rest, []byte("/"))
 	if len(key) == 0 {

@@ -25,9 +25,7 @@ import (
 	"github.com/latchd/latchd/internal/metrics"
 )
 
-// Server is the REST API over one backend: a single node's engine or a
-// replicated node (package backend); it never learns which. Build it
-// with New.
+// Server is the REST API over one backend.Backend. Build it with New.
 type Server struct {
 	cfg     Config
 	be      backend.Backend // every engine mutation and read goes here
@@ -183,11 +181,8 @@ func (s *Server) Addr() string {
 func (s *Server) Sessions() int { return s.reg.len() }
 
 // Stop stops accepting, makes every parked request give up, closes every
-// session (releasing what it held, as a disconnect does) and waits for
-// in-flight requests until ctx ends. Over a replicated backend the
-// sessions stay open in the replicated state (see closeAllSessions) and
-// the parked requests are withdrawn through the log, so the node must
-// still run.
+// session (see closeAllSessions) and waits for in-flight requests until
+// ctx ends. Over a replicated backend the node must still run.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.ln == nil {
@@ -202,9 +197,8 @@ func (s *Server) Stop(ctx context.Context) error {
 	close(s.stopping)
 	s.mu.Unlock()
 
-	// Close the listener and let Serve return before fasthttp's shutdown:
-	// it counts a running Serve as an open connection and polls the count
-	// every 100 ms, so an idle server would wait a tick for nothing.
+	// Let Serve return before fasthttp's shutdown, which would otherwise
+	// count it as an open connection and wait a 100 ms tick for nothing.
 	_ = s.ln.Close()
 	select {
 	case <-s.served:
@@ -370,10 +364,9 @@ var respPerIP = []byte("HTTP/1.1 429 Too Many Requests\r\nContent-Type: applicat
 	"Connection: close\r\nContent-Length: 80\r\n\r\n" +
 	`{"error":"rate_limited","message":"too many open connections from this address"}`)
 
-// refusePerIP answers a connection over the per-IP cap 429 and closes it.
-// It runs on the accept goroutine: the write goes to an empty socket
-// buffer and is bounded by a short deadline; a TLS connection is closed
-// without an answer (writing would run its handshake here).
+// refusePerIP answers a connection over the per-IP cap 429, within a short
+// deadline, and closes it; a TLS connection is closed without an answer
+// (writing would run its handshake on the accept goroutine).
 func refusePerIP(c net.Conn) {
 	if _, ok := c.(*tls.Conn); !ok {
 		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))

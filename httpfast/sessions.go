@@ -18,23 +18,18 @@ import (
 )
 
 // sessionBit marks HTTP session owner IDs; TCP connections count up from
-// 1 and never reach it. A single node's session owners are sessionBit |
-// counter. In cluster mode they must be unique across the cluster and
-// past process incarnations, so they are sessionBit | prefix<<32 |
-// counter, with a 31-bit random prefix drawn at start and every 2^32-1
+// 1 and never reach it. In cluster mode they are sessionBit | prefix<<32 |
+// counter, with a random 31-bit prefix drawn at start and every 2^32-1
 // sessions (docs/design/replication.md#owner-ids).
 const sessionBit = engine.OwnerID(1) << 63
 
 // sessionIDLen is the length of a session_id: the owner ID and the
-// session's random key, 64 bits each, in hex. The engine keeps the key
-// with the session (replicated in cluster mode), so a process that never
-// issued an id, a new leader say, accepts it when the key matches.
+// session's random key, 64 bits each, in hex. The engine keeps the key,
+// so a new leader accepts an id it never issued.
 const sessionIDLen = 32
 
 // sweepPerCreate is how many names each create checks against the
-// engine: two, so a sweep outruns the one name each create adds, and an
-// expired session's name is forgotten within about as many creates as
-// there are names, without any full scan.
+// engine: two, so that sweeping outruns creating without a full scan.
 const sweepPerCreate = 2
 
 // errMaxSessionsPerIP refuses a session to a client IP at its cap
@@ -140,9 +135,8 @@ func (r *registry) create(b backend.Backend, ttl time.Duration, max int, ip neti
 }
 
 // ipFullLocked reports whether ip has max sessions open (or being
-// opened). Names are forgotten lazily (sweepLocked), so at the cap it
-// first checks ip's own names against eng and forgets the ended ones:
-// at most max lookups, and only for an IP at its cap.
+// opened). Names are forgotten lazily, so at the cap it first forgets
+// ip's ended ones.
 func (r *registry) ipFullLocked(eng *engine.Engine, ip netip.Addr, max int) bool {
 	if len(r.byIP[ip])+r.opening[ip] < max {
 		return false
@@ -158,9 +152,8 @@ func (r *registry) ipFullLocked(eng *engine.Engine, ip netip.Addr, max int) bool
 }
 
 // sweepLocked checks the next sweepPerCreate names and forgets those
-// whose session the engine no longer has. It takes the engine's session
-// mutex once per name, never the other way round, so the two locks
-// cannot deadlock.
+// whose session the engine no longer has (taking the engine's mutex under
+// r.mu, never the other way round).
 func (r *registry) sweepLocked(eng *engine.Engine) {
 	for range sweepPerCreate {
 		if len(r.names) == 0 {

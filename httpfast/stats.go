@@ -14,11 +14,8 @@ import (
 
 // serveStats answers GET /v1/stats: the TCP stats JSON, with connections
 // counting TCP connections plus open REST sessions, and in cluster mode
-// the node's raft state under "cluster". As for TCP, at most
-// StatsConcurrency are built at once, the JSON is capped at MaxStatsBytes,
-// and a body counts in the output budget until written (past the budget:
-// the totals only), so a client that never reads holds at most one body
-// per connection, for at most WriteTimeout.
+// the node's raft state under "cluster". It is bounded as for TCP
+// (StatsConcurrency, MaxStatsBytes, the output budget until written).
 func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
 	s.statsSem <- struct{}{}
 	defer func() { <-s.statsSem }()

@@ -17,12 +17,9 @@ import (
 	"github.com/latchd/latchd/internal/clock"
 )
 
-// The dashboard: static files under GET /ui/ (embedded, no build step,
-// nothing fetched from elsewhere) that poll GET /v1/ui/keys. The files
-// hold no data and are served without the bearer token, so a browser can
-// load the page; every data route still needs it. The page asks for the
-// token when a route answers 401 and keeps it in sessionStorage (see
-// docs/dashboard.md).
+// The dashboard: embedded static files under GET /ui/ that poll GET
+// /v1/ui/keys. The files hold no data and are served without the bearer
+// token; every data route still needs it (docs/dashboard.md).
 
 //go:embed ui
 var uiFS embed.FS
@@ -226,10 +223,8 @@ type keyState struct {
 const keyListMax = 1000
 
 // serveKey answers GET /v1/locks/{key} and GET /v1/semaphores/{key}: who
-// holds the key and who waits, in queue order, read from this node's
-// engine (a follower's replica may lag). A key not in memory answers 200
-// with exists false and empty lists. The kind and limit are the key's
-// own, whichever route asked.
+// holds the key and who waits, in queue order, from this node's engine (a
+// key not in memory: exists false). The kind and limit are the key's own.
 func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	var buf [maxKeyLen]byte
 	key, ok := decodeKey(&buf, rawKey)

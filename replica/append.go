@@ -123,13 +123,9 @@ func (n *Node) appendFailed(err error) {
 }
 
 // handOver runs on the raft loop once a write of the log failed. The
-// node no longer ticks (raftLoop): as leader it sends no heartbeats, so
-// the followers elect another within an election timeout, and as
-// follower it never campaigns (it could not write its vote). A leader
-// also hands its leadership to the follower with the longest log at once
-// (raft's TransferLeader: a MsgTimeoutNow once that follower holds all of
-// the log); until a new leader's messages reach it, raft drops its
-// proposals.
+// node no longer ticks (raftLoop), so it neither heartbeats nor
+// campaigns; a leader also transfers its leadership at once to the
+// follower with the longest log.
 func (n *Node) handOver() {
 	if n.rn.BasicStatus().RaftState != raft.StateLeader {
 		return
@@ -157,15 +153,13 @@ const (
 // diskSlow marks the disk busy until t: a write of the log was slow.
 func (n *Node) diskSlow(t time.Time) { n.slowUntil.Store(int64(t.Sub(monoBase))) }
 
-// diskBusy reports whether this node's disk is busy: it is writing a
-// snapshot, or a write of the log was slow lately. Meanwhile the log's
-// writes are the append thread's (kickAppend), not a transport reader's:
-// a sync may then wait for all of a snapshot's tens of megabytes.
+// diskBusy reports whether this node is writing a snapshot or a write of
+// the log was slow lately: then the log's writes are the append thread's,
+// not a transport reader's (kickAppend).
 func (n *Node) diskBusy() bool { return n.snapWrites.Load() > 0 || monoNow() < n.slowUntil.Load() }
 
-// setWritingSnap marks the time this node writes a snapshot to its disk,
-// its own or the leader's (the two may overlap: calls nest): meanwhile
-// its disk is busy (diskBusy).
+// setWritingSnap marks a snapshot write begun or ended (calls nest):
+// meanwhile the disk is busy (diskBusy).
 func (n *Node) setWritingSnap(on bool) {
 	if on {
 		n.snapWrites.Add(1)

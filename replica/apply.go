@@ -50,10 +50,8 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 }
 
 // SetAnswerRunner has r run the answers to applied entries' ProposeFunc
-// callbacks instead of the goroutine that applied them; nil puts them
-// back on that goroutine. Propose's answers (the REST API's, the leader's
-// own restamp and expiry) stay there either way. The server runs them on
-// its event loop (server/answers.go). It reports true.
+// callbacks instead of the goroutine that applied them (nil: that
+// goroutine); Propose's answers stay there. It reports true.
 func (n *Node) SetAnswerRunner(r AnswerRunner) bool {
 	if r == nil {
 		n.answerRun.Store(nil)

@@ -46,18 +46,14 @@ var (
 //	acceptor -> dialer:   HMAC-SHA256(token, "latchd raft v1 acceptor" | Nd | Na)
 //
 // The acceptor sends its proof only after checking the dialer's (in
-// constant time); either side closes the connection on a bad hello or a
-// bad proof. The token never crosses the wire; a recorded proof is useless
-// on another connection (the other side's nonce is fresh), and the two
-// directions use different labels, so a proof cannot be reflected.
+// constant time); either side closes on a bad hello or proof. Fresh
+// nonces make a recorded proof useless and the two labels keep a proof
+// from being reflected. It authenticates, it does not encrypt or sign the
+// raft traffic that follows.
 //
-// This authenticates connections, it does not encrypt or sign the raft
-// traffic that follows: an on-path attacker can still read or alter it.
-//
-// A bad peer never holds up the accept loop: each handshake runs on its
-// connection's own goroutine, at most authMaxPending at once, each bounded
-// by handshakeWait; a failed one is closed and logged at warn once per
-// remote host.
+// Each handshake runs on its connection's goroutine, at most
+// authMaxPending at once, each bounded by handshakeWait; a failure is
+// logged at warn once per remote host.
 
 // advertisable checks that ln's address, or advertise if set, is one a
 // peer can dial.

@@ -61,13 +61,9 @@ func command(r *backend.Request) (Command, bool) {
 	return c, true
 }
 
-// request is command(r), or the error that refuses r.
-//
-// An OpenSession with a cap checks it against this node's replica: the
-// count is the sessions the leader has applied, so sessions proposed
-// concurrently (here, or by a previous leader whose entries are not
-// applied yet) are not counted and the cap can be overshot by that many.
-// The replicated OpenSession itself has no cap.
+// request is command(r), or the error that refuses r. An OpenSession's
+// cap is checked against the sessions applied here, so sessions proposed
+// concurrently can overshoot it by that many.
 func (n *Node) request(r *backend.Request) (Command, error) {
 	if r.Op == backend.OpOpenSession && r.MaxSessions > 0 && n.Engine().Sessions() >= r.MaxSessions {
 		return Command{}, engine.ErrMaxSessions

@@ -11,14 +11,11 @@ import (
 
 // Online backups (latchctl snapshot save) and what latchd --restore reads
 // of them. The body of a backup is the FSM's state, as a snapshot holds
-// it: on a cluster node the applied state at a ReadIndex-confirmed point,
-// on a single node its engine's state at one moment, with index 0.
+// it (on a single node, with index 0).
 
-// Backup returns a backup file of the node's state: the state it has
-// applied once ReadBarrier returned, so it holds every change
-// acknowledged (by any node) before the call. The copy is taken as a
-// snapshot's is: the applies stop only while the shards are marked, and
-// go on while they are encoded. It fails as ReadBarrier does.
+// Backup returns a backup file of the node's state once ReadBarrier
+// returned, so it holds every change acknowledged before the call; the
+// copy is taken as a snapshot's. It fails as ReadBarrier does.
 func (n *Node) Backup(ctx context.Context) ([]byte, error) {
 	if err := n.Barrier(ctx); err != nil {
 		return nil, err

@@ -65,20 +65,16 @@ type Command struct {
 	Token   fence.Token // Release, Renew; in a Restamp, Token.Fence is the fence floor (see FSM)
 	Release bool        // Disconnect: release held leases too
 	Addr    string      // Restamp: the leader's client address
-	// HTTPAddr is, in a Restamp, where the leader serves the REST API
-	// (empty when it does not). It is the last field of the encoding and
-	// optional: entries written before it existed decode unchanged.
+	// HTTPAddr is, in a Restamp, where the leader serves the REST API.
 	HTTPAddr string
 	// ReqKey is the client's request id (Acquire, Enqueue, Wait,
 	// Release, Renew), empty for none: the FSM answers a second command
 	// with the same ReqKey from its window of recent ones (dedup.go). It
 	// comes after HTTPAddr in the encoding and is optional alike.
 	ReqKey []byte
-	// Client is who sent the command to this node (the TCP connection),
-	// for the proposing leader's batch wait (batchwait.go): whom it
-	// answered, and who is back. Not replicated; 0 (the REST API, the
-	// node's own commands) takes no part in the wait. It is not Owner,
-	// which a release leaves 0.
+	// Client is the TCP connection that sent the command, for the
+	// leader's batch wait (batchwait.go); not replicated. 0 (REST, the
+	// node's own commands) takes no part in the wait.
 	Client engine.OwnerID
 	// LockDelay is an Acquire's or Enqueue's own lock-delay
 	// (engine.AcquireReq.LockDelay); optional, after HTTPAddr.
@@ -89,7 +85,7 @@ const commandVersion = 1
 
 // The encoded fields, in order: bit i of the presence mask is field i. A
 // new field goes at the end and is optional, so that older entries decode
-// unchanged (fHTTPAddr came after version 1 shipped).
+// unchanged.
 const (
 	fOrigin = iota
 	fReqID

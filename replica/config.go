@@ -28,22 +28,16 @@ type Config struct {
 	// an in-memory transport). AdvertiseAddr, if set, is what peers dial.
 	BindAddr      string
 	AdvertiseAddr string
-	// AuthToken, if set, is a secret shared by every node of the cluster
-	// (at least 16 bytes; read it from a file, never a flag). DiskStorage's
-	// TCP transport then runs a challenge-response handshake on every
-	// connection before raft sees it: it admits only peers that prove they
-	// hold the token (HMAC-SHA256 over fresh nonces; the token never
-	// crosses the wire) and proves it to every peer it dials. Nodes with
-	// different tokens cannot talk. It authenticates, it does not encrypt.
-	// Empty: raft's plain TCP transport, for a trusted network.
+	// AuthToken, if set, is a secret every node shares (at least 16 bytes;
+	// read it from a file, never a flag): the transport admits only peers
+	// that prove they hold it (auth.go). It authenticates, it does not
+	// encrypt. Empty: plain TCP, for a trusted network.
 	AuthToken string
 	// ClientAddr is where this node's clients connect; a new leader
 	// writes it into the log so followers can redirect to it.
 	ClientAddr string
-	// HTTPAddr is where this node serves the REST API, host:port, or
-	// empty when it does not. A new leader writes it into the log next to
-	// ClientAddr, so a follower's REST API can name the leader's
-	// (NotLeaderError.HTTPAddr).
+	// HTTPAddr is this node's REST address, or empty; a new leader logs
+	// it next to ClientAddr (NotLeaderError.HTTPAddr).
 	HTTPAddr string
 	// RaftDir holds the raft log, hard state and snapshots (see DiskStorage).
 	RaftDir string
@@ -56,10 +50,9 @@ type Config struct {
 	// same Shards (ReadState refuses another) and limits.
 	Engine engine.Config
 
-	// ElectionTimeout is raft's election timeout: a follower that hears
-	// nothing from a leader for 1-2 times it calls an election; a leader
-	// sends heartbeats every fifth of it and steps down when a quorum has
-	// not answered for as long (CheckQuorum).
+	// ElectionTimeout: a follower that hears no leader for 1-2 times it
+	// calls an election; a leader heartbeats every fifth of it and steps
+	// down when a quorum has not answered for as long (CheckQuorum).
 	ElectionTimeout time.Duration
 	// SnapshotThreshold is how many applied entries make a snapshot due
 	// (Node.snapshotDue), TrailingLogs how many entries the log keeps
@@ -68,9 +61,8 @@ type Config struct {
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 	SnapshotRetain    int
-	// BatchWait bounds how long a leader, having answered an entry's
-	// proposers, holds the commands queued meanwhile for those
-	// proposers' next ones, so that they share one entry (batchwait.go).
+	// BatchWait bounds the leader's wait for the proposers it just
+	// answered, so their next commands share one entry (batchwait.go);
 	// 0 proposes at once.
 	BatchWait time.Duration
 	// ExpireEvery is how often the leader checks for due deadlines.
@@ -81,16 +73,13 @@ type Config struct {
 	// RaftLogLevel is etcd raft's log level: "off", "error", "warn",
 	// "info", "debug".
 	RaftLogLevel string
-	// FenceFloor, when this node leads, is a floor for the fences the
-	// cluster issues, besides the wall clock: every leadership starts by
-	// raising the replicated fence counter to max(wall clock ns,
-	// FenceFloor) through the log. Set it from a single node's fence
-	// journal when moving its clients to a cluster (--fence-state-file).
+	// FenceFloor: every leadership of this node starts by raising the
+	// fence counter to max(wall clock ns, FenceFloor) through the log. Set
+	// it from a single node's fence journal (--fence-state-file).
 	FenceFloor uint64
-	// LearnerPromoteLag, when this node leads, promotes a learner to a
-	// voter once raft replicates to it in its steady state and its log
+	// LearnerPromoteLag: leading, this node promotes a learner whose log
 	// ends within this many entries of the commit index (promote.go); 0
-	// never does (promote by hand, AddVoter).
+	// never does (AddVoter promotes by hand).
 	LearnerPromoteLag uint64
 }
 
@@ -112,9 +101,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// DefaultLearnerPromoteLag is Config.LearnerPromoteLag's default: a
-// learner that far behind catches up in well under a second at the
-// cluster's usual commit rates, a few entries per client batch.
+// DefaultLearnerPromoteLag is Config.LearnerPromoteLag's default: well
+// under a second of catching up at usual commit rates.
 const DefaultLearnerPromoteLag = 1000
 
 // Validate reports the first field out of range. Raft's own checks run

@@ -3,11 +3,9 @@ package replica
 import "crypto/sha256"
 
 // StateDigest returns the SHA-256 of this node's replicated state, as a
-// snapshot would hold it, and the log index it reflects. Every node that
-// has applied the same index holds the same state (FSM), so two nodes
-// reporting one index with two digests have diverged. It encodes the
-// whole state under the FSM's lock, holding up apply meanwhile: an
-// operator's check (GET /v1/admin/state-digest), not a hot path.
+// snapshot would hold it, and the log index it reflects: two nodes
+// reporting one index with two digests have diverged. It holds up apply
+// while it encodes: an operator's check, not a hot path.
 func (n *Node) StateDigest() (index uint64, sum [sha256.Size]byte) {
 	h := sha256.New()
 	index, _ = n.fsm.WriteState(h) // a hash.Hash's Write never fails

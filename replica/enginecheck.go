@@ -8,14 +8,11 @@ import (
 )
 
 // Every replica must build its engine alike (docs/cluster.md): the limits
-// and the default lease decide what an entry does when it applies, so a
-// replica with other settings than the leader's answers the same log
-// otherwise (a grant on the leader can be refused there) and, leading
-// later, has lost it. A leader writes a fingerprint of its engine's
-// settings in its Restamp (Token.Salt, which a Restamp did not use: one
-// without it checks nothing); a replica whose own fingerprint differs
-// marks itself unready, naming the leader, so the divergence shows before
-// a failover makes it cost mutual exclusion.
+// and the default lease decide what an entry does, so a replica with other
+// settings diverges from the leader. A leader writes a fingerprint of its
+// engine's settings in its Restamp (Token.Salt); a replica whose own
+// differs marks itself unready, naming the leader, so the divergence shows
+// before a failover makes it cost mutual exclusion.
 
 // engineFingerprint hashes the settings of c that applying an entry reads;
 // never 0.

@@ -12,10 +12,8 @@ import (
 	"sync"
 )
 
-// Format versions. What a node writes and reads carries a version, and a
-// node refuses, with ErrNewerFormat, what a newer release wrote in a
-// format it does not know. docs/upgrades.md says
-// which releases can be mixed.
+// Format versions. A node refuses, with ErrNewerFormat, what a newer
+// release wrote (docs/upgrades.md says which releases can be mixed).
 //
 // The data directory (--raft-dir) has one version, in its FORMAT file:
 //
@@ -25,11 +23,9 @@ import (
 //	   version, its first index) and each new snapshot file too
 //	   (snapFileMagic, version); records and snapshots within are as in 1
 //
-// A node reads directories of both formats, and segments and snapshot
-// files of both layouts side by side; at start it marks a format-1
-// directory as format 2 (rewriting FORMAT only) before it writes into it,
-// so that the previous release, which cannot read a segment header,
-// refuses the directory at start instead of misreading it.
+// A node reads both formats, even mixed in one directory; it marks a
+// format-1 directory as format 2 (FORMAT only) before it writes into it,
+// so that the previous release refuses it rather than misread it.
 //
 // Within the files, each log record's body opens with its version
 // (walRecordVersion) and each snapshot's state with its own (etcdSnapMagic,
@@ -59,9 +55,8 @@ func formatLine(v int) string { return formatPrefix + strconv.Itoa(v) + "\n" }
 
 // checkFormat refuses a directory of a newer format (ErrNewerFormat) or of
 // the release before etcd raft (ErrOldRaftDir) and marks a new one. For a
-// format-1 directory it returns the mark to make before the first write
-// (nil when there is none to make): until then the directory is left as
-// it was, so that a start that fails changes no file.
+// format-1 directory it returns the mark to make before the first write,
+// so that a start that fails changes no file.
 func checkFormat(dir string) (*formatMark, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "FORMAT"))
 	if errors.Is(err, os.ErrNotExist) {

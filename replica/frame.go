@@ -43,10 +43,8 @@ func decodeMessage(b []byte) (*raftpb.Message, error) {
 
 // cutSnapData finds, in an encoded Message, the state of its snapshot
 // (field 9, then field 1 in it) and returns the encoding without it, and
-// the state (b's own bytes). ok is false when there is no snapshot state
-// to cut (the message decodes as it is) or the encoding is not what
-// snapMessageParts and proto.Marshal write: one snapshot field, whose state
-// is a single field too (a decoder then takes the whole of b).
+// the state (b's own bytes). ok is false when there is none to cut, or
+// the encoding is not the one snapMessageParts and proto.Marshal write.
 func cutSnapData(b []byte) (rest, data []byte, ok bool) {
 	snapAt, snapEnd := -1, -1
 	var snap []byte

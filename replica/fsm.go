@@ -23,17 +23,13 @@ type Reply struct {
 	Set     *engine.SetOutcome // AcquireSet
 }
 
-// FSM is the engine as the raft group's state machine. Every node
-// applies the same entries in the same order to an engine built with the
-// same Config, so every node holds the same state
+// FSM is the engine as the raft group's state machine
 // (docs/design/replication.md).
 //
 // Time: an entry applies at max(its leader stamp, the last applied now),
-// so the state machine's clock never runs backwards. A Restamp (a new
-// leader's first entry) is the exception: it shifts every deadline to
-// keep the time it had left, measured from the new leader's clock, and
-// raises the fence counter to the floor it carries (none in a Restamp
-// written before floors existed, so an old log replays as it first ran).
+// so the clock never runs backwards. A Restamp (a new leader's first
+// entry) shifts every deadline to keep the time it had left on the new
+// leader's clock, and raises the fence counter to the floor it carries.
 //
 // Sinks: an Acquire or Wait that parks gets a Sink only on the node whose
 // incarnation (Origin) proposed it, registered under the entry's ReqID.
@@ -250,10 +246,7 @@ const (
 	snapVersionV3 = 3
 )
 
-// appendLocked appends the state to b: the FSM header (magic, version,
-// last applied index and now, the leaders' client addresses, and from
-// version 2 their REST addresses, sorted by ID) and then the engine
-// state, which carries its own checksum.
+// appendLocked appends the FSM header and the engine state to b.
 func (f *FSM) appendLocked(b []byte) []byte {
 	return f.eng.Load().AppendState(f.appendHeaderLocked(b))
 }

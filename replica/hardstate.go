@@ -13,14 +13,12 @@ import (
 //
 //	u64 term | u64 vote | u64 commit | u32 CRC-32C of the 24 bytes before
 //
-// all little-endian, rewritten in place at offset 0. One write of 28 bytes
-// at the start of a file lies in one disk sector, which a disk writes
-// whole or not at all, so the file holds the old state or the new one; the
-// CRC makes any other outcome a refusal to start (errWALCorrupt), never a
-// wrong term or vote. In place rather than a new file renamed over it: a
-// follower rewrites its commit index after every entry, and a new file
-// and a rename each time would add directory updates to its commit path.
-// A term or vote is synced before raft acts on it (writeHardState's sync).
+// all little-endian, rewritten in place at offset 0: one 28-byte write in
+// one disk sector lands whole or not at all, and the CRC turns any other
+// outcome into a refusal to start, never a wrong term or vote. In place,
+// not renamed over: a follower rewrites its commit index after every
+// entry, and a rename would put directory updates on its commit path. A
+// term or vote is synced before raft acts on it (writeHardState's sync).
 const hardStateSize = 28
 
 // readHardState reads term, vote and commit (zero for a new directory).

@@ -107,10 +107,8 @@ func (n *Node) confChangeV2(ctx context.Context, typ raftpb.ConfChangeType, id, 
 // up-to-date other voter, and returns once this node has stepped down.
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	// raft drops a transfer whose transferee does not campaign within an
-	// election timeout: one still applying a configuration change (a
-	// node just added or removed) will not campaign yet, nor will one that
-	// is slow to catch up on a loaded machine. Try again a few times
-	// while ctx allows.
+	// election timeout (one still applying a configuration change, or slow
+	// to catch up): try again while ctx allows.
 	var err error
 	for attempt := 0; attempt < transferAttempts; attempt++ {
 		if err = n.transferOnce(ctx, id); !errors.Is(err, errTransferAborted) {

@@ -75,8 +75,8 @@ type Node struct {
 
 	waitMu  sync.Mutex
 	waiters map[uint64]*waiter // by the ReqID of the entry's first command
-	// waitShut: Shutdown has answered the waiters; a proposal that gets
-	// here later is answered ErrClosed at once (under waitMu).
+	// waitShut: Shutdown has answered the waiters; later ones get
+	// ErrClosed at once (under waitMu).
 	waitShut bool
 	ccWait   map[uint64]chan error
 
@@ -130,12 +130,9 @@ type pendingAnswer struct {
 }
 
 // maxInflightEntries bounds the entries this leader has proposed and not
-// yet applied; proposals that arrive meanwhile wait and leave together in
-// the next entry. The leader's own write still runs beside its followers'
-// (that is what AsyncStorageWrites buys); more entries in flight only
-// make each one carry fewer commands, at lower throughput
-// (docs/design/replication.md, "From a request to a log entry";
-// bench/results/2026-11-cluster-sweeps.md).
+// yet applied; proposals that arrive meanwhile leave together in the next
+// one. More in flight only makes each carry fewer commands, at lower
+// throughput (docs/design/replication.md, "From a request to a log entry").
 const maxInflightEntries = 1
 
 // raftID maps a node ID to etcd raft's numeric ID.

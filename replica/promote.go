@@ -42,11 +42,10 @@ func (n *Node) promoteLoop() {
 	}
 }
 
-// caughtUpLearner returns a learner to promote: one raft replicates to
-// in its steady state (not probing, not waiting for a snapshot) that has
-// heard from this leader recently, and whose log ends within
+// caughtUpLearner returns a learner to promote: one raft replicates to in
+// its steady state, recently active, whose log ends within
 // LearnerPromoteLag entries of the commit index. None while the
-// configuration is joint (a change is still under way).
+// configuration is joint.
 func (n *Node) caughtUpLearner() (Member, bool) {
 	var cands []uint64
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)

@@ -36,23 +36,20 @@ type proposalResult struct {
 	err error
 }
 
-// Propose stamps c (Now from the leader's clock, a fresh Salt for Acquire
-// and Enqueue, this node's Origin and a new ReqID), appends it to the log
-// (in one entry with other proposals that wait at the same time:
-// proposeQueued), and returns what applying it answered, the engine's
-// error included.
+// Propose stamps c (the leader's clock, a Salt for Acquire and Enqueue,
+// this node's Origin and a new ReqID), appends it to the log (sharing an
+// entry with proposals that wait alongside) and returns what applying it
+// answered, the engine's error included.
 //
-// sink, for an Acquire or Wait, hears the final Outcome of a request that
-// came back Queued, once, on the goroutine that applies entries; it may
-// hear it before Propose returns. It must not block.
+// sink, for an Acquire or Wait that came back Queued, hears its final
+// Outcome once, on the applying goroutine, maybe before Propose returns.
+// It must not block.
 //
-// A node that is not the leader returns a *NotLeaderError; so does a new
-// leader that has not yet restamped when ctx ends. ErrUnknownOutcome (the
-// entry was logged, then leadership was lost) and ErrClosed leave the
-// command's fate unknown: it may still be applied. ctx bounds the wait for
-// a new leader's restamp and is checked once more before the command is
-// queued; after that the wait ends when the entry is applied, leadership
-// is lost or the node stops.
+// A follower, or a new leader not yet restamped when ctx ends, returns a
+// *NotLeaderError. ErrUnknownOutcome and ErrClosed leave the command's
+// fate unknown: it may still be applied. ctx bounds only the wait for the
+// restamp and the queueing; then the wait ends when the entry is applied,
+// leadership is lost or the node stops.
 func (n *Node) Propose(ctx context.Context, c Command, sink engine.Sink) (Reply, error) {
 	p, err := n.newProposal(ctx, c, sink)
 	if err != nil {
@@ -83,16 +80,13 @@ func (n *Node) stamp(c *Command) {
 	c.ReqID = n.seq.Add(1)
 }
 
-// ProposeFunc proposes c like Propose, without blocking: done gets the
-// outcome (Propose's Reply and error) exactly once, on one of the node's
-// goroutines (usually the apply thread, possibly while raft's lock is
-// held) or, for an applied entry, the AnswerRunner's (SetAnswerRunner),
-// so it must not block or call back into the node synchronously.
-// A leader still taking over (its restamp not applied) answers
-// *NotLeaderError at once rather than wait, as does a follower; then done
-// is not called. Once Shutdown has begun, a proposal not yet in the log
-// or not yet applied hears ErrClosed. Propose costs a goroutine per waiting caller; a server's
-// event loop uses this instead and hears the answer with no hop.
+// ProposeFunc proposes c like Propose without blocking, for an event loop
+// that cannot spare a goroutine per caller: done gets Propose's outcome
+// exactly once, on one of the node's goroutines (possibly under raft's
+// lock) or the AnswerRunner's, so it must not block or call back into the
+// node synchronously. A follower, or a leader not yet restamped, answers
+// *NotLeaderError at once and done is not called. After Shutdown begins,
+// an unapplied proposal hears ErrClosed.
 func (n *Node) ProposeFunc(c Command, sink engine.Sink, done func(Reply, error)) error {
 	p, err := n.newProposal(nil, c, sink)
 	if err != nil {
@@ -113,13 +107,10 @@ func (n *Node) EndSessionAsync(owner engine.OwnerID) {
 	n.submit(&proposal{c: c, done: make(chan proposalResult, 1)})
 }
 
-// newProposal is the part of Propose and ProposeFunc they share: it refuses
-// a command that is not a client's (a Restamp is the node's own
-// business), answers not_leader on a follower, waits (within ctx) for a
-// new leader's restamp, stamps the leader's time, salt and request id,
-// and registers sink when the command may park. A nil ctx never waits:
-// a leader still taking over answers not_leader, and the proposal has no
-// done channel (ProposeFunc answers through a callback).
+// newProposal is what Propose and ProposeFunc share: it refuses a command
+// that is not a client's, answers not_leader on a follower, waits (within
+// ctx; never with a nil one) for a new leader's restamp, stamps c and
+// registers sink when the command may park.
 func (n *Node) newProposal(ctx context.Context, c Command, sink engine.Sink) (*proposal, error) {
 	if c.Op == OpRestamp || c.Op == 0 || c.Op >= opEnd {
 		return nil, ErrBadCommand

@@ -158,10 +158,8 @@ func (n *Node) sendAll(ms []*raftpb.Message) {
 // writes it queued are done by the caller itself when inline is true and
 // the append thread is idle (no wake-up on the follower's commit path),
 // else by the append thread. Not inline while the disk is busy (diskBusy):
-// a sync may then take long, and a transport reader stuck in one reads
-// nothing meanwhile, the leader's heartbeats included. With both
-// followers so deaf the lead moves though the leader is there all along
-// (TestFollowersWritingSnapshotsKeepHearingTheLeader).
+// a transport reader stuck in a long sync would not hear the leader's
+// heartbeats, and the lead would move for nothing.
 func (n *Node) kickAppend(inline bool) {
 	if n.appQ.len() == 0 {
 		return
@@ -178,11 +176,10 @@ func (n *Node) kickAppend(inline bool) {
 
 // kickApply runs after mu is released by whoever drained a Ready: the
 // committed entries it queued are applied by the caller itself when
-// inline is true and no one else is applying (no hop to the apply thread:
-// a transport reader that just received the quorum's ack, or a proposer,
-// applies and answers at once); else the apply thread is woken. The raft
-// loop never applies inline (a configuration change's apply calls into
-// it), nor does the append thread (its next write would wait).
+// inline is true and no one else is applying (no hop to the apply
+// thread); else the apply thread is woken. The raft loop never applies
+// inline (a configuration change's apply calls into it), nor does the
+// append thread (its next write would wait).
 func (n *Node) kickApply(inline bool) {
 	if n.applyQ.len() == 0 {
 		return

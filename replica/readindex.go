@@ -11,16 +11,10 @@ import (
 	"go.etcd.io/raft/v3"
 )
 
-// Linearizable reads (ReadBarrier) over etcd raft's ReadIndex: the node
-// asks the leader for its commit index, the leader confirms with a quorum
-// of heartbeats that it still leads, and the node waits until it has
-// applied up to that index. What it reads after that includes every write
-// acknowledged before the barrier began, on a follower as on the leader.
-//
-// Barriers that arrive while a round waits to be sent join it: one
-// ReadIndex answers them all. A round never takes in a barrier that began
-// after the round was sent (its index could predate that barrier's
-// writes).
+// Linearizable reads (ReadBarrier) over etcd raft's ReadIndex. Barriers
+// that arrive while a round waits to be sent join it: one ReadIndex
+// answers them all. A round never takes in a barrier that began after it
+// was sent (its index could predate that barrier's writes).
 
 // errReadRetry fails a round whose request raft dropped or will never
 // answer (the leader changed, or none was known when it was sent): its
@@ -48,17 +42,13 @@ type readIndexes struct {
 }
 
 // ReadBarrier returns once this node has applied every entry committed
-// before the call, as the leader confirmed it (raft's ReadIndex, answered
-// after a quorum of heartbeats): reads of the node's state that follow
-// see every write acknowledged before ReadBarrier was called. It works on
-// a follower and a learner as on the leader; a single-voter cluster
-// answers at once.
+// before the call, as the leader confirmed with a quorum of heartbeats
+// (raft's ReadIndex): reads that follow see every write acknowledged
+// before the call, on a follower or learner as on the leader.
 //
-// It fails with *NotLeaderError when no leader is known (an election, or
-// a node cut off from the rest once its election timeout passed), with
-// ctx's error when the leader's answer or the apply does not come in
-// time (a partition: the node must not answer from its state then), and
-// ErrClosed once the node stops.
+// It fails with *NotLeaderError when no leader is known, with ctx's error
+// when the confirmation or the apply does not come in time (the node must
+// not answer from its state then), and ErrClosed once the node stops.
 func (n *Node) ReadBarrier(ctx context.Context) error {
 	for {
 		if n.stopping() {

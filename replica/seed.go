@@ -16,11 +16,9 @@ import (
 // Seeding a new cluster's raft dir from a backup (latchd --restore).
 //
 // What a restore brings back is the fence counter: the new cluster starts
-// with no holder, no waiter and no session, and issues every fence above
-// the backup's highest. The clients of the backup's holders were
-// connected to the cluster that is gone; a lock service's leases are
-// short, and a holder still at work finds out at its next renewal, while
-// a resource that checks fences refuses its writes (docs/cluster.md).
+// with no holder, waiter or session, and issues every fence above the
+// backup's highest. A holder of the lost cluster still at work finds out
+// at its next renewal, and fenced resources refuse it (docs/cluster.md).
 
 // errNeedBootstrap refuses to seed a node without the new cluster's
 // configuration.
@@ -41,14 +39,12 @@ type Seed struct {
 // SeedRaftDir makes cfg.RaftDir the first state of a new cluster seeded
 // from a backup: a snapshot after the backup's index (term 1) with
 // cfg.Peers as the voters (cfg.Bootstrap is required) and an empty state
-// whose fence counter is s.Floor. Every node of the new cluster may be
-// seeded from the same file with the same Peers (they write the same
-// snapshot), or one node alone, the others joining it.
+// whose fence counter is s.Floor. Every node may be seeded alike, or one
+// alone with the others joining it.
 //
-// A directory that holds anything of raft (a log, a snapshot, a hard
-// state) is refused unless force, which deletes it first; one already
-// seeded from this backup (a restart with the same --restore) is left
-// as it is, and SeedRaftDir reports false.
+// A directory that holds anything of raft is refused unless force, which
+// deletes it first; one already seeded from this backup (a restart with
+// the same --restore) is left as it is, and SeedRaftDir reports false.
 func SeedRaftDir(cfg Config, s Seed, force bool) (bool, error) {
 	if !cfg.Bootstrap || cfg.RaftDir == "" {
 		return false, errNeedBootstrap

@@ -19,14 +19,9 @@ func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
 	if serr != nil {
 		return serr
 	}
-	// This node's own snapshot may still be being written
-	// (writeSnapshot), and the apply thread may start another before it
-	// restores this one: harmless, so this thread does not wait for
-	// it. That snapshot is older than this one (the leader sends one
-	// past what this node has), so the newest file, which a restart
-	// loads, is this one; the log behind it is cleared below, and the
-	// writer's compaction is then below the log's first entry (nothing to
-	// delete) and raft's (ErrCompacted).
+	// This node's own, older snapshot may still be being written: no
+	// need to wait for it. The newest file, which a restart loads, is
+	// this one, and that writer's compaction then finds nothing to delete.
 	n.setWritingSnap(true)
 	err := n.st.saveSnapshot(snap, n.cfg.SnapshotRetain)
 	n.setWritingSnap(false)
@@ -53,14 +48,11 @@ func (n *Node) installSnapshot(snap *raftpb.Snapshot) error {
 }
 
 // stashState keeps aside the state of a snapshot m brings from the leader
-// and returns m without it, for raft, which copies a snapshot it takes in
-// whole, and again when it hands it over to be saved: two copies of tens
-// of megabytes, each a memmove no goroutine can be preempted in, on
-// raft's goroutine. installSnapshot takes the state back (stashed). A
-// state stays only if raft takes its snapshot in: the drain that follows
-// the step pins it (pinStash) and drops the rest (dropUnpinned); so it is
-// raft that decides what is kept, and what it will ask for is there.
-// Under mu, with the step it is for.
+// and returns m without it for raft, which would copy it twice on its
+// goroutine (tens of megabytes, unpreemptible). installSnapshot takes it
+// back (stashed). A state stays only if raft takes its snapshot in: the
+// drain after the step pins it (pinStash) and drops the rest
+// (dropUnpinned). Under mu, with the step it is for.
 func (n *Node) stashState(m *raftpb.Message) *raftpb.Message {
 	snap := m.GetSnapshot()
 	if m.GetType() != raftpb.MessageType_MsgSnap || len(snap.GetData()) == 0 {

@@ -104,13 +104,12 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 
 // snapshotDue reports whether a snapshot is due. Under applyRun.
 //
-// A small state (snapSizeFloor bytes or less) is snapshotted every
-// SnapshotThreshold entries; a larger one waits, besides, until the log
-// applied since the last snapshot is as large as that snapshot was, so
-// that copying the state costs about what writing the log did, but never
-// past snapMaxSpan thresholds (raft keeps every entry since the last
-// snapshot in memory). Raft asking for a snapshot to send makes one due
-// at once; a failed write makes one due at the end of its pause.
+// A small state (up to snapSizeFloor) is snapshotted every
+// SnapshotThreshold entries; a larger one also waits until the log
+// applied since is as large as the last snapshot (copying the state then
+// costs about what writing the log did), but never past snapMaxSpan
+// thresholds (raft keeps those entries in memory). Raft asking for a
+// snapshot to send makes one due at once.
 func (n *Node) snapshotDue() bool {
 	if n.snapWant.Load() {
 		return true
@@ -145,12 +144,10 @@ const snapMaxSpan = 16
 var snapSizeFloor uint64 = 1 << 20 // a variable for tests
 
 // maybeSnapshot takes a snapshot when one is due, or at once with force
-// (tests). The state is copied here, under applyRun; writing it out and
-// compacting the log behind it (keeping TrailingLogs entries for
-// followers a little behind) is writeSnapshot's, on a goroutine of its
-// own, so the applies go on meanwhile. One write at a time: a snapshot
-// due while the last one is still being written waits for a later apply;
-// force waits for that write, and for its own.
+// (tests). The state is captured here, under applyRun; writeSnapshot
+// writes it and compacts the log on a goroutine of its own, so the
+// applies go on. One write at a time: a snapshot due meanwhile waits for
+// a later apply; force waits for that write, and for its own.
 func (n *Node) maybeSnapshot(force bool) {
 	if force {
 		n.snapMu.Lock()
@@ -210,10 +207,8 @@ func (n *Node) writeSnapshot(c *snapCapture, captured time.Duration) {
 			return
 		}
 		// Due again after a pause that doubles with each failure in a
-		// row (a full or broken disk would otherwise have every apply
-		// copy the state for a write that fails). The wake comes at
-		// the pause's end whether or not entries arrive meanwhile, and
-		// after snapMu is free, so that it finds it free.
+		// row, so that a full disk does not have every apply copy the
+		// state; the wake comes at the pause's end, after snapMu is free.
 		pause := min(max(2*n.snapPause, snapRetryMin), snapRetryMax)
 		n.snapPause = pause
 		n.snapRetry.Store(monoNow() + int64(pause))
@@ -281,14 +276,10 @@ type snapStorage struct {
 }
 
 // Snapshot implements raft.Storage. It runs on raft's goroutine, so it
-// never copies the state itself (a large state would stall raft, its
-// heartbeats included, for as long as the copy takes): it returns the
-// last snapshot taken when that one carries the current configuration,
-// and otherwise asks the apply thread for a fresh one and reports it
-// temporarily unavailable, which has raft ask again later.
-//
-// The snapshot is n.snap itself, not a copy: nothing changes a snapshot
-// once it is stored there, and the transport only reads it.
+// never copies the state (that would stall the heartbeats): it returns
+// n.snap itself (never changed once stored) when it carries the current
+// configuration, and otherwise asks the apply thread for a fresh one and
+// reports it temporarily unavailable, so that raft asks again later.
 func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
 	snap := s.n.snap.Load()
 	if snap != nil && !raft.IsEmptySnap(snap) && s.n.confIs(snap.GetMetadata().GetConfState()) {
@@ -298,13 +289,9 @@ func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
 	return nil, raft.ErrSnapshotTemporarilyUnavailable
 }
 
-// memSnapshot is what MemoryStorage gets of snap: its metadata alone.
-// MemoryStorage clones the snapshot it is given and each one it returns,
-// state and all; raft reads the state only through snapStorage, which
-// serves it from n.snap.
-//
-// The metadata is a copy: MemoryStorage fills in what is missing of the
-// metadata it is given, which must not write to snap once it is shared.
+// memSnapshot is what MemoryStorage gets of snap: a copy of its metadata
+// alone. MemoryStorage clones every snapshot, state and all, and fills in
+// the metadata it is given; raft reads the state through snapStorage.
 func memSnapshot(snap *raftpb.Snapshot) *raftpb.Snapshot {
 	return &raftpb.Snapshot{Metadata: proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)}
 }

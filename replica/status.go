@@ -40,19 +40,17 @@ type Status struct {
 	// started (itself included): each election won, by anyone, that
 	// reached it. A steady cluster's count does not move.
 	LeaderChanges uint64 `json:"leader_changes"`
-	// ProposedEntries and ProposedCommands count the log entries of
-	// clients' commands this node proposed while it led (not its own
-	// Restamp and Expire entries) and the commands they carried (their
-	// ratio is the group commit's batch size); BatchWaits counts
-	// the leader's batch waits (Config.BatchWait) and BatchWaitTimeouts
-	// those that ended at their deadline rather than full. Since start.
+	// ProposedEntries and ProposedCommands count the entries of clients'
+	// commands this node proposed while it led and the commands they
+	// carried (their ratio is the batch size); BatchWaits counts the
+	// leader's batch waits and BatchWaitTimeouts those that ended at their
+	// deadline. Since start.
 	ProposedEntries   uint64 `json:"proposed_entries"`
 	ProposedCommands  uint64 `json:"proposed_commands"`
 	BatchWaits        uint64 `json:"batch_waits"`
 	BatchWaitTimeouts uint64 `json:"batch_wait_timeouts"`
-	// SnapshotWriteFailures counts this node's snapshot writes that
-	// failed (a full or broken disk): the log is not compacted behind
-	// them, and each is retried after a pause. Since start.
+	// SnapshotWriteFailures counts this node's failed snapshot writes
+	// (each retried after a pause). Since start.
 	SnapshotWriteFailures uint64 `json:"snapshot_write_failures"`
 	// Voters is the latest configuration this node knows (it may not be
 	// committed yet): every server, voters and non-voters, sorted by ID.
@@ -68,9 +66,8 @@ type Member struct {
 }
 
 // ReadyLag is how many committed entries a ready node may still have to
-// apply: under steady traffic a follower is always an entry or two
-// behind, which must not make /readyz flap; one replaying a long log (a
-// restart, a snapshot install) is well past it.
+// apply: a follower under steady traffic is an entry or two behind, one
+// replaying a long log is well past it.
 const ReadyLag = 64
 
 // Status returns this node's view; see Status.

@@ -30,9 +30,8 @@ import (
 //	hardstate   term, vote, commit and a CRC-32C, rewritten in place
 //	snap/       snapshots, %020d.snap by index, newest SnapshotRetain kept
 //
-// A directory written by a latchd release from before etcd raft (raft.db,
-// snapshots/ or wal/ and no FORMAT) is refused with ErrOldRaftDir: its log
-// is not read, so nothing of it is lost or changed.
+// A directory of a release from before etcd raft (no FORMAT) is refused
+// with ErrOldRaftDir, unread and unchanged.
 const (
 	snapFileExt = ".snap"
 	dialTimeout = 2 * time.Second
@@ -156,11 +155,8 @@ func writeFileSync(path string, parts ...[]byte) error {
 	return syncDir(filepath.Dir(path))
 }
 
-// saveSnapshot writes snap durably and keeps the newest retain files.
-//
-// The file is the snapshot's protobuf encoding and its CRC, written from
-// the state's own bytes (snapshotParts): a large state is not copied to
-// be written.
+// saveSnapshot writes snap durably, from the state's own bytes
+// (snapshotParts), and keeps the newest retain files.
 func (st *Storage) saveSnapshot(snap *raftpb.Snapshot, retain int) error {
 	if err := st.format.mark(); err != nil {
 		return err
@@ -189,9 +185,8 @@ func (st *Storage) saveSnapshot(snap *raftpb.Snapshot, retain int) error {
 
 // snapshotParts is snap's protobuf encoding (what proto.Marshal gives) in
 // pieces: the state's field header, the state itself (snap.Data, not a
-// copy) and the metadata. A snapshot of a large state is tens of
-// megabytes; one copy of it is a long memmove no goroutine can preempt,
-// which holds up a collection's stop-the-world for its whole length.
+// copy: a long memmove would hold up a collection's stop-the-world) and
+// the metadata.
 func snapshotParts(snap *raftpb.Snapshot) ([][]byte, error) {
 	data := snap.GetData()
 	if len(data) == 0 {

@@ -11,15 +11,12 @@ import (
 
 // Transport versions (major.minor). A stream opens with the dialer's
 // hello: its raft ID, its address and, optionally, its version as two
-// uvarints. A hello without one is 1.0: what the previous release sends,
-// and what this one sends too, since the previous release's acceptor
-// refuses a hello with anything more in it. The acceptor answers every
-// hello with its own version (transportReply: "LTCHTP", major, minor as
-// uvarints); the previous release's acceptor answers nothing, and its
-// dialer never reads the answer. A major version above this release's,
-// in a hello or an answer, is a newer release that cannot talk to this
-// one: the stream is closed and the log says so. Minor versions add to
-// the handshake without changing the frames, and any two talk.
+// uvarints; without one it is 1.0, which this release sends too (the
+// previous release's acceptor refuses anything more). The acceptor
+// answers every hello with its own version (transportReply: "LTCHTP",
+// major, minor); the previous release answers nothing. A higher major
+// version, either way, closes the stream with a log line. Minor versions
+// only add to the handshake: any two talk.
 const (
 	transportMajor      = 1
 	transportMinor      = 1 // 1: the acceptor answers with its version

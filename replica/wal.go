@@ -21,11 +21,10 @@ import (
 //
 //	u32 body length | u32 CRC-32C of index and body | u64 index | body
 //
-// where body is a walRecord's encoding (encodeRecord). Recovery (Open,
-// walopen.go) and deletion (DeleteRange) are as docs/design/storage.md
-// says; a prefix deleted inside a segment is only remembered in memory:
-// after a restart those entries are back below the snapshot, which the
-// node skips.
+// where body is a walRecord's encoding (encodeRecord). Recovery and
+// deletion are as docs/design/storage.md says; a prefix deleted inside a
+// segment is only remembered in memory (after a restart the node skips
+// those entries, below the snapshot).
 type WAL struct {
 	dir  string
 	max  int64 // roll to a new segment once the active one is this big
@@ -57,10 +56,8 @@ const (
 	walMaxRecord   = 64 << 20 // a body above this is damage, not an entry
 	walExt         = ".wal"
 	// walPrealloc is how far ahead of the last record a segment's file is
-	// filled with zeros (and fsynced once). A record written inside that
-	// space does not change the file's size, so its fdatasync flushes the
-	// data alone, without a journal commit for the inode (a fifth less
-	// time per sync on ext4). Recovery reads the zeros as unused space.
+	// filled with zeros (and fsynced once), so that a record's fdatasync
+	// does not change the file's size and flushes the data alone.
 	walPrealloc = 1 << 20
 )
 
@@ -88,8 +85,8 @@ func (w *WAL) bounds() {
 }
 
 // Cut returns how many bytes of an unfinished write Open found at the
-// tail, to be cut off before the next write (0 if none). The caller logs it: a write torn by a crash is
-// expected, but a large cut after a clean stop means damage.
+// tail, to be cut off before the next write. The caller logs it: a large
+// cut after a clean stop means damage.
 func (w *WAL) Cut() int64 { return w.cut }
 
 // FirstIndex is the index of the log's first entry: 0 when it is empty.
@@ -142,9 +139,8 @@ func (w *WAL) Get(index uint64) (walRecord, error) {
 }
 
 // Append writes recs and fdatasyncs them before it returns. They follow
-// the last entry, or start past a gap: the node writes past a gap only
-// after a snapshot install that covers everything before it (it then
-// clears the log, but a crash can come between), so what is older goes.
+// the last entry, or start past a gap (after a snapshot install that
+// covers it), and then what is older goes.
 func (w *WAL) Append(recs []walRecord) error {
 	if len(recs) == 0 {
 		return nil
@@ -370,12 +366,9 @@ func (w *WAL) deleteSuffix(min uint64) error {
 }
 
 // removeSegments deletes segs, a prefix or a suffix of w.segs, from w.segs
-// (all of them: the log is empty) and from disk. A suffix goes newest first and a prefix oldest first,
-// each unlink synced before the next, so that a crash part way leaves the
-// files without a gap; so does a failure, which stops the run (the files
-// not removed are closed but stay on disk, and the caller makes the
-// error sticky: the next start reads them back, contiguous). w.wmu is
-// held.
+// and from disk, from the outer end inward, each unlink synced before the
+// next, so that a crash or a failure part way leaves no gap in the files
+// (the caller makes a failure sticky). w.wmu is held.
 func (w *WAL) removeSegments(segs []*walSegment) error {
 	if len(segs) == 0 {
 		return nil
@@ -444,8 +437,7 @@ type walRecord struct {
 
 // A record's body: a version byte (1), the term as a uvarint, a type
 // byte (0), a varint (0), Data length-prefixed (uvarint), and an empty
-// length-prefixed field. The constant fields keep the layout every latchd
-// release has written, so a log written before reads the same.
+// length-prefixed field: the layout every release has written.
 const walRecordVersion = 1
 
 func encodeRecord(b []byte, r walRecord) []byte {

@@ -1,8 +1,7 @@
 package replica
 
-// Opening the log: every segment is read back and checked, and the bad
-// bytes found are either a write that never finished (cut off) or damage
-// (the node refuses to start).
+// Opening the log: every segment is read back and checked; bad bytes are
+// either a write that never finished (cut off) or damage (refused).
 
 import (
 	"bytes"
@@ -24,18 +23,14 @@ const walRepair = "The files are left as they are. Repair this node as one that 
 	"for diagnosis), and add it back as a new member (start it with --join and a new --node-id); " +
 	"it catches up from the leader's snapshot and log"
 
-// OpenWAL opens (or creates) the log in dir. segmentSize 0 means the
-// default. The caller keeps other processes out of dir (DiskStorage holds
-// the raft directory's LOCK).
+// OpenWAL opens (or creates) the log in dir; segmentSize 0 means the
+// default. The caller keeps other processes out of dir (the LOCK file).
 //
 // Open changes no file. A bad record is taken for a write that never
-// finished only at the tail of the newest segment, only if nothing
-// intact follows it (intactAfter) and only if it looks unfinished
-// (unfinished); it is cut off before the next write
-// (cutTorn), so that a node that finds more damage after Open (a commit
-// index past the log) can still refuse with the files as they were. Any
-// other damage refuses the open with errWALCorrupt naming the file and the
-// byte offset.
+// finished only at the tail of the newest segment, if nothing intact
+// follows it (intactAfter) and it looks unfinished (unfinished); cutTorn
+// cuts it off before the next write. Any other damage refuses the open
+// with errWALCorrupt naming the file and the byte offset.
 func OpenWAL(dir string, segmentSize int64) (*WAL, error) {
 	if segmentSize <= 0 {
 		segmentSize = walSegmentSize
@@ -87,10 +82,9 @@ func (w *WAL) readSegments() error {
 
 func (w *WAL) path(first uint64) string { return indexedPath(w.dir, first, walExt) }
 
-// openSegment reads a segment's records, without changing the file. What
-// follows the last record is zeros (preallocated space, s.alloc) or, in
-// the newest segment (tail), a write that never finished: w.torn, which
-// cutTorn cuts off before the next write. Anything else is damage.
+// openSegment reads a segment's records, without changing the file. After
+// the last record come zeros (preallocated) or, in the newest segment, a
+// write that never finished (w.torn). Anything else is damage.
 func (w *WAL) openSegment(first uint64, tail bool) (*walSegment, error) {
 	f, err := os.OpenFile(w.path(first), os.O_RDWR, 0o600)
 	if err != nil {
@@ -159,11 +153,9 @@ func (w *WAL) cutTorn() error {
 	return s.f.Sync()
 }
 
-// intactAfter returns the offset of the first intact record after the bad
-// one at off (one that holds an index from next on), or -1 if there is
-// none. A write that a crash interrupted is the last one made, so nothing
-// intact can follow it: anything that does makes the bad record damage in
-// the middle of the log.
+// intactAfter returns the offset of the first intact record (holding an
+// index from next on) after the bad one at off, or -1 if there is none:
+// nothing intact can follow a write a crash interrupted.
 func intactAfter(data []byte, off int64, next uint64) int64 {
 	// Each record takes more than walHeaderSize bytes: an index further
 	// on than this cannot be in the bytes left.

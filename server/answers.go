@@ -8,17 +8,13 @@ import (
 	"github.com/panjf2000/gnet/v2"
 )
 
-// A cluster leader's answers, on the event loop. Each entry the replica
-// applies answers a batch of clients at once. Written by the applying
-// goroutine, that burst keeps the second processor busy while the loop
-// sleeps in epoll_wait; run as one task on the loop, the loop writes the
-// burst itself and reads the commands that came back meanwhile in one
-// poll (bench/results/2026-11-leader-cpu.md).
-//
-// Only with one event loop: with several, one loop would write every
-// loop's answers. And only for a batch of at least answersOnLoopMin
-// answers: a few are written sooner by the goroutine that has them than
-// by a loop that must first be woken.
+// A cluster leader's answers, on the event loop. Each applied entry
+// answers a batch of clients; run as one task on the loop, the loop
+// writes the burst itself and reads the commands that came back meanwhile
+// in one poll, rather than the applying goroutine writing while the loop
+// sleeps. Only with one event loop (else one loop would write every
+// loop's answers), and only for at least answersOnLoopMin answers (a few
+// are written sooner by the goroutine that has them).
 
 // answerQueue runs a backend.AnswerBatcher's answer batches on an event
 // loop, one gnet task for whatever is queued when it runs.

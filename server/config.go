@@ -27,10 +27,9 @@ type Config struct {
 	// AutoRelease releases what a connection held when it closes. Its
 	// queued waits are withdrawn either way.
 	AutoRelease bool
-	// OrphanTTL is how long what a session's connection held and waited
-	// for is kept after it closes, for a new connection naming the session
-	// to take back (orphan.go); 0 turns TCP sessions off. Only a
-	// replicated backend offers them.
+	// OrphanTTL is how long a session's holds and waits outlive its
+	// connection, for a new one to take back (orphan.go); 0 turns TCP
+	// sessions off.
 	OrphanTTL time.Duration
 	// MaxParked caps the bytes a client may pipeline behind a request that
 	// is waiting; past it the connection is closed.
@@ -41,10 +40,9 @@ type Config struct {
 	// MaxConnectionsPerIP caps open connections from one client address;
 	// 0 means no cap.
 	MaxConnectionsPerIP int
-	// AuthFailuresPerMinute rate-limits failed auth per client IP: an IP
-	// may fail this many times at once, then this many times a minute.
-	// Past it, its auth requests are answered error_auth and closed
-	// without the secret being compared. 0 turns the limit off.
+	// AuthFailuresPerMinute rate-limits failed auth per client IP: this
+	// many at once, then this many a minute; past it, auth is refused
+	// without a comparison. 0 turns the limit off.
 	AuthFailuresPerMinute int
 
 	// MaxConnOutput caps the answers buffered for one connection that its
@@ -52,10 +50,8 @@ type Config struct {
 	// past it the connection is closed.
 	MaxConnOutput int
 	// MaxOutput is the budget of answers buffered for all connections
-	// together, shared with the REST server when both get the same
-	// budget.Budget (WithOutputBudget); 0 means none. Past it the
-	// connections holding the most unsent output are closed, and stats
-	// answers carry totals only until it is back under.
+	// together (shared with REST through WithOutputBudget); 0 means none.
+	// Past it the largest holders are closed and stats answer totals only.
 	MaxOutput int64
 	// WriteTimeout closes a connection that has had answers unsent and
 	// sent nothing of them for this long (its client stopped reading); 0
@@ -65,19 +61,15 @@ type Config struct {
 	// truncated list with "truncated": true and the totals. At most half
 	// of MaxConnOutput.
 	MaxStatsBytes int
-	// SendBuffer sets each connection's kernel send buffer (SO_SNDBUF) in
-	// bytes; 0 keeps the kernel's autotuning, under which a few hundred
-	// clients that do not read (up to 4 MiB each, outside these bounds)
-	// push Linux into TCP memory pressure, stalling every connection.
+	// SendBuffer sets each connection's SO_SNDBUF in bytes; 0 keeps the
+	// kernel's autotuning (up to 4 MiB a client, outside these bounds).
 	SendBuffer int
 	// StatsConcurrency bounds the stats answers being built at once,
 	// server-wide; the others wait their turn.
 	StatsConcurrency int
 
-	// DirectHandOff lets the goroutine that grants a waiter write the
-	// answer to the waiter's socket itself when the waiter is parked with
-	// nothing else in or out, instead of waking the waiter's event loop
-	// (docs/architecture.md, "How a grant crosses loops").
+	// DirectHandOff lets the granting goroutine write to an idle waiter's
+	// socket itself instead of waking its event loop (handoff.go).
 	DirectHandOff bool
 }
 
@@ -102,9 +94,8 @@ func DefaultConfig() Config {
 }
 
 // Loops is the number of event loops the server runs: EventLoops, or when
-// that is 0, one per core (GOMAXPROCS) but one, and at least one. The core
-// left over serves the clock goroutine, REST and the kernel's network
-// stack (docs/architecture.md, "How many event loops").
+// that is 0, one per core but one (left to the clock, REST and the
+// kernel's network stack), and at least one.
 func (c Config) Loops() int {
 	if c.EventLoops > 0 {
 		return c.EventLoops

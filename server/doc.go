@@ -8,14 +8,10 @@
 // parks until the session, as the request's backend.Later, hears it.
 //
 // There is no goroutine, channel or timer per connection or per waiter.
-// Requests run on the connection's event loop. A blocking request that the
-// engine parks stops decoding on that connection: the requests behind it
-// stay in gnet's inbound buffer, so answers leave in request order. The
-// grant arrives later through session.Deliver on whatever goroutine freed
-// the slot. If the connection is parked idle, Deliver writes the answer to
-// its socket itself (handoff.go); otherwise it appends the answer to the
-// session's inbox and calls conn.Wake, and the connection's own loop
-// writes it and resumes decoding.
+// A parked request stops decoding on its connection, so answers leave in
+// request order. The grant arrives through session.Deliver on whatever
+// goroutine freed the slot, which writes it to an idle connection's
+// socket itself (handoff.go) or queues it and wakes the connection's loop.
 //
 // Lock order: session.mu takes no other lock, and nothing is called while
 // it is held (docs/locks.md).

@@ -7,11 +7,9 @@ import (
 )
 
 // loop is one gnet event loop's context. When a request on this loop frees
-// a slot (a release, a disconnect), the engine hands the grants to the
-// loop's Via: a waiter on the same loop is answered directly after the
-// current connection's turn, with no Wake and no trip through gnet's task
-// queue; a waiter elsewhere is woken as usual. On a busy key this halves
-// the hand-off time whenever holder and waiter share a loop.
+// a slot, the engine hands the grants to the loop's Via: a waiter on the
+// same loop is answered right after the current connection's turn, with
+// no Wake and no trip through gnet's task queue.
 type loop struct {
 	// Event loop only.
 	pending  []*session // waiters on this loop with an answer in their inbox

@@ -13,17 +13,13 @@ import (
 	"github.com/latchd/latchd/engine"
 )
 
-// A connection may act for a session (the session request, codec/session.go)
-// instead of for itself: an engine session (the mechanism REST sessions
-// use) whose idle TTL is Config.OrphanTTL. The connection keeps it busy;
-// when the connection closes its session goes idle instead of being
-// disconnected, so what it holds and waits for is kept for the orphan TTL,
-// and a new connection (to this node, or to the next leader after a
-// failover) that names the session takes it all back, places in queues
-// and tokens intact. After the TTL the engine's expiry drops the session,
-// releasing and withdrawing what it left, through the log like every
-// expiry. Only a replicated backend offers sessions; a connection that
-// never names one is its own owner, as before.
+// A connection may act for a session (the session request) instead of
+// for itself: an engine session, as REST uses, whose idle TTL is
+// Config.OrphanTTL. When the connection closes, its session goes idle, and
+// what it holds and waits for is kept for the orphan TTL for a new
+// connection (here, or on the next leader) that names the session to take
+// back, queue places and tokens intact; then expiry drops it. Only a
+// replicated backend offers sessions.
 //
 // A session id is 32 hex digits: the owner ID and the session's random
 // key, which the engine keeps with the session (replicated), so any node

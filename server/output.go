@@ -10,14 +10,10 @@ import (
 	"github.com/latchd/latchd/internal/budget"
 )
 
-// Output bounds. A client that sends requests and never reads the answers
-// makes the server keep them, and a stats answer can be a megabyte:
-// MaxConnOutput caps one connection's unsent answers, the output budget
-// (MaxOutput, shared with the REST server) all connections' together, and
-// WriteTimeout how long a connection may take none of them (Config). The
-// accounting is free on the lock path: only a connection that has unsent
-// output (gnet's outbound buffer not empty) updates the shared budget,
-// once per turn.
+// Output bounds (Config): MaxConnOutput caps one connection's unsent
+// answers, MaxOutput all connections' together, and WriteTimeout how long
+// a connection may take none of them. Only a connection with unsent output
+// updates the shared budget, once per turn.
 
 // WithOutputBudget makes the server count its unsent output in b, which
 // the REST server may share; without it the server makes its own budget
@@ -34,12 +30,9 @@ func (s *Server) OutputBudget() *budget.Budget { return s.budget }
 // (stats) does not pin its size for the life of the connection.
 const bigBuf = 64 << 10
 
-// outChunk is the largest piece handed to gnet in one slice. gnet keeps
-// what the socket did not take in pooled slices rounded up to a power of
-// two, one per slice written, and holds a slice until all of it is sent:
-// a 300 KiB stats answer written whole would pin 512 KiB for as long as
-// one byte of it is unsent. In pieces, the memory held stays close to the
-// unsent bytes the budget counts.
+// outChunk is the largest piece handed to gnet in one slice: gnet holds
+// each slice, rounded up to a power of two, until all of it is sent, so in
+// pieces the memory held stays close to the unsent bytes the budget counts.
 const outChunk = 32 << 10
 
 // write hands out to gnet, a large output in outChunk pieces. Event loop
@@ -123,10 +116,9 @@ func (s *Server) kickEnforcer() {
 	}
 }
 
-// enforce closes connections holding the most unsent output while the
-// budget is over, down to three quarters of it. It marks them and wakes
-// them: each one's own loop checks what it really holds (its client may
-// have read meanwhile) and closes only if it still holds output.
+// enforce marks and wakes the connections holding the most unsent output
+// while the budget is over, down to three quarters of it: each one's loop
+// closes it if it still holds output.
 func (s *Server) enforce() {
 	max := s.budget.Max()
 	if max == 0 || s.budget.Used() <= max {
@@ -155,11 +147,9 @@ func (s *Server) enforce() {
 }
 
 // stats answers a stats request on its own goroutine and hands the line to
-// the connection like a grant. At most StatsConcurrency are built at once;
-// the answer is capped at MaxStatsBytes, and carries only the totals while
-// the output budget is spent. An answer that would take the connection
-// past MaxConnOutput closes it instead. consistent: the backend's read
-// barrier first (consistent.go).
+// the connection like a grant, within StatsConcurrency, MaxStatsBytes
+// (totals only while the budget is spent) and MaxConnOutput (else the
+// connection closes). consistent: the read barrier first (consistent.go).
 func (s *Server) stats(ss *session, consistent bool) {
 	if consistent {
 		// Before a slot is taken: the barrier may wait on the leader.

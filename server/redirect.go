@@ -1,13 +1,10 @@
 package server
 
 // A connection the server has answered error_not_leader may be closed by
-// its client, which then renews the connection's grants by token on the
-// leader it was sent to: a cluster client follows redirects so. The close
-// must not release them, even if this node leads again by the time it
-// sees the close (a leader answers not_leader while it takes over, and a
-// node that lost leadership may win it back): Disconnect withdraws the
-// connection's waits and leaves its grants to their leases, as when the
-// server stops.
+// its client, which then renews its grants by token on the leader. The
+// close must not release them, even if this node leads again by then:
+// Disconnect withdraws the connection's waits and leaves its grants to
+// their leases, as when the server stops.
 
 // noteRedirect records that ss was answered err, when err sends it to
 // another node. The engine's errors, the usual ones, cost no allocation.

@@ -97,11 +97,9 @@ func New(cfg Config, be backend.Backend, log *zap.Logger, opts ...Option) (*Serv
 }
 
 // Start listens and serves in the background. It returns once the server
-// accepts connections, or with the reason it could not.
-// It accepts through its own loop and a listen.Guard, which backs off and
-// retries accept errors, and enrolls plain connections in a gnet.Client's
-// event loops: gnet v2.10.0's own accept loop ends its engine, dropping
-// every client, on the first accept error it does not expect (EMFILE).
+// accepts connections, or with the reason it could not. It accepts
+// through a listen.Guard and enrolls connections in a gnet.Client's
+// loops: gnet's own accept loop stops the engine on EMFILE.
 func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
@@ -142,11 +140,9 @@ func (s *Server) startLoops() error {
 	return err
 }
 
-// accept takes connections until the listener closes (the guard retries
-// every other error). A TLS connection gets its own goroutine (tls.go);
-// a plain one goes to an enroller. Enrolling waits for an event loop to
-// run OnOpen, so one enroller per loop keeps every loop taking
-// connections while this goroutine accepts the next.
+// accept takes connections until the listener closes. A TLS connection
+// gets its own goroutine (tls.go); a plain one goes to an enroller, one
+// per loop, since enrolling waits for the loop to run OnOpen.
 func (s *Server) accept() {
 	serve := func(c net.Conn) { s.running.Go(func() { s.serveTLS(c) }) }
 	if s.cfg.TLS == nil {
@@ -198,9 +194,7 @@ func (s *Server) StopAccepting() {
 }
 
 // Settle waits, within ctx, until every connection has taken the answers
-// the engine delivered to it (a Drain's errors, say): Stop closes
-// connections without running their pending wake-ups, so a graceful stop
-// settles first.
+// delivered to it (a Drain's errors, say), which Stop would drop.
 func (s *Server) Settle(ctx context.Context) error {
 	return poll(ctx, func() bool {
 		for ss := range s.sessions {

@@ -8,16 +8,10 @@
 // Report that prints what was tried and what survived.
 //
 // Two sizes: a short run inside `go test -race ./soak/` (part of
-// `make test`, about 15 s on 2 cores) and a long one, `make soak`,
-// selected by the build tag soak or LATCHD_SOAK=long (see Config):
-//
-//	go test -tags soak -run . -count=1 -timeout 30m -v ./soak/
-//
-// The long run is meant without -race (its timing bounds are 100 ms); it
-// opens up to about 6,000 connections at once, 12,000 descriptors with
-// client and server in one process, under the `ulimit -n` of 20,000.
-// LATCHD_SOAK_DURATION shortens or lengthens its random load. Each test
-// logs a report table; every row must show 0 violations.
+// `make test`) and a long one, `make soak` (the build tag soak or
+// LATCHD_SOAK=long, without -race; see Config), which opens up to about
+// 6,000 connections at once. LATCHD_SOAK_DURATION sets its random load's
+// length. Each test logs a report table; every row must show 0 violations.
 //
 // # Soundness
 //

@@ -1,11 +1,7 @@
 // Package stats defines the report of the protocol's stats command: the
 // JSON document the server writes (engine.Snapshot fills it) and the
-// client reads (client.Conn.Stats returns it). Both sides use these types,
-// so their shapes cannot drift apart.
-//
-// stats is a leaf: it imports the standard library only, so the engine may
-// import it without gaining a dependency and the client without importing
-// the engine. It holds data, no behaviour.
+// client reads (client.Conn.Stats returns it), so their shapes cannot
+// drift apart. It is a leaf: the standard library only, data only.
 package stats
 
 // Report is the server's state as the stats command reports it, each list

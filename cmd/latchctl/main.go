@@ -246,10 +246,7 @@ func parseNoArgs(sub string, fs *flag.FlagSet, args []string) error {
 func parse(fs *flag.FlagSet, args []string) (pos, cmd []string, err error) {
 	for i, a := range args {
 		if a == "--" {
-			cmd = args[i+1:]
-			if cmd == nil {
-				cmd = []string{}
-			}
+			cmd = args[i+1:] // not nil, even when empty
 			args = args[:i]
 			break
 		}

@@ -2,10 +2,8 @@ package main
 
 import "syscall"
 
-// procAttr puts CMD in its own process group and, should latchctl die
-// without a chance to stop it (SIGKILL), has the kernel kill it: the
-// server releases the lease when latchctl's connection closes, so CMD
-// must not run on unprotected.
+// procAttr puts CMD in its own process group and has the kernel kill it
+// should latchctl die (SIGKILL): the lease goes with latchctl's connection.
 func procAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -42,10 +42,8 @@ func runSnapshot(fs *flag.FlagSet, c *common, args []string, getenv func(string)
 	return snapshotSave(context.Background(), ac, pos[1], stdout)
 }
 
-// snapshotSave asks the nodes in turn for a backup and writes the first
-// one that answers with a sound file to path, atomically. While no node
-// can answer (an election: 503 not_leader), it asks again after a pause,
-// for up to noLeaderRetry.
+// snapshotSave writes to path, atomically, the first sound backup a node
+// gives; during an election it asks again for up to noLeaderRetry.
 func snapshotSave(ctx context.Context, ac *adminClient, path string, stdout io.Writer) error {
 	deadline := time.Now().Add(noLeaderRetry)
 	for {

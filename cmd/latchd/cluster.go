@@ -205,8 +205,8 @@ func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, 
 }
 
 // handOffWait bounds the leadership transfer a stopping leader makes
-// (replica.Node.HandOff); past it the node stops as leader and the others
-// elect one after their election timeout, as before.
+// (replica.Node.HandOff); past it the others elect one after their
+// election timeout.
 const handOffWait = 5 * time.Second
 
 // joinCluster asks the members at o.join (HTTP addresses) to add this node

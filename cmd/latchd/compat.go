@@ -7,11 +7,10 @@ import (
 	"strings"
 )
 
-// A dflockd v1.10 command line or environment starts latchd: its flags are
-// all accepted (docs/compat.md), and every flag falls back to the
-// environment in this order: the command line, then LATCHD_<FLAG>, then
-// dflockd's own name for the variable where it has one (dflockdEnv), then
-// DFLOCKD_<FLAG>, then the default.
+// A dflockd v1.10 command line or environment starts latchd
+// (docs/compat.md). Each flag's value comes from the command line, else
+// LATCHD_<FLAG>, else dflockd's name for it (dflockdEnv), else
+// DFLOCKD_<FLAG>, else the default.
 
 // source is where a flag's value came from; a larger one wins.
 type source uint8
@@ -93,10 +92,8 @@ func boolWord(v string) string {
 	return v
 }
 
-// addDflockdFlags defines the dflockd v1.10 flags latchd has no flag of
-// its own for (--write-timeout and --shutdown-timeout are real latchd
-// flags, defined with the listeners' and limits'), and the flags latchd
-// itself retired, accepted so that old configurations still start.
+// addDflockdFlags defines the dflockd v1.10 flags latchd has none of its
+// own for, and the flags latchd retired, so that old configurations start.
 func (o *options) addDflockdFlags(g *flagGroup) {
 	g.boolFlag(&o.debug, "debug", false, "same as --log-level debug (dflockd's flag)")
 	g.intFlag(&o.leaseSweepInterval, "lease-sweep-interval", 1,
@@ -132,10 +129,8 @@ func (o *options) applyDflockdFlags(src map[string]source) {
 type warning struct{ flag, why string }
 
 // resolveAuthToken picks the auth secret from --auth-token and
-// --auth-token-file (each a flag or a variable): the one from the stronger
-// source wins (command line, then LATCHD_*, then DFLOCKD_*); from the same
-// source, the inline token wins, as in dflockd. An empty value counts as
-// unset.
+// --auth-token-file: the one from the stronger source wins; from the same
+// source, the inline token, as in dflockd. An empty value counts as unset.
 func (o *options) resolveAuthToken(src map[string]source) error {
 	tokSrc, fileSrc := src["auth-token"], src["auth-token-file"]
 	if o.authToken == "" {

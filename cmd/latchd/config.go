@@ -155,10 +155,8 @@ func (o *options) authSource(vars map[string]string) string {
 	return where + "=" + o.authTokenFile
 }
 
-// checkAuthSecret refuses a secret no TCP client could send: the auth
-// request carries it on one line of at most codec.MaxLine bytes, which
-// cannot hold a line break. (REST would accept a longer one, so without
-// this check latchd would start and TCP auth would fail forever.)
+// checkAuthSecret refuses a secret no TCP client could send on one auth
+// line (at most codec.MaxLine bytes, no line break).
 func checkAuthSecret(tok, source string) error {
 	switch {
 	case len(tok) > codec.MaxLine:

@@ -11,9 +11,8 @@ import (
 	"github.com/latchd/latchd/internal/listen"
 )
 
-// startDebug serves the runtime profiles on addr, for operators chasing a
-// slow or fat server. It is off unless --debug-addr is set; bind it to
-// loopback.
+// startDebug serves the runtime profiles on addr (--debug-addr; bind it to
+// loopback).
 func startDebug(addr string, lns *listen.Set, log *zap.Logger) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

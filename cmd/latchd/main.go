@@ -115,10 +115,9 @@ func (s stopSummary) log(log *zap.Logger, err error) {
 }
 
 // drain is the graceful part of a single node's stop: stop accepting TCP
-// connections, answer every queued waiter (TCP error, REST 503
-// shutting_down) and refuse new acquires, then give holders until timeout
-// to release (0: until they have, as in dflockd); a second signal cuts
-// that short. The REST listener keeps accepting, because a REST holder may
+// connections, answer every queued waiter and refuse new acquires, then
+// give holders until timeout to release (0: until they have); a second
+// signal cuts that short. REST keeps accepting, since a REST holder may
 // release on a new connection. It returns how many waits were answered.
 func drain(eng *engine.Engine, srv *server.Server, web *httpfast.Server, timeout time.Duration, sigs <-chan os.Signal) int {
 	srv.StopAccepting()

@@ -40,8 +40,7 @@ func (r *readiness) check() error {
 const refusalLogEvery = 10 * time.Second
 
 // logRefusals logs, at most once per every, how many requests the engine
-// refused at --max-locks, --max-waiters and --max-keys-per-owner since the last line, until
-// stop is closed. The counts are also in latchd_refused_total.
+// refused at each of its caps since the last line, until stop is closed.
 func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Duration, log *zap.Logger) {
 	var last [3]uint64 // refusals at each cap below, when last logged
 	var lastEng *engine.Engine
@@ -72,12 +71,9 @@ func logRefusals(stop <-chan struct{}, eng func() *engine.Engine, every time.Dur
 	})
 }
 
-// logConnRefusals logs the TCP connections refused at --max-connections
-// or --max-connections-per-ip (refused counts them): the first at once
-// (checked every poll), then at most one line per every with the count
-// since the last, until stop is closed. A full listener otherwise refuses
-// every new client without a word while /healthz answers 200 (the counts
-// are also in latchd_tcp_connections_refused_total).
+// logConnRefusals logs the TCP connections refused at the connection caps:
+// the first at once (checked every poll), then at most one line per every,
+// until stop is closed; a full listener is otherwise silent.
 func logConnRefusals(stop <-chan struct{}, refused func() uint64, poll, every time.Duration, maxConns, perIP int, log *zap.Logger) {
 	var last uint64
 	var logged time.Time

@@ -182,10 +182,8 @@ func (d *daemon) instrument(ctx context.Context) {
 
 	d.out = budget.New(d.scfg.MaxOutput)
 	d.reg.MustRegister(metrics.OutputCollectors(d.out.Used, d.out.Max())...)
-	// Held counts the engine's entries too: when a flood of waiters goes,
-	// it becomes garbage that was live at the last collection, which
-	// neither the quiet rule nor the runtime notices before its forced
-	// collection two minutes later.
+	// Held counts the engine's entries too: a flood of waiters that goes
+	// leaves garbage the runtime would not collect for minutes.
 	held := func() int64 {
 		n := d.out.Used()
 		if e := d.engFn(); e != nil {

@@ -1,14 +1,11 @@
 // Package authlimit keeps a token bucket per client IP (an IPv6 client is
-// its /64, see Key): Limiter for failed authentication attempts (the TCP
-// server's auth command, the REST API's bearer token), whose IPs are
-// refused before their secret is even compared until the bucket refills;
-// Buckets for the REST API's request rate limit. Memory is bounded: the
-// buckets live in two generations of maps, and when the current one fills
-// half the bound it becomes the previous one and the old previous is
-// dropped, so a flood of source addresses can never grow it past the
-// bound, and the IPs forgotten are those least recently seen (they start
-// again with a full bucket). Conns counts each client's open connections
-// for the per-IP connection caps. Safe for concurrent use.
+// its /64, see Key): Limiter for failed authentication attempts, refused
+// before their secret is compared until the bucket refills; Buckets for
+// the REST API's request rate limit. Memory is bounded: the buckets live
+// in two generations of maps, and when the current one fills half the
+// bound the older one is dropped, forgetting the IPs least recently seen.
+// Conns counts each client's open connections for the per-IP connection
+// caps. Safe for concurrent use.
 package authlimit
 
 import (
@@ -20,11 +17,9 @@ import (
 )
 
 // Key is the client a per-IP limit counts ip as: an IPv4 address (also
-// IPv4-mapped in IPv6) itself, an IPv6 address its /64 prefix. One host
-// or site usually holds a whole /64, so counting single IPv6 addresses
-// would let it rotate through 2^64 of them past any per-IP limit (and
-// flood a bounded map until the buckets it wants forgotten are evicted).
-// The zone is dropped. Every per-IP limit of latchd counts by Key.
+// IPv4-mapped in IPv6) itself, an IPv6 address its /64 prefix, which one
+// host usually holds whole and could rotate through past any limit. The
+// zone is dropped. Every per-IP limit of latchd counts by Key.
 func Key(ip netip.Addr) netip.Addr {
 	ip = ip.Unmap().WithZone("")
 	if ip.Is6() {

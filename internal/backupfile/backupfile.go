@@ -6,10 +6,8 @@
 // single node), the highest fence number issued before it, the time it was
 // taken (Unix nanoseconds) and the length of the body; then the SHA-256 of
 // everything before it and of the body. The body is the state as a
-// cluster's snapshot holds it (replica.FSM), which carries a checksum of
-// its own. A file that is cut short, has a flipped byte, another magic or
-// another version is refused with an error naming the file and what is
-// wrong.
+// cluster's snapshot holds it (replica.FSM). A damaged or foreign file is
+// refused with an error naming the file and what is wrong.
 package backupfile
 
 import (

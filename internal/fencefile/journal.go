@@ -13,9 +13,8 @@ import (
 
 // Defaults for Open's options.
 const (
-	// DefaultRange is how far one reservation runs ahead: 1<<20 fences, so
-	// at a million grants a second the journal fsyncs about once a second,
-	// and a crash skips at most about two million numbers.
+	// DefaultRange is how far one reservation runs ahead: about one fsync
+	// a second at a million grants a second.
 	DefaultRange = 1 << 20
 	// DefaultInterval is how often Keep checks the engine's last fence.
 	DefaultInterval = 50 * time.Millisecond
@@ -24,10 +23,8 @@ const (
 // Option adjusts Open.
 type Option func(*Journal)
 
-// WithClockFloor makes Seed at least ns. Pass time.Now().UnixNano(): a
-// new journal (or one replacing a clock-seeded run) then still seeds
-// above the fences of a previous run that seeded from the wall clock.
-// A floor below the stored limit (the clock stepped back) is ignored.
+// WithClockFloor makes Seed at least ns. Pass time.Now().UnixNano(), so
+// that a new journal still seeds above a previous clock-seeded run.
 func WithClockFloor(ns uint64) Option { return func(j *Journal) { j.floor = ns } }
 
 // Journal is an open, locked fence journal. Build it with Open.
@@ -49,10 +46,9 @@ type Journal struct {
 }
 
 // Open opens (creating it with mode 0600 if missing) and locks the journal
-// at path, computes Seed from what it holds, and makes the first
-// reservation, so Seed() < Limit() when it returns. It fails with
-// ErrLocked when another Journal holds the file, and with ErrCorrupt when
-// neither slot holds a valid record. Close releases the lock.
+// at path, computes Seed and makes the first reservation, so Seed() <
+// Limit() when it returns. It fails with ErrLocked or ErrCorrupt. Close
+// releases the lock.
 func Open(path string, opts ...Option) (*Journal, error) {
 	j := &Journal{path: path, step: DefaultRange, interval: DefaultInterval}
 	for _, o := range opts {
@@ -168,19 +164,17 @@ func (j *Journal) Seed() uint64 { return j.seed }
 // may issue fences up to it.
 func (j *Journal) Limit() uint64 { return j.limit.Load() }
 
-// Recovered returns nil when Open found both slots valid (or a new file),
-// and otherwise a description of the slot it had to ignore, for the
-// caller to log as a warning.
+// Recovered describes the slot Open had to ignore, for a warning; nil if
+// none.
 func (j *Journal) Recovered() error { return j.recovered }
 
 // Path returns the journal's file name.
 func (j *Journal) Path() string { return j.path }
 
 // Reserve makes every fence number up to at least need durable and
-// returns the new limit. When need is already within Limit it returns at
-// once; otherwise it writes limit = max(need, Limit()) + range with one
-// fsync. After a failed write every later call fails too: an fsync error
-// may have dropped the data, so the process should stop.
+// returns the new limit: at once when need is within Limit, else by
+// writing max(need, Limit()) + range with one fsync. After a failed write
+// every later call fails too (the fsync may have dropped the data).
 func (j *Journal) Reserve(need uint64) (uint64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -197,9 +191,8 @@ func (j *Journal) Reserve(need uint64) (uint64, error) {
 }
 
 // extendLocked writes limit = max(base, current limit) + range. A jump of
-// more than twice the previous record's step (the first record, a seed
-// from a later clock, a large need) is written to both slots, so a
-// fallback to the other slot never needs a bigger margin than Open adds.
+// more than twice the previous record's step is written to both slots, so
+// a fallback to the other never needs a bigger margin than Open adds.
 func (j *Journal) extendLocked(base uint64) (uint64, error) {
 	base = max(base, j.cur.limit)
 	target, carry := bits.Add64(base, j.step, 0)
@@ -245,9 +238,8 @@ func (j *Journal) Close() error {
 }
 
 // EngineHooks returns what engine.Config needs: FenceSeed, FenceLimit and
-// FenceReserve. The reserve function panics if the journal cannot write:
-// it runs under a shard lock with no way to refuse a grant, and a crash is
-// safer than issuing a fence that is not durable and may be reused.
+// FenceReserve, which panics if the journal cannot write: it cannot refuse
+// a grant, and a crash is safer than a fence that may be reused.
 func (j *Journal) EngineHooks() (seed, limit uint64, reserve func(need uint64) uint64) {
 	return j.Seed(), j.Limit(), func(need uint64) uint64 {
 		l, err := j.Reserve(need)

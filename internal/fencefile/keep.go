@@ -3,12 +3,10 @@ package fencefile
 import "time"
 
 // Keep reserves ahead of use until stop is closed: every interval (see
-// WithInterval) it compares last() (engine.LastFence) with Limit(), and
-// when less than half a range is left it reserves another range and
-// passes the new limit to raise (engine.RaiseFenceLimit). The engine's own
-// FenceReserve path, an fsync under a shard lock, then runs only when
-// grants outpace Keep. A failed reservation goes to onErr (if not nil);
-// Keep carries on, and the engine panics if it ever runs out.
+// WithInterval), when less than half a range is left above last()
+// (engine.LastFence), it reserves another range and passes the new limit
+// to raise (engine.RaiseFenceLimit). A failed reservation goes to onErr
+// (if not nil) and Keep carries on.
 func (j *Journal) Keep(stop <-chan struct{}, last func() uint64, raise func(uint64), onErr func(error)) {
 	tick := j.tick
 	if tick == nil {

@@ -62,9 +62,8 @@ var (
 	errEmpty = errors.New("empty")
 )
 
-// decode parses a slot from the bytes read (short if the file is). The
-// error says why it is unusable, for the operator: it ends up in
-// ErrCorrupt's message or in Recovered.
+// decode parses a slot from the bytes read (short if the file is); the
+// error says why it is unusable (ErrCorrupt's message, Recovered).
 func decode(b []byte) (record, error) {
 	switch {
 	case len(bytes.Trim(b, "\x00")) == 0:

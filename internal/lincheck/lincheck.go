@@ -354,12 +354,10 @@ func (lc *Client) Do(req string, deadline time.Time) (line string, sent bool) {
 	return "", false
 }
 
-// Worker runs try-lock, renew, release rounds on keys until stop is
-// closed, recording each operation. keys picks the key of a round.
-// ttl is the lease the grants ask for: it must outlast the run (a grant of
-// unknown outcome holds its key until the lease ends, and the model has
-// no expiry). Renewals ask for twice ttl, so that a read (RecordRead) can
-// tell a renewed lease from one that was not. h, if its fields are set, sees each round as it goes.
+// Worker runs try-lock, renew, release rounds on keys (keys picks a
+// round's) until stop is closed, recording each operation. ttl must
+// outlast the run (the model has no expiry); renewals ask for twice ttl,
+// so that a read can tell a renewed lease. h sees each round.
 func Worker(id int, lc *Client, rec *Recorder, keys func() string, ttl time.Duration, stop <-chan struct{}, h Hooks) {
 	secs := int64(ttl / time.Second)
 	defer lc.Close()

@@ -1,12 +1,9 @@
 // Package listen keeps latchd's listeners alive through accept errors.
 //
-// A listener whose accept fails with EMFILE ("too many open files") or
-// another resource error must neither die nor spin: Guard wraps a
-// net.Listener so that Accept never returns such an error. It counts it,
-// logs it (at most once a second per listener), backs off (5 ms doubling to
-// 1 s) and tries again, while the connections already open keep being
-// served. A Set tells which of its listeners cannot take a connection
-// now, for /healthz.
+// Guard wraps a net.Listener so that Accept never returns EMFILE or
+// another resource error: it counts and logs it (at most once a second),
+// backs off (5 ms doubling to 1 s) and tries again. A Set tells which of
+// its listeners cannot take a connection now, for /healthz.
 package listen
 
 import (
@@ -68,13 +65,9 @@ func (s *Set) Wrap(name string, ln net.Listener) net.Listener {
 // Down returns the names of the listeners that cannot take a connection
 // now, sorted: those sleeping a backoff step after an accept error, and
 // those that ran out of descriptors while the process still has none
-// free. None when every listener can accept. A closed listener is not
-// down. A nil Set has none.
-//
-// It answers for the present, not from the last accept: a listener whose
-// accept waits in the kernel with nothing queued learns of no recovery
-// until a client connects, and a client that asks /healthz first, or a
-// balancer that sends none while it reads 503, would wait for ever.
+// free. A closed listener is not down; a nil Set has none. It answers
+// for the present, not from the last accept, which may wait for a client
+// that waits for /healthz.
 func (s *Set) Down() []string {
 	if s == nil {
 		return nil
@@ -142,9 +135,8 @@ func (g *Guard) Accept() (net.Conn, error) {
 }
 
 // Report records an error taking over a connection Accept returned (a
-// descriptor that could not be duplicated, say) as an accept error: it is
-// counted and logged, and a shortage of descriptors backs the next Accept
-// off. Any goroutine may call it.
+// descriptor that could not be duplicated, say) as an accept error. Any
+// goroutine may call it.
 func (g *Guard) Report(err error) {
 	if g.record(err) {
 		g.owed.Store(true)
@@ -155,15 +147,16 @@ func (g *Guard) Report(err error) {
 // a backoff; it marks descriptors short if so.
 func (g *Guard) record(err error) bool {
 	reason, resource := classify(err)
+	if resource {
+		// Before the count, so that whoever sees the count sees the
+		// listener down. A peer that went away before its turn
+		// (ECONNABORTED, ECONNRESET) is not: nothing to wait for.
+		g.short.Store(true)
+	}
 	if g.set.count != nil {
 		g.set.count(g.name, reason)
 	}
 	g.logError(err, reason)
-	if resource {
-		// A peer that went away before its turn (ECONNABORTED,
-		// ECONNRESET) is not: nothing to wait for.
-		g.short.Store(true)
-	}
 	return resource
 }
 
@@ -187,9 +180,7 @@ func (g *Guard) backoff() {
 
 // Freed tells the Guard that a connection of its listener closed, so a
 // descriptor may be free: a backoff step under way, or the next one, ends
-// at once rather than at the end of its time. It never blocks (a
-// non-blocking send on a one-slot channel; a stale signal only makes one
-// retry early).
+// at once. It never blocks.
 func (g *Guard) Freed() {
 	select {
 	case g.nudge <- struct{}{}:

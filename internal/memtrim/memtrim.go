@@ -37,27 +37,17 @@ type Gauges struct {
 //   - the last interval was quiet (no collection ran, and it allocated
 //     at most minIdle/quietShare bytes) while more than worth bytes
 //     were allocated since the last collection, or more than worth
-//     bytes of large buffers were Made since the last trim: that garbage
-//     would otherwise wait for the runtime's forced collection, every two
-//     minutes, or
-//   - the last interval was quiet while the last collection found
-//     more than worth bytes more live than the lowest live heap seen
-//     since the last trim: a burst of small objects (a million queued
-//     waiters, say) that was live at that collection and may be garbage
-//     now, which neither rule above can see and the runtime will not
-//     collect until the heap doubles. It fires once per such growth: the
-//     trim's own collection sets the new low.
+//     bytes of large buffers were Made since the last trim (garbage that
+//     would wait for the runtime's forced collection, minutes away), or
+//   - the last interval was quiet while the live heap has grown by more
+//     than worth since its lowest since the last trim: a burst of small
+//     objects that may be garbage now, which the runtime will not collect
+//     until the heap doubles.
 //
-// It waits while Held is falling, for up to settleChecks checks in a row:
-// a flood torn down over several intervals (on a busy machine, say) is
-// trimmed once, at its end. A trim midway would collect only what was
-// garbage by then; the rest, up to worth, would wait for the runtime's
-// next collection, minutes away in a quiet program.
-//
-// worth is minIdle, or a liveShare'th of the live heap when that is more:
-// a trim marks the whole live heap, twice. A busy program collects on its
-// own, so the two quiet rules do not fire there, however large its live
-// heap. Run returns when stop is closed.
+// It waits while Held is falling, for up to settleChecks checks in a row,
+// so that a flood torn down over several intervals is trimmed once, at
+// its end. worth is max(minIdle, live heap/liveShare): a trim marks the
+// whole live heap, twice. Run returns when stop is closed.
 func Run(stop <-chan struct{}, every time.Duration, minIdle uint64, g Gauges) {
 	run(stop, every, minIdle, g, nil)
 }

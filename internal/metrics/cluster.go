@@ -43,11 +43,9 @@ type clusterCollector struct {
 	descs [len(raftFamilies)]*prometheus.Desc
 }
 
-// NewClusterCollector returns a collector reporting what read returns, at
-// each scrape: latchd_raft_role{role} (1 for the current role), term,
-// commit, applied and last log index, leader changes seen, and the
-// leader's batching: entries and commands proposed, batch waits and those
-// that timed out; and the snapshot writes that failed.
+// NewClusterCollector returns a collector reporting what read returns at
+// each scrape: latchd_raft_role{role} (1 for the current role) and the
+// raftFamilies.
 func NewClusterCollector(read func() ClusterSample) prometheus.Collector {
 	c := &clusterCollector{read: read,
 		role: prometheus.NewDesc("latchd_raft_role", "1 for this node's current raft role.", []string{"role"}, nil)}

@@ -10,8 +10,6 @@
 // reasons, refusal reasons, REST route names and status codes. A key
 // never becomes a label.
 //
-// Concurrency: everything is safe for concurrent use. The TCP and HTTP
-// types resolve every labelled child at construction, so the request path
-// only does atomic adds and never allocates. The engine is read once per
-// scrape (engine.Metrics and LastFence), not on the request path.
+// Everything is safe for concurrent use. The request path only does
+// atomic adds (TCP, HTTP); the engine is read once per scrape.
 package metrics

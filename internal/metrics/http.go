@@ -2,9 +2,8 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// HTTP holds the REST server's metric families. Its owner resolves the
-// children it needs once, at construction, with Route and Code, and
-// keeps them in arrays: the request path never looks a label up.
+// HTTP holds the REST server's metric families; its owner resolves the
+// children it needs at construction (Route, Code).
 type HTTP struct {
 	latency   *prometheus.HistogramVec
 	responses *prometheus.CounterVec

@@ -27,10 +27,8 @@ var Buckets = []float64{
 // exposition format 0.0.4.
 var ContentType = string(expfmt.NewFormat(expfmt.TypeTextPlain))
 
-// Registry is one process's metrics: a private prometheus.Registry with
-// the engine collector, the TCP and HTTP metrics, and the Go runtime and
-// process collectors. Build it with NewRegistry; share it between the
-// transports so one scrape sees everything.
+// Registry is one process's metrics (see the package comment). Build it
+// with NewRegistry and share it between the transports.
 type Registry struct {
 	reg  *prometheus.Registry
 	tcp  *TCP

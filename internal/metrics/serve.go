@@ -32,10 +32,8 @@ type ServeConfig struct {
 }
 
 // Serve listens on addr (port 0 picks one) and serves reg on GET /metrics
-// with net/http, for when the REST server, which otherwise serves
-// /metrics, is off. It returns once the socket is bound, with a stop
-// function that shuts the listener down gracefully within ctx, and the
-// bound address.
+// with net/http. It returns once the socket is bound, with a function
+// that stops it gracefully within ctx, and the bound address.
 func Serve(addr string, reg *Registry, log *zap.Logger, cfg ServeConfig) (stop func(context.Context) error, boundAddr string, err error) {
 	if reg == nil {
 		return nil, "", errNilRegistry

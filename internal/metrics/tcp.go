@@ -76,8 +76,7 @@ var refusalNames = [numRefusals]string{
 
 // TCP holds the TCP server's metrics, every child resolved at
 // construction into arrays, so recording is an array index and an atomic
-// add: no map lookup, no label hashing, no allocation. A nil *TCP is not
-// valid; the server skips recording when it has none.
+// add. A nil *TCP is not valid.
 type TCP struct {
 	conns          atomic.Int64
 	requests       [numCmds]prometheus.Counter
