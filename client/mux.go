@@ -20,7 +20,8 @@ import (
 // nothing. On each connection, the caller that finds no write under way
 // sends every request queued so far in one write, and again while more
 // were queued during it; a reader goroutine hands each answer to its
-// caller.
+// caller, and sends in one write what the callers it woke ask next. A
+// key's requests all go over one connection (picked by its hash).
 //
 // A Mux acts for one session, attached to each of its connections, when
 // the server offers sessions (--orphan-ttl above 0): what it holds
@@ -151,14 +152,23 @@ func (m *Mux) keepalive(every time.Duration) {
 	}
 }
 
-// call runs one request on one of the Mux's connections: the next one up,
-// round robin, waiting for one to come up while ctx allows.
+// call runs one request on one of the Mux's connections, waiting for one
+// to come up while ctx allows. A key's requests go to the connection its
+// hash picks while it is up (the next one up else): on a busy key a
+// release, its answer and the grant it makes for the next waiter of the
+// Mux then share one connection, so they share the server's writes and
+// the reader's reads. Requests without a key go round robin.
 func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		if m.isClosed() {
 			return reply{}, ErrClosed
 		}
-		start := m.next.Add(1)
+		var start uint32
+		if cmd == codec.CmdSession || cmd == codec.CmdStats {
+			start = m.next.Add(1)
+		} else {
+			start = uint32(uint64(keyHash(key)) * uint64(len(m.conns)) >> 32)
+		}
 		for i := range uint32(len(m.conns)) {
 			c := m.conns[(start+i)%uint32(len(m.conns))]
 			if c.up() {
@@ -171,6 +181,16 @@ func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, w
 		case <-time.After(backoff):
 		}
 	}
+}
+
+// keyHash is FNV-1a of key: its high bits spread a Mux's keys over its
+// connections.
+func keyHash(key string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return h
 }
 
 // retry runs an idempotent request (a renewal, a release) until it is
