@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -163,11 +164,9 @@ func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, w
 		if m.isClosed() {
 			return reply{}, ErrClosed
 		}
-		var start uint32
-		if cmd == codec.CmdSession || cmd == codec.CmdStats {
-			start = m.next.Add(1)
-		} else {
-			start = uint32(uint64(keyHash(key)) * uint64(len(m.conns)) >> 32)
+		start := m.next.Add(1)
+		if cmd != codec.CmdSession && cmd != codec.CmdStats {
+			start = homeConn(key, len(m.conns))
 		}
 		for i := range uint32(len(m.conns)) {
 			c := m.conns[(start+i)%uint32(len(m.conns))]
@@ -183,14 +182,13 @@ func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, w
 	}
 }
 
-// keyHash is FNV-1a of key: its high bits spread a Mux's keys over its
-// connections.
-func keyHash(key string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return h
+// homeSeed seeds the hash that picks a key's connection.
+var homeSeed = maphash.MakeSeed()
+
+// homeConn returns the index of the connection, of n, that key's requests
+// go to while it is up.
+func homeConn(key string, n int) uint32 {
+	return uint32(maphash.String(homeSeed, key) % uint64(n))
 }
 
 // retry runs an idempotent request (a renewal, a release) until it is
