@@ -174,7 +174,7 @@ func (c *muxConn) run() {
 }
 
 // read hands answers to their callers until an error.
-func (c *muxConn) read(br *bufio.Reader) (err error) {
+func (c *muxConn) read(br *bufio.Reader) error {
 	var long []byte
 	held := false // the reader holds the write turn for the callers it wakes
 	defer func() {
