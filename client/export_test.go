@@ -46,3 +46,6 @@ func LeaseEnd(l *Lock) time.Time {
 	}
 	return l.l.cur.until()
 }
+
+// HomeConn is homeConn: the connection, of n, a Mux sends key's requests to.
+func HomeConn(key string, n int) int { return int(homeConn(key, n)) }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,8 @@ import (
 // nothing. On each connection, the caller that finds no write under way
 // sends every request queued so far in one write, and again while more
 // were queued during it; a reader goroutine hands each answer to its
-// caller.
+// caller, and sends in one write what the callers it woke ask next. A
+// key's requests all go over one connection (picked by its hash).
 //
 // A Mux acts for one session, attached to each of its connections, when
 // the server offers sessions (--orphan-ttl above 0): what it holds
@@ -151,14 +153,21 @@ func (m *Mux) keepalive(every time.Duration) {
 	}
 }
 
-// call runs one request on one of the Mux's connections: the next one up,
-// round robin, waiting for one to come up while ctx allows.
+// call runs one request on one of the Mux's connections, waiting for one
+// to come up while ctx allows. A key's requests go to the connection its
+// hash picks while it is up (the next one up else): on a busy key a
+// release, its answer and the grant it makes for the next waiter of the
+// Mux then share one connection, so they share the server's writes and
+// the reader's reads. Requests without a key go round robin.
 func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		if m.isClosed() {
 			return reply{}, ErrClosed
 		}
 		start := m.next.Add(1)
+		if cmd != codec.CmdSession && cmd != codec.CmdStats {
+			start = homeConn(key, len(m.conns))
+		}
 		for i := range uint32(len(m.conns)) {
 			c := m.conns[(start+i)%uint32(len(m.conns))]
 			if c.up() {
@@ -171,6 +180,15 @@ func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, w
 		case <-time.After(backoff):
 		}
 	}
+}
+
+// homeSeed seeds the hash that picks a key's connection.
+var homeSeed = maphash.MakeSeed()
+
+// homeConn returns the index of the connection, of n, that key's requests
+// go to while it is up.
+func homeConn(key string, n int) uint32 {
+	return uint32(maphash.String(homeSeed, key) % uint64(n))
 }
 
 // retry runs an idempotent request (a renewal, a release) until it is

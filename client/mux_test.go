@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,5 +240,30 @@ func TestMuxElection(t *testing.T) {
 	}
 	if err := <-won; err != nil || !b.Leading() {
 		t.Fatalf("b.Campaign = %v, leading %v", err, b.Leading())
+	}
+}
+
+// TestMuxHomeConnSpreadsKeys checks that a Mux's keys spread over its
+// connections, each key to one, including keys that differ only in their
+// last characters (worker-0, worker-1, ...).
+func TestMuxHomeConnSpreadsKeys(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 8} {
+		per := make([]int, n)
+		for i := range 400 {
+			key := "worker-" + strconv.Itoa(i)
+			c := client.HomeConn(key, n)
+			if c < 0 || c >= n {
+				t.Fatalf("HomeConn(%q, %d) = %d, out of range", key, n, c)
+			}
+			if again := client.HomeConn(key, n); again != c {
+				t.Fatalf("HomeConn(%q, %d) = %d, then %d", key, n, c, again)
+			}
+			per[c]++
+		}
+		for c, k := range per {
+			if k < 400/n/4 { // a fair share is 400/n
+				t.Errorf("%d connections: connection %d has %d of 400 keys, want at least %d (all: %v)", n, c, k, 400/n/4, per)
+			}
+		}
 	}
 }

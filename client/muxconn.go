@@ -2,10 +2,12 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +21,11 @@ import (
 // caller finds no write under way becomes the writer, and sends
 // everything queued in one write, again until wq stays empty: what others
 // queue meanwhile goes out together (one write per flush). The reader
-// (run) hands each answer to the caller its tag names.
+// (run) hands each answer to the caller its tag names. While it hands out
+// the answers of one read it holds the write turn itself, and it writes
+// once after the callers it woke have had a turn to run: on a busy key the
+// release of the caller just granted and the next acquire of the caller
+// just released leave in one write, as they came in one read.
 type muxConn struct {
 	m    *Mux
 	addr int // index in m.addrs of the server to dial next
@@ -116,6 +122,12 @@ func (c *muxConn) flushLocked() {
 		return
 	}
 	c.writing = true
+	c.flushHeldLocked()
+}
+
+// flushHeldLocked sends what is queued, for a caller that set writing, and
+// unlocks mu.
+func (c *muxConn) flushHeldLocked() {
 	for len(c.wq) > 0 && c.isUp {
 		buf, nc := c.wq, c.nc
 		c.wq = c.spare[:0]
@@ -164,6 +176,13 @@ func (c *muxConn) run() {
 // read hands answers to their callers until an error.
 func (c *muxConn) read(br *bufio.Reader) error {
 	var long []byte
+	held := false // the reader holds the write turn for the callers it wakes
+	defer func() {
+		if held {
+			c.mu.Lock()
+			c.flushHeldLocked()
+		}
+	}()
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -188,6 +207,9 @@ func (c *muxConn) read(br *bufio.Reader) error {
 			return fmt.Errorf("%w: answer %q", ErrProtocol, line)
 		}
 		c.mu.Lock()
+		if !held && !c.writing {
+			held, c.writing = true, true
+		}
 		call := c.pending[id]
 		delete(c.pending, id)
 		abandoned := call != nil && call.abandoned
@@ -200,12 +222,28 @@ func (c *muxConn) read(br *bufio.Reader) error {
 				call.ch <- struct{}{}
 			}
 		}
+		if held && !lineBuffered(br) {
+			// The batch is handed out. Let the callers it woke run
+			// first (on this P), so that what they send next goes
+			// out in this one write.
+			held = false
+			runtime.Gosched()
+			c.mu.Lock()
+			c.flushHeldLocked()
+		}
 		if resp.Status == codec.StatusErrorNotLeader {
 			// Leadership moved: dial the leader it names.
 			c.leader = strings.TrimSpace(string(resp.Body))
 			return &NotLeaderError{Leader: c.leader}
 		}
 	}
+}
+
+// lineBuffered reports whether br holds a whole line: reading it will not
+// wait for the network.
+func lineBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
 }
 
 // dropGrant releases the grant an abandoned acquire or wait got.
