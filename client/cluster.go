@@ -83,8 +83,8 @@ type Cluster struct {
 	// the leader a not-leader answer to its last attach named.
 	sessConn   *Conn
 	attachHint string
-	pinging bool   // keepalive runs
-	closed  bool
+	pinging    bool // keepalive runs
+	closed     bool
 	// owning are the connections that may own a grant, aside those of
 	// them a not-leader answer moved the client away from (cluster_keep.go).
 	owning map[*Conn]struct{}
