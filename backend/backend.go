@@ -108,6 +108,10 @@ type Request struct {
 	// answered the first (replica/dedup.go); a single node, where no
 	// outcome is ever unknown to a live connection, ignores it.
 	ReqID []byte
+	// Scope is the session a TCP request with a ReqID acts for (0: none),
+	// whose ids a replicated backend keeps apart from other clients'
+	// (ScopeReqID). A REST front end scopes its ReqID itself.
+	Scope engine.OwnerID
 	// Client is the TCP connection that sent the request (0 for none),
 	// for a replicated leader's batching; not part of the state.
 	Client engine.OwnerID

@@ -79,8 +79,12 @@ type Cluster struct {
 	conn    *Conn  // the current connection; nil between connections
 	next    int    // the seed dialled when no leader is named
 	session string // the session the connections act for; "" for none
-	pinging bool   // keepalive runs
-	closed  bool
+	// sessConn is the connection that acts for the session; attachHint,
+	// the leader a not-leader answer to its last attach named.
+	sessConn   *Conn
+	attachHint string
+	pinging    bool // keepalive runs
+	closed     bool
 	// owning are the connections that may own a grant, aside those of
 	// them a not-leader answer moved the client away from (cluster_keep.go).
 	owning map[*Conn]struct{}
@@ -267,6 +271,11 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 				return err // the caller's deadline, or not worth retrying
 			}
 			last, hint, pause = err, "", true
+			continue
+		}
+		if h, ok := c.unattached(conn); ok && r == byID {
+			c.leave(conn)
+			last, hint, pause = fmt.Errorf("%w: %s does not act for the session", ErrNoLeader, conn.Addr()), h, h == ""
 			continue
 		}
 		sent := false

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,8 @@ type fakeNode struct {
 	handle func(cmd, key, arg string) string
 	seen   map[string]int
 	ids    []string // the request ids the key lines carried, in order
+	// session answers session requests; "" for "error" (no sessions).
+	session string
 }
 
 func newFakeNode(t *testing.T, handle func(cmd, key, arg string) string) *fakeNode {
@@ -80,7 +83,10 @@ func (n *fakeNode) serve(c net.Conn) {
 		}
 		if req[0] == "session" {
 			// A server without sessions (a single node's answer).
-			if _, err := io.WriteString(c, "error\n"); err != nil {
+			n.mu.Lock()
+			answer := cmp.Or(n.session, "error")
+			n.mu.Unlock()
+			if _, err := io.WriteString(c, answer+"\n"); err != nil {
 				return
 			}
 			continue

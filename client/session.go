@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/latchd/latchd/codec"
@@ -25,7 +26,9 @@ const closeSessionWait = time.Second
 // one when it has none or the one it had is gone (past its orphan TTL).
 // Errors leave conn as it is: a broken conn fails the request that
 // follows, which is retried; a follower's not-leader answer leaves it
-// without a session, and a mutation on it is redirected.
+// without a session (its leader's address is kept for the retry of the
+// request that needs one, see unattached), and a mutation on it is
+// redirected.
 func (c *Cluster) attach(ctx context.Context, conn *Conn) {
 	if c.noSess.Load() {
 		return
@@ -36,15 +39,17 @@ func (c *Cluster) attach(ctx context.Context, conn *Conn) {
 	if id != "" {
 		r, err := conn.roundTrip(ctx, codec.CmdSession, id, nil, 0, nil)
 		if err != nil || r.Status != codec.StatusError {
+			c.attached(conn, r, err)
 			return // attached, broken, or a follower
 		}
 	}
 	r, err := conn.roundTrip(ctx, codec.CmdSession, codec.SessionNew, nil, 0, nil)
 	switch {
 	case err != nil || r.Status == codec.StatusErrorNotLeader:
+		c.attached(conn, r, err)
 	case r.Status == codec.StatusOK && len(r.Token) == 32:
 		c.mu.Lock()
-		c.session = r.Token
+		c.session, c.sessConn = r.Token, conn
 		start := !c.pinging && !c.closed
 		c.pinging = true
 		c.mu.Unlock()
@@ -54,6 +59,44 @@ func (c *Cluster) attach(ctx context.Context, conn *Conn) {
 	default:
 		c.noSess.Store(true)
 	}
+}
+
+// attached notes the answer to a session request naming the Cluster's
+// session on conn: conn acts for it (ok), or, for a not-leader answer,
+// the leader it named.
+func (c *Cluster) attached(conn *Conn, r reply, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err != nil:
+	case r.Status == codec.StatusOK:
+		c.sessConn = conn
+	case r.Status == codec.StatusErrorNotLeader:
+		c.attachHint = ""
+		if nl := (*NotLeaderError)(nil); errors.As(errorFor(r, ErrProtocol), &nl) {
+			c.attachHint = nl.Leader
+		}
+	}
+}
+
+// unattached reports whether a request whose retry is matched by its
+// request id (byID) must not go on conn: the servers offer sessions, and
+// conn does not act for the Cluster's (its attach was answered
+// not-leader, say by a node still taking over the leadership). The
+// cluster scopes request ids to the session that sends them, so a request
+// sent without the session, or retried without it, would not be known
+// for the same one: the caller dials again, to hint when a node named the
+// leader.
+func (c *Cluster) unattached(conn *Conn) (hint string, ok bool) {
+	if c.noSess.Load() {
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessConn == conn {
+		return "", false
+	}
+	return c.attachHint, true
 }
 
 // pingEvery is how often a Cluster with a session checks its connection:
@@ -103,11 +146,15 @@ func (c *Cluster) ping(ctx context.Context, conn *Conn) error {
 		return err
 	case r.Status == codec.StatusErrorNotLeader:
 		return errorFor(r, ErrProtocol)
-	case r.Status != codec.StatusOK:
+	case r.Status == codec.StatusOK:
+		c.attached(conn, r, nil) // an unused connection attaches with it
+	default:
 		// The session is gone (its orphan TTL passed): what it held is
-		// released. The next connection opens a new one.
+		// released. The next connection opens a new one. On a
+		// connection that never acted for it, the error only says that
+		// it may no longer name one: the next connection attaches.
 		c.mu.Lock()
-		if c.session == id {
+		if c.session == id && c.sessConn == conn {
 			c.session = ""
 		}
 		c.mu.Unlock()

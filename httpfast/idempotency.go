@@ -1,8 +1,7 @@
 package httpfast
 
 import (
-	"encoding/binary"
-
+	"github.com/latchd/latchd/backend"
 	"github.com/latchd/latchd/engine"
 )
 
@@ -32,12 +31,9 @@ func validIdempotencyKey(k []byte) bool {
 }
 
 // scopedRequestID returns the request id the backend de-duplicates by:
-// the session's owner ID (8 bytes, its top bit set, so never a TCP
-// request id, which is printable) and the header's key, so that one
-// session cannot replay another's answers. nil without a key.
+// the header's key scoped to the session (backend.ScopeReqID: its owner
+// ID, top bit set, then the key), so that one session cannot replay
+// another's answers. nil without a key.
 func scopedRequestID(owner engine.OwnerID, key []byte) []byte {
-	if len(key) == 0 {
-		return nil
-	}
-	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(key)), uint64(owner)), key...)
+	return backend.ScopeReqID(make([]byte, 0, 8+len(key)), owner, key)
 }

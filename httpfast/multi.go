@@ -16,7 +16,9 @@ import (
 // A grant answers {"status":"ok","tokens":[...],"lease_ttl_s":l}, one
 // token per key in the request's order; each key is then renewed and
 // released on its own route (/v1/locks/{key}, or /v1/semaphores/{key}
-// with a limit) with its own token.
+// with a limit) with its own token. An Idempotency-Key makes a retry
+// answer as the first attempt did, as on the single-key routes: the same
+// tokens, or, for a set still waiting, its place in the queues.
 
 // multiBody is the JSON body of POST /v1/multi.
 type multiBody struct {
@@ -38,12 +40,17 @@ func (s *Server) multiOp(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errBadRequest, err.Error())
 		return
 	}
+	idem := ctx.Request.Header.Peek(idempotencyHeader)
+	if len(idem) > 0 && !validIdempotencyKey(idem) {
+		writeError(ctx, errBadRequest, "bad Idempotency-Key: must be 1-64 printable ASCII characters without space")
+		return
+	}
 	owner, ok := s.beginHeader(ctx)
 	if !ok {
 		return
 	}
 	defer s.endSession(owner)
-	r.Owner = owner
+	r.Owner, r.ReqID = owner, scopedRequestID(owner, idem)
 	var sink setChan
 	if r.Timeout > 0 {
 		sink = make(setChan, 1)

@@ -267,5 +267,12 @@ func TestAddLearner(t *testing.T) {
 	if s := suffrage(); s != "voter" {
 		t.Fatalf("promoted learner's suffrage %q; want voter", s)
 	}
+	// Adding it as a learner again (a joining node's retry) is no demotion.
+	if err := l.AddLearner(ctx, nd.ID(), addr); err != nil {
+		t.Fatalf("AddLearner of a voter: %v", err)
+	}
+	if s := suffrage(); s != "voter" {
+		t.Fatalf("voter added again as a learner: suffrage %q; want voter", s)
+	}
 	waitSame(t, c.live()...)
 }

@@ -78,6 +78,7 @@ type detGen struct {
 	now   int64
 	reqID uint64
 	toks  []fence.Token
+	set   *Command // the last set with a request id, for a retry of it
 }
 
 var (
@@ -140,6 +141,11 @@ func (g *detGen) command() Command {
 	case 14:
 		c.Op, c.Key, c.Limit, c.TTL, c.Salt = OpRWEnqueue, []byte("rw"), 1+rng.IntN(2), ttl, rng.Uint64()
 	case 15, 16: // many keys at once, in one entry
+		if g.set != nil && rng.IntN(3) == 0 { // its retry, from another owner, soon after
+			r := *g.set
+			r.ReqID, r.Now, r.Owner = g.reqID, c.Now, c.Owner
+			return r
+		}
 		perm := rng.Perm(4)[:1+rng.IntN(3)]
 		ks := make([]string, len(perm))
 		for i, p := range perm {
@@ -149,8 +155,13 @@ func (g *detGen) command() Command {
 		if rng.IntN(3) != 0 {
 			c.Timeout = time.Duration(1+rng.IntN(10)) * time.Second
 		}
+		if rng.IntN(3) == 0 { // a request id, some retried: a waiting set taken over in its place
+			c.ReqKey = fmt.Appendf(nil, "set%d.%s", rng.IntN(3), c.Key) // a retry names the same keys
+			set := c
+			g.set = &set
+		}
 		if rng.IntN(4) == 0 {
-			c.Op, c.Key, c.Limit, c.TTL, c.Salt, c.Timeout = OpCancelSet, []byte(ks[0]), 0, 0, 0, 0
+			c.Op, c.Key, c.Limit, c.TTL, c.Salt, c.Timeout, c.ReqKey = OpCancelSet, []byte(ks[0]), 0, 0, 0, 0, nil
 		}
 	default:
 		c.Op = OpCancelWait

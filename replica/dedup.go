@@ -82,7 +82,7 @@ func (f *FSM) applyDedup(e *engine.Engine, now int64, c *Command, sink engine.Si
 		return Reply{Err: engine.ErrBadRequest}, true
 	}
 	if c.Op == OpAcquireSet {
-		return f.dedupSet(e, now, c, rec)
+		return f.dedupSet(e, now, c, rec, sink)
 	}
 	r := rec.reply
 	switch {

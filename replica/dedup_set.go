@@ -11,10 +11,10 @@ import (
 //
 //   - an error, or a result that was neither Granted nor Queued
 //     (TimedOut), is answered as recorded;
-//   - a set still waiting is withdrawn (its old owner's sink hears
-//     Canceled) and the retry is applied as new: it queues again, at the
-//     back of every key's queue; a set does not keep its place through a
-//     retry, as a single key does;
+//   - a set still waiting is taken over by the retry's owner in its place
+//     in every queue, with the retry's sink (engine.ReclaimSet; the old
+//     sink hears Canceled), as a single key's wait is: the retry answers
+//     Queued and hears the grant when the set's turn comes;
 //   - a set granted, to the first attempt or while it waited, is taken
 //     over by the retry's owner key by key (engine.Reclaim): its tokens,
 //     each lease restarted. If a key of it is gone (released, expired),
@@ -32,7 +32,7 @@ func setRecord(r Reply) Reply {
 
 // dedupSet answers c, a retried OpAcquireSet whose id rec holds, as the
 // comment above says; false: apply c as new.
-func (f *FSM) dedupSet(e *engine.Engine, now int64, c *Command, rec *dedupRecord) (Reply, bool) {
+func (f *FSM) dedupSet(e *engine.Engine, now int64, c *Command, rec *dedupRecord, sink engine.Sink) (Reply, bool) {
 	if rec.reply.Err != nil {
 		return Reply{Err: rec.reply.Err}, true
 	}
@@ -45,8 +45,15 @@ func (f *FSM) dedupSet(e *engine.Engine, now int64, c *Command, rec *dedupRecord
 	if res != engine.Granted && res != engine.Queued {
 		return Reply{Set: &engine.SetOutcome{Result: res, N: n}}, true
 	}
-	if res == engine.Queued && e.CancelSet(now, keys[0], rec.owner) {
-		return Reply{}, false
+	if res == engine.Queued {
+		var ss engine.SetSink
+		if rs, ok := sink.(*routeSink); ok {
+			ss = rs
+		}
+		if e.ReclaimSet(now, keys[0], rec.owner, c.Owner, ss) {
+			rec.owner = c.Owner
+			return Reply{Set: &engine.SetOutcome{Result: engine.Queued, N: n}}, true
+		}
 	}
 	out := &engine.SetOutcome{Result: engine.Granted, N: n}
 	got := 0

@@ -9,8 +9,9 @@ import (
 
 // TestDedupSetRetries: an ml retried with its request id from a new
 // connection is applied once: a granted set is taken over with its
-// tokens (no new fence), a waiting set is withdrawn and queued again as
-// the retry (one wait, never two), a try that timed out answers timeout.
+// tokens (no new fence), a waiting set is taken over in its place in the
+// queues (one wait, never two, still ahead of those that queued after
+// it), a try that timed out answers timeout.
 func TestDedupSetRetries(t *testing.T) {
 	f := newTestFSM(t, 1)
 	idx := uint64(0)
@@ -47,15 +48,21 @@ func TestDedupSetRetries(t *testing.T) {
 	if r := apply(set(12, "s.2", "a c", 0)); r.Set == nil || r.Set.Result != engine.TimedOut {
 		t.Fatalf("retried try = %+v; want timeout", r)
 	}
-	// A waiting set's retry replaces its wait: one set waits, the retry's.
+	// A waiting set's retry takes its wait over: one set waits, the
+	// retry's, ahead of owner 4's wait for b that queued after it.
 	if r := apply(set(3, "s.3", "b c", time.Minute)); r.Set == nil || r.Set.Result != engine.Queued {
 		t.Fatalf("set of 3 = %+v; want queued", r)
+	}
+	behind := Command{Op: OpAcquire, Now: sec, Owner: 4, Key: []byte("b"), Limit: 1, TTL: 30 * time.Second,
+		Timeout: time.Minute, Salt: 4}
+	if r := apply(behind); r.Outcome.Result != engine.Queued {
+		t.Fatalf("owner 4's wait for b = %+v; want queued", r)
 	}
 	if r := apply(set(13, "s.3", "b c", time.Minute)); r.Set == nil || r.Set.Result != engine.Queued {
 		t.Fatalf("retried set of 3 = %+v; want queued", r)
 	}
-	if l, _ := lockHolderE(f.Engine(), "b", sec); l.Waiters != 1 {
-		t.Fatalf("b has %d waiters; want 1 (the retry's wait only)", l.Waiters)
+	if l, _ := lockHolderE(f.Engine(), "b", sec); l.Waiters != 2 {
+		t.Fatalf("b has %d waiters; want 2 (the retry's set and owner 4)", l.Waiters)
 	}
 	rel := Command{Op: OpRelease, Now: 2 * sec, Key: []byte("b"), Token: first.Set.Tokens[1]}
 	if r := apply(rel); r.Err != nil {
@@ -68,6 +75,9 @@ func TestDedupSetRetries(t *testing.T) {
 	}
 	if got := f.Engine().LastFence(); got != fence+2 {
 		t.Fatalf("last fence %d; want %d (one grant of the waiting set)", got, fence+2)
+	}
+	if r := apply(Command{Op: OpCancelWait, Now: 2 * sec, Key: []byte("b"), Owner: 4}); !r.OK {
+		t.Fatalf("owner 4's wait for b was not still queued: %+v", r)
 	}
 	// Granted while it waited: a later retry takes the grant over.
 	took := apply(set(21, "s.3", "b c", 0))

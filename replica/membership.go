@@ -27,10 +27,20 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
 
 // AddLearner adds the node id as a non-voting member: it receives the log
 // and can be promoted with AddVoter once caught up, without counting
-// toward the quorum meanwhile.
+// toward the quorum meanwhile. A voter stays a voter: a retried add (a
+// joining node's, after it was promoted) is not a demotion.
 func (n *Node) AddLearner(ctx context.Context, id, raftAddr string) error {
 	if id == "" || raftAddr == "" {
 		return fmt.Errorf("replica: add learner: empty ID or address")
+	}
+	n.bookMu.Lock()
+	m, ok := n.book[raftID(id)]
+	n.bookMu.Unlock()
+	if ok && m.Suffrage == "voter" {
+		if !n.isLeaderState() {
+			return n.notLeader()
+		}
+		return nil
 	}
 	return n.confChange(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, id, raftAddr)
 }

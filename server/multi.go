@@ -40,6 +40,9 @@ func (s *Server) submitSet(ss *session, t int64, req *codec.Request, out []byte)
 	*r = backend.Request{Op: backend.OpAcquireSet, Keys: m.keys[:n], Owner: ss.id, Client: ss.id, Now: t,
 		Limit: limit, TTL: seconds(req.TTL), Timeout: seconds(req.Timeout), SetSink: ss, SetOut: &m.out,
 		ReqID: req.ReqID}
+	if o := engine.OwnerID(ss.sess.Load()); o != 0 {
+		r.Owner, r.Scope = o, o // the session's, as a single key's (submit)
+	}
 	ss.cmd = req.Cmd
 	rep, pending, err := s.be.Submit(r, nil, ss.via(), (*parkable)(ss))
 	*r = backend.Request{}

@@ -50,9 +50,9 @@ func (s *Server) submit(ss *session, t int64, req *codec.Request, out []byte) ([
 		return s.submitSet(ss, t, req, out)
 	}
 	r := &ss.req
-	r.Key, r.Owner, r.Client, r.Now, r.ReqID = req.Key, ss.id, ss.id, t, req.ReqID
+	r.Key, r.Owner, r.Client, r.Now, r.ReqID, r.Scope = req.Key, ss.id, ss.id, t, req.ReqID, 0
 	if o := ss.sess.Load(); o != 0 {
-		r.Owner = engine.OwnerID(o)
+		r.Owner, r.Scope = engine.OwnerID(o), engine.OwnerID(o)
 	}
 	parks, err := setOp(r, req)
 	if err != nil {

@@ -207,7 +207,10 @@ func (s *Server) tagDispatch(ss *session, t int64, tr *codec.Tagged, out []byte)
 func (s *Server) submitTagged(ss *session, t int64, tr *codec.Tagged, owner engine.OwnerID, out []byte) []byte {
 	req := &tr.Request
 	r := &ss.req
-	r.Key, r.Owner, r.Client, r.Now, r.ReqID = req.Key, owner, ss.id, t, req.ReqID
+	r.Key, r.Owner, r.Client, r.Now, r.ReqID, r.Scope = req.Key, owner, ss.id, t, req.ReqID, 0
+	if tr.Session != nil || ss.sess.Load() != 0 {
+		r.Scope = owner // a session's: its ids are its own (backend.ScopeReqID)
+	}
 	parks, err := setOp(r, req)
 	if err != nil {
 		r.Key, r.ReqID = nil, nil

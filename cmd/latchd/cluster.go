@@ -210,15 +210,19 @@ func startNode(o *options, ecfg engine.Config, log *zap.Logger) (*replica.Node, 
 const handOffWait = 5 * time.Second
 
 // joinCluster asks the members at o.join (HTTP addresses) to add this node
-// as a voter, in turn, until one does or ctx ends. A member that is not
-// the leader answers 503 naming it; the loop goes on to the next address.
+// as a learner, in turn, until one does or ctx ends: it catches up without
+// a vote, so the quorum never waits on it, and the leader promotes it to a
+// voter once its log is within --learner-promote-lag entries of the
+// commit index (replica/promote.go). A member that is not the leader
+// answers 503 naming it; the loop goes on to the next address.
 func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logger) {
 	for _, m := range n.Status().Voters {
 		if m.ID == o.nodeID {
 			return // already a member: a restart, not a join
 		}
 	}
-	body, _ := json.Marshal(map[string]string{"id": o.nodeID, "raft_addr": o.raftPeerAddr(), "client_addr": o.clientAddr()})
+	body, _ := json.Marshal(map[string]any{"id": o.nodeID, "raft_addr": o.raftPeerAddr(), "client_addr": o.clientAddr(),
+		"learner": true})
 	scheme, hc := "http", &http.Client{Timeout: 5 * time.Second}
 	if o.tls != nil {
 		scheme, hc.Transport = "https", &http.Transport{TLSClientConfig: o.tls.Clone()}
@@ -236,7 +240,7 @@ func joinCluster(ctx context.Context, o *options, n *replica.Node, log *zap.Logg
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // best effort, for the log
 			_ = resp.Body.Close()
 			if resp.StatusCode/100 == 2 {
-				log.Info("joined the cluster", zap.String("via", addr))
+				log.Info("joined the cluster as a learner", zap.String("via", addr))
 				return
 			}
 			err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))

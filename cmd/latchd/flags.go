@@ -97,7 +97,7 @@ func (o *options) clusterFlags(g *flagGroup) {
 	g.strFlag(&o.advertiseHTTPAddr, "advertise-http-addr", "", "cluster mode: host:port REST clients reach this node at, named in 503 not_leader (default --host:--http-port)")
 	g.boolFlag(&o.bootstrap, "bootstrap", false, "cluster mode: write the first configuration (this node, or --cluster-peers) into an empty raft dir")
 	g.strFlag(&o.clusterPeers, "cluster-peers", "", "cluster mode: initial voters, id=raft_addr=client_addr,... (with --bootstrap on each)")
-	g.strFlag(&o.join, "join", "", "cluster mode: HTTP addresses of members to ask to add this node, host:port,...")
+	g.strFlag(&o.join, "join", "", "cluster mode: HTTP addresses of members to ask to add this node (as a learner, promoted once caught up), host:port,...")
 	g.intFlag(&o.learnerPromoteLag, "learner-promote-lag", replica.DefaultLearnerPromoteLag, "cluster mode: the leader promotes a learner to a voter once its log is within this many entries of the commit index (0 = never: promote by hand)")
 	g.strFlag(&o.raftAuthTokenFile, "raft-auth-token-file", "", "cluster mode: file holding the secret nodes prove to each other")
 	g.strFlag(&o.adminToken, "admin-token", "", "bearer token for the admin API (/v1/admin/*: cluster membership, and snapshots on a single node too; off when empty)")
