@@ -53,7 +53,9 @@ func (m *httpMetrics) observe(o op, status int, start time.Time) {
 // Prometheus text format. Bounded like stats, but past the output budget
 // it answers 503 unavailable.
 func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
-	s.statsSem <- struct{}{}
+	if !s.buildSlot(ctx) {
+		return
+	}
 	defer func() { <-s.statsSem }()
 	var buf bytes.Buffer
 	if _, err := s.met.reg.WriteTo(&buf); err != nil {

@@ -17,7 +17,9 @@ import (
 // the node's raft state under "cluster". It is bounded as for TCP
 // (StatsConcurrency, MaxStatsBytes, the output budget until written).
 func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
-	s.statsSem <- struct{}{}
+	if !s.buildSlot(ctx) {
+		return
+	}
 	defer func() { <-s.statsSem }()
 	limit := s.cfg.MaxStatsBytes
 	if !s.budget.Fits(int64(limit)) {
@@ -87,4 +89,20 @@ func (l sendBufferListener) Accept() (net.Conn, error) {
 	}
 	_ = c.SetWriteBuffer(l.size) // best effort: the kernel may round it
 	return c, nil
+}
+
+// buildSlot takes one of the StatsConcurrency slots a large answer (stats,
+// /metrics, the dashboard's lists) is built in; the caller gives it back.
+// Once the server stops it answers 503 shutting_down and reports false
+// instead of waiting its turn: Stop waits for every connection's request
+// in flight, and a stopping server would otherwise build, two at a time,
+// the answers pipelined by clients that may be long gone.
+func (s *Server) buildSlot(ctx *fasthttp.RequestCtx) bool {
+	select {
+	case s.statsSem <- struct{}{}:
+		return true
+	case <-s.stopping:
+		writeError(ctx, errShuttingDown, "the server is stopping: the answer was not built")
+		return false
+	}
 }

@@ -138,7 +138,9 @@ func (s *Server) serveUIKeys(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errBadRequest, "q must be at most 256 bytes")
 		return
 	}
-	s.statsSem <- struct{}{}
+	if !s.buildSlot(ctx) {
+		return
+	}
 	defer func() { <-s.statsSem }()
 	if !s.budget.Fits(int64(s.cfg.MaxStatsBytes)) {
 		limit = 0 // over the output budget: the totals only
@@ -234,7 +236,9 @@ func (s *Server) serveKey(ctx *fasthttp.RequestCtx, o op, rawKey []byte) {
 	}
 	// Built one or two at a time, like stats, and counted in the output
 	// budget until written: past the budget, the totals only.
-	s.statsSem <- struct{}{}
+	if !s.buildSlot(ctx) {
+		return
+	}
 	defer func() { <-s.statsSem }()
 	most := keyListMax
 	if !s.budget.Fits(int64(s.cfg.MaxStatsBytes)) {

@@ -142,7 +142,10 @@ func (s *routeSink) Deliver(o engine.Outcome) {
 func (f *FSM) applyEntry(index uint64, data []byte) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.index.Store(index)
+	// Stored once the entry is applied: a read barrier compares the
+	// index with the leader's without the lock, and must not return
+	// while the entry's effects are not all in the engine.
+	defer f.index.Store(index)
 	if len(data) > 0 && data[0] == batchVersion {
 		return f.applyBatch(data)
 	}
