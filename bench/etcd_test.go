@@ -100,3 +100,14 @@ func TestDiskMain(t *testing.T) {
 		t.Fatalf("disk output %q", got)
 	}
 }
+
+func TestDiskMainParallel(t *testing.T) {
+	var out, errOut strings.Builder
+	if err := diskMain(context.Background(), []string{"--dir", t.TempDir(), "--count", "5", "--parallel", "3"}, &out, &errOut); err != nil {
+		t.Fatal(err, errOut.String())
+	}
+	if got := out.String(); !strings.Contains(got, "(5 appends)") || !strings.Contains(got, "3 files appended+fdatasynced at once") ||
+		!strings.Contains(got, "(15 appends)") {
+		t.Fatalf("disk output %q", got)
+	}
+}
