@@ -213,7 +213,7 @@ const usageText = `latchd-bench drives a lock server and prints throughput and l
   latchd-bench freeport                print a free loopback TCP port
   latchd-bench leader ADDR...          print the address of the cluster member that leads
   latchd-bench wait ADDR...            wait until every ADDR accepts connections
-  latchd-bench disk [--dir D] [--parallel N]  time 4 KiB append+fdatasync: the disk's floor
+  latchd-bench disk [--dir D] [--parallel N] [--prealloc]  time 4 KiB write+fdatasync: the disk's floor
 `
 
 func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -11,7 +11,8 @@
 #
 # Before the table it prints the disk's floor: one file appended and
 # synced, and three at once (the three nodes here share one disk, and
-# their syncs run at the same time). Each row shows the CPU the target's
+# their syncs run at the same time); then the same into preallocated
+# space, which is how the nodes' logs write. Each row shows the CPU the target's
 # server processes and latchd-bench used: on a machine with few cores,
 # the cores it kept busy say whether the CPU bounds the row.
 #
@@ -82,7 +83,7 @@ if [ "${COMPARE_ETCD:-0}" = 1 ]; then
 	compare+=(--compare "etcd3=etcd://$etcd_leader")
 	cpu+=(--cpu "etcd3=$(IFS=,; echo "${pids[*]:n}")")
 fi
-"$lb" disk --dir "$tmp" --parallel 3 >&2
+"$lb" disk --dir "$tmp" --parallel 3 --prealloc >&2
 # shellcheck disable=SC2086
 "$lb" --addr "$leader" --name "cluster3" --workers "$WORKERS" --rounds "$ROUNDS" --mode "$MODE" \
 	"${compare[@]}" "${cpu[@]}" --no-progress ${BENCH_ARGS:-}
