@@ -1,9 +1,16 @@
 package replica
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
+	"net"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/latchd/latchd/internal/testutil"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -97,4 +104,45 @@ func TestNowWriterAllocatesNothing(t *testing.T) {
 	}
 	_ = a.Close()
 	<-done
+}
+
+// TestSendAtOnceAllocatesNothing: a message the leader writes at once
+// (the connection up, nothing queued) is encoded into the stream's own
+// buffer and written without an allocation of the transport's.
+func TestSendAtOnceAllocatesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	frames := make(chan int, 1<<16)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		buf := make([]byte, frameBuf)
+		for {
+			b, err := readFrameInto(r, maxFrame, buf)
+			if err != nil {
+				return
+			}
+			frames <- len(b)
+		}
+	}()
+	tr := newTransport(dialOnlyStorage(t), zap.NewNop())
+	tr.unreachable = func(uint64) {}
+	tr.setPeer(2, ln.Addr().String())
+	defer tr.close()
+	m := &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: proto.Uint64(2), From: proto.Uint64(1),
+		Index: proto.Uint64(5), Commit: proto.Uint64(4), Entries: []*raftpb.Entry{{Index: proto.Uint64(6), Data: []byte("an entry")}}}
+	tr.send(m)
+	testutil.Eventually(t, 10*time.Second, func() bool { // the hello and m: the connection is up
+		return len(frames) >= 2
+	}, "the first message never arrived")
+	if allocs := testing.AllocsPerRun(100, func() { tr.send(m) }); allocs != 0 {
+		t.Fatalf("send allocates %v times per message; want 0", allocs)
+	}
 }

@@ -41,6 +41,7 @@ type peerStream struct {
 	c   net.Conn
 	w   *bufio.Writer
 	now *nowWriter // c's writes that never wait (sendNow)
+	enc []byte     // sendNow's frame, reused
 	// rest is the tail of a frame that send began on c and the socket
 	// did not take at once; the writer sends it before anything else.
 	rest []byte
@@ -274,8 +275,11 @@ func (t *transport) send(m *raftpb.Message) {
 	snap := m.GetType() == raftpb.MessageType_MsgSnap
 	f := frame{snap: m}
 	if !snap {
+		if t.sendNow(p, m) {
+			return
+		}
 		buf, ok := encodeFrame(m)
-		if !ok || t.sendNow(p, buf) {
+		if !ok {
 			return
 		}
 		f = frame{b: buf[4:]}
@@ -288,11 +292,12 @@ func (t *transport) send(m *raftpb.Message) {
 	}
 }
 
-// sendNow writes buf (a frame with room for its length) to p's connection
-// when the connection is up and nothing is queued or half-sent, and says
-// whether it did; what the socket does not take at once is left to the
-// writer.
-func (t *transport) sendNow(p *peerStream, buf []byte) bool {
+// sendNow writes m to p's connection when the connection is up and
+// nothing is queued or half-sent, and says whether it did (or dropped m,
+// which does not encode); what the socket does not take at once is left
+// to the writer. m is encoded into the stream's own buffer, kept for the
+// next message.
+func (t *transport) sendNow(p *peerStream, m *raftpb.Message) bool {
 	if !p.wmu.TryLock() {
 		return false
 	}
@@ -300,12 +305,19 @@ func (t *transport) sendNow(p *peerStream, buf []byte) bool {
 		p.wmu.Unlock()
 		return false
 	}
-	binary.LittleEndian.PutUint32(buf, uint32(len(buf)-4))
+	buf, ok := appendFrame(p.enc[:0], m)
+	if !ok {
+		p.wmu.Unlock()
+		return true
+	}
+	if cap(buf) <= frameBuf {
+		p.enc = buf // a burst's larger buffer is not kept
+	}
 	n, err := p.now.write(buf)
 	if err != nil {
 		t.dropConn(p)
 	} else if n < len(buf) {
-		p.rest = buf[n:]
+		p.rest = bytes.Clone(buf[n:])
 	}
 	p.wmu.Unlock()
 	if err != nil {
