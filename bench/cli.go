@@ -101,6 +101,8 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	fs.IntVar(&cfg.Mux, "mux", 0, "also run the server's rows in tagged mode: the workers share N connections (0 = no)")
 	var compare targetList
 	fs.Var(&compare, "compare", "also run [name=]tcp://, http://, redis:// or etcd://host:port (repeatable)")
+	cpu := cpuList{}
+	fs.Var(cpu, "cpu", "NAME=PID,PID,...: measure, per row of target NAME, the CPU of those processes and of latchd-bench (repeatable; Linux)")
 	var o Options
 	fs.BoolVar(&o.JSON, "json", false, "print JSON instead of a table")
 	fs.StringVar(&o.Plot, "plot", "", "draw throughput and p99 against workers into FILE.svg or FILE.png")
@@ -147,6 +149,12 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 		cfg.Targets = append(cfg.Targets, Target{Name: fmt.Sprintf("%s-mux%d", *name, cfg.Mux), Kind: KindMux, Addr: *addr})
 	}
 	cfg.Targets = append(cfg.Targets, compare...)
+	if err := checkPIDs(cfg.Targets, cpu); err != nil {
+		return Options{}, err
+	}
+	if len(cpu) > 0 {
+		cfg.PIDs = cpu
+	}
 	cfg.AcquireTimeout = time.Duration(*timeout) * time.Second
 	cfg.LeaseTTL = time.Duration(*ttl) * time.Second
 	if err := cfg.Validate(); err != nil {
@@ -205,7 +213,7 @@ const usageText = `latchd-bench drives a lock server and prints throughput and l
   latchd-bench freeport                print a free loopback TCP port
   latchd-bench leader ADDR...          print the address of the cluster member that leads
   latchd-bench wait ADDR...            wait until every ADDR accepts connections
-  latchd-bench disk [--dir D]          time 4 KiB append+fdatasync: the disk's floor
+  latchd-bench disk [--dir D] [--parallel N] [--prealloc]  time 4 KiB write+fdatasync: the disk's floor
 `
 
 func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -241,7 +249,8 @@ func tableMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		} else {
 			opt := TableOptions{Compare: len(o.Config.Targets) > 1,
-				Errors: slices.ContainsFunc(rs, func(r Result) bool { return r.Errors > 0 })}
+				Errors: slices.ContainsFunc(rs, func(r Result) bool { return r.Errors > 0 }),
+				CPU:    slices.ContainsFunc(rs, func(r Result) bool { return r.CPU > 0 })}
 			if werr := WriteTable(stdout, rs, opt); werr != nil {
 				return werr
 			}

@@ -9,6 +9,13 @@
 # through its JSON gateway). It installs nothing: etcd and curl must be on
 # PATH (Debian: apt-get install etcd-server curl).
 #
+# Before the table it prints the disk's floor: one file appended and
+# synced, and three at once (the three nodes here share one disk, and
+# their syncs run at the same time); then the same into preallocated
+# space, which is how the nodes' logs write. Each row shows the CPU the target's
+# server processes and latchd-bench used: on a machine with few cores,
+# the cores it kept busy say whether the CPU bounds the row.
+#
 # Environment:
 #   WORKERS  worker counts  (default 1,10,100)
 #   ROUNDS   ops per worker (default 1000)
@@ -50,6 +57,7 @@ for i in 1 2 3; do
 	pids+=($!)
 done
 "$lb" wait "127.0.0.1:${clients[1]}" "127.0.0.1:${clients[2]}" "127.0.0.1:${clients[3]}"
+cpu=(--cpu "cluster3=$(IFS=,; echo "${pids[*]}")")
 
 if ! leader=$("$lb" leader "127.0.0.1:${clients[1]}" "127.0.0.1:${clients[2]}" "127.0.0.1:${clients[3]}"); then
 	echo "no leader elected" >&2
@@ -65,14 +73,17 @@ if [ "${COMPARE:-1}" = 1 ]; then
 	pids+=($!)
 	"$lb" wait "127.0.0.1:$single"
 	compare=(--compare "single=tcp://127.0.0.1:$single")
+	cpu+=(--cpu "single=${pids[-1]}")
 fi
 if [ "${COMPARE_ETCD:-0}" = 1 ]; then
 	# shellcheck source=bench/etcd.sh
 	. bench/etcd.sh
+	n=${#pids[@]}
 	start_etcd
 	compare+=(--compare "etcd3=etcd://$etcd_leader")
+	cpu+=(--cpu "etcd3=$(IFS=,; echo "${pids[*]:n}")")
 fi
-"$lb" disk --dir "$tmp" >&2
+"$lb" disk --dir "$tmp" --parallel 3 --prealloc >&2
 # shellcheck disable=SC2086
 "$lb" --addr "$leader" --name "cluster3" --workers "$WORKERS" --rounds "$ROUNDS" --mode "$MODE" \
-	"${compare[@]}" --no-progress ${BENCH_ARGS:-}
+	"${compare[@]}" "${cpu[@]}" --no-progress ${BENCH_ARGS:-}

@@ -137,6 +137,9 @@ type Config struct {
 	Pipeline bool
 	// Mux is how many connections the workers of a mux target share.
 	Mux int
+	// PIDs names, by target name, the server processes whose CPU each
+	// of that target's rows measures, with latchd-bench's own (cpu.go).
+	PIDs map[string][]int
 }
 
 // RedisTTL is the lease a Redis lock gets when Config.LeaseTTL is 0: the

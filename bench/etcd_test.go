@@ -96,7 +96,29 @@ func TestDiskMain(t *testing.T) {
 	if err := diskMain(context.Background(), []string{"--dir", t.TempDir(), "--count", "5"}, &out, &errOut); err != nil {
 		t.Fatal(err, errOut.String())
 	}
-	if got := out.String(); !strings.Contains(got, "p50") || !strings.Contains(got, "(5 appends)") {
+	if got := out.String(); !strings.Contains(got, "p50") || !strings.Contains(got, "(5 writes)") || strings.Contains(got, "at once") {
 		t.Fatalf("disk output %q", got)
+	}
+}
+
+func TestDiskMainParallelAndPrealloc(t *testing.T) {
+	var out, errOut strings.Builder
+	args := []string{"--dir", t.TempDir(), "--count", "5", "--parallel", "3", "--prealloc"}
+	if err := diskMain(context.Background(), args, &out, &errOut); err != nil {
+		t.Fatal(err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{"append+fdatasync in", "append+fdatasync, 3 files at once", "preallocated space in", "preallocated space, 3 files at once"}
+	if len(lines) != len(want) {
+		t.Fatalf("disk output %q: want %d lines", out.String(), len(want))
+	}
+	for i, w := range want {
+		n := "(5 writes)"
+		if strings.Contains(w, "at once") {
+			n = "(15 writes)"
+		}
+		if !strings.Contains(lines[i], w) || !strings.Contains(lines[i], n) {
+			t.Errorf("line %d %q: want %q and %q", i, lines[i], w, n)
+		}
 	}
 }

@@ -61,6 +61,9 @@ type Result struct {
 	// Ratio is the first target's throughput divided by this row's, at
 	// the same worker count; 1 on the first target's rows.
 	Ratio float64
+	// CPU is the CPU time the target's PIDs and latchd-bench used over
+	// the row; 0 when the target names no processes.
+	CPU time.Duration
 }
 
 // worker is one goroutine's state: its connection and its histogram.

@@ -25,7 +25,7 @@ func Sweep(ctx context.Context, cfg Config, progress *atomic.Int64) ([]Result, e
 	for _, w := range cfg.Workers {
 		first := len(out)
 		for _, t := range cfg.Targets {
-			r, err := Run(ctx, cfg, t, w, progress)
+			r, err := runCPU(func() (Result, error) { return Run(ctx, cfg, t, w, progress) }, cfg.PIDs[t.Name])
 			if err != nil {
 				return out, err
 			}
@@ -107,6 +107,8 @@ type jsonRow struct {
 	P999Ms     float64 `json:"p999_ms"`
 	MaxMs      float64 `json:"max_ms"`
 	Ratio      float64 `json:"ratio,omitempty"`
+	CPUS       float64 `json:"cpu_s,omitempty"`
+	CPUCores   float64 `json:"cpu_cores,omitempty"`
 }
 
 // Meta describes a run for --json: which latchd-bench, when, on what
@@ -132,6 +134,7 @@ func WriteJSON(w io.Writer, meta Meta, rs []Result) error {
 			Ops: r.Ops, Errors: r.Errors, Refusal: r.Refusal, ElapsedS: r.Elapsed.Seconds(),
 			Throughput: r.Throughput, MeanMs: ms(r.Mean), P50Ms: ms(r.P50),
 			P99Ms: ms(r.P99), P999Ms: ms(r.P999), MaxMs: ms(r.Max), Ratio: r.Ratio,
+			CPUS: r.CPU.Seconds(), CPUCores: r.cores(),
 		}
 	}
 	enc := json.NewEncoder(w)

@@ -14,6 +14,9 @@ type TableOptions struct {
 	Compare bool
 	// Errors adds an Errors column (refused ops).
 	Errors bool
+	// CPU adds the CPU columns: the cores the row kept busy, and the
+	// CPU time of one op ("-" for a target that names no processes).
+	CPU bool
 }
 
 // WriteTable writes rs as a Markdown table in the shape of dflockd's
@@ -37,6 +40,9 @@ func header(opt TableOptions) []string {
 	h = append(h, "Workers", "Rounds", "Ops", "Throughput", "Mean", "p50", "p99", "p99.9")
 	if opt.Errors {
 		h = append(h, "Errors")
+	}
+	if opt.CPU {
+		h = append(h, "CPU cores", "CPU/op")
 	}
 	if opt.Compare {
 		h = append(h, "Ratio")
@@ -67,10 +73,22 @@ func Row(r Result, opt TableOptions) []string {
 	if opt.Errors {
 		row = append(row, FormatCount(r.Errors))
 	}
+	if opt.CPU {
+		row = append(row, formatCPU(r)...)
+	}
 	if opt.Compare {
 		row = append(row, FormatRatio(r.Ratio))
 	}
 	return row
+}
+
+// formatCPU writes r's CPU cells: "1.93", "0.152 ms"; "-" twice when
+// the row measured none.
+func formatCPU(r Result) []string {
+	if r.CPU <= 0 {
+		return []string{"-", "-"}
+	}
+	return []string{strconv.FormatFloat(r.cores(), 'f', 2, 64), FormatMillis(r.cpuPerOp())}
 }
 
 func appendRow(b []byte, cells []string) []byte {

@@ -24,7 +24,7 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 			}
 			continue
 		}
-		if m.GetType() == raftpb.MessageType_MsgSnap {
+		if m.GetType() == raftpb.MessageType_MsgSnap { // from installSnapshot, not raft
 			err := n.restoreSnapshot(m.GetSnapshot())
 			if err == nil {
 				n.snapIndex = m.GetSnapshot().GetMetadata().GetIndex()
@@ -44,9 +44,17 @@ func (n *Node) applyBatch(ms []*raftpb.Message) {
 		n.ownerBuf = n.answeredOwners(n.ownerBuf[:0])
 		n.startHold(n.ownerBuf)
 		n.answerApplied()
+		n.applied()
 		n.step(m.GetResponses()...)
 	}
 	n.readsApplied()
+}
+
+// applied counts an apply done (notice.go) and sends the commit notices
+// held for it if no batch wait began.
+func (n *Node) applied() {
+	n.notices.applying.Add(-1)
+	n.sendAll(nil)
 }
 
 // SetAnswerRunner has r run the answers to applied entries' ProposeFunc

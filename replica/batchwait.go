@@ -125,7 +125,8 @@ func (n *Node) startHold(ans []answered) {
 	if h.fill > 0 {
 		wait = min(wait, max(holdMinWait, holdSpan*h.fill))
 	}
-	h.on, h.expect, h.back = true, expect, 0
+	n.setHold(true)
+	h.expect, h.back = expect, 0
 	h.seen = n.propQ.len()
 	h.start = time.Now()
 	h.until = h.start.Add(wait)
@@ -139,6 +140,13 @@ func (n *Node) startHold(ans []answered) {
 		h.timer.Reset(wait)
 	}
 	n.holds.Add(1)
+}
+
+// setHold starts or ends a wait (under mu); the commit notices held
+// while it is on go out once it is not (notice.go).
+func (n *Node) setHold(on bool) {
+	n.hold.on = on
+	n.notices.holding.Store(on)
 }
 
 // holdOver reports whether the wait is over (it then ends it and learns
@@ -198,7 +206,7 @@ func (n *Node) holdOver() bool {
 			h.ret[k] -= h.ret[k] * holdFall
 		}
 	}
-	h.on = false
+	n.setHold(false)
 	if h.armed {
 		h.timer.Stop()
 		h.armed = false

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"encoding/binary"
 	"errors"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -19,6 +20,17 @@ func encodeFrame(m *raftpb.Message) ([]byte, bool) {
 	buf := make([]byte, 4, 4+proto.Size(m))
 	buf, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(buf, m)
 	return buf, err == nil
+}
+
+// appendFrame appends to b the frame of m, its length included.
+func appendFrame(b []byte, m *raftpb.Message) ([]byte, bool) {
+	at := len(b)
+	b, err := proto.MarshalOptions{}.MarshalAppend(append(b, 0, 0, 0, 0), m)
+	if err != nil {
+		return b[:at], false
+	}
+	binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return b, true
 }
 
 // decodeMessage decodes a frame. A snapshot's state is left where it is

@@ -60,8 +60,9 @@ type Node struct {
 	ready   chan struct{}
 	isReady atomic.Bool
 
-	propQ queue[*proposal]
-	hold  batchHold // under mu
+	propQ   queue[*proposal]
+	hold    batchHold // under mu
+	notices notices   // commit notices waiting for the next append (notice.go)
 	// Counted on the leader as it proposes (Status).
 	propEntries, propCmds, holds, holdTimeouts atomic.Uint64
 	fnc                                        chan func()

@@ -112,6 +112,7 @@ func (n *Node) drainReady() (later []*raftpb.Message) {
 		for _, m := range rd.Messages {
 			if to := m.GetTo(); to != raft.LocalAppendThread && to != raft.LocalApplyThread {
 				if urgent(m) {
+					n.notices.replaced(m)
 					n.tr.send(m)
 				} else {
 					later = append(later, m)
@@ -126,7 +127,8 @@ func (n *Node) drainReady() (later []*raftpb.Message) {
 				}
 				n.appQ.add(m) // kickAppend hands it out once mu is released
 			case raft.LocalApplyThread:
-				n.applyQ.add(m) // kickApply hands it out once mu is released
+				n.notices.applying.Add(1) // applyBatch takes it off
+				n.applyQ.add(m)           // kickApply hands it out once mu is released
 			}
 		}
 	}
@@ -148,8 +150,16 @@ func urgent(m *raftpb.Message) bool {
 	return true
 }
 
+// sendAll sends what could wait (after the apply): a commit notice waits
+// for the next append while a batch wait is on (notice.go). Then it
+// sends the notices held, once no wait is.
 func (n *Node) sendAll(ms []*raftpb.Message) {
 	for _, m := range ms {
+		if !commitNotice(m) || !n.notices.keep(m) {
+			n.tr.send(m)
+		}
+	}
+	for _, m := range n.notices.due() {
 		n.tr.send(m)
 	}
 }
@@ -227,7 +237,7 @@ func (n *Node) softState(ss *raft.SoftState) {
 // outcome is unknown.
 func (n *Node) leadershipLost() {
 	n.setReady(false)
-	n.hold.on = false
+	n.setHold(false)
 	n.failWaiters(ErrUnknownOutcome, false)
 }
 

@@ -2,7 +2,9 @@ package replica
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -38,6 +40,8 @@ type peerStream struct {
 	wmu sync.Mutex // the connection; held by whoever writes to it
 	c   net.Conn
 	w   *bufio.Writer
+	now *nowWriter // c's writes that never wait (sendNow)
+	enc []byte     // sendNow's frame, reused
 	// rest is the tail of a frame that send began on c and the socket
 	// did not take at once; the writer sends it before anything else.
 	rest []byte
@@ -147,14 +151,13 @@ func (t *transport) readLoop(c net.Conn) {
 	if !known && from != t.self && addr != "" {
 		t.setPeer(from, addr)
 	}
+	buf := make([]byte, frameBuf)
 	for {
-		b, err := readFrame(r, maxFrame)
+		m, err := nextMessage(r, buf)
 		if err != nil {
-			return
-		}
-		m, err := decodeMessage(b)
-		if err != nil {
-			t.log.Warn("raft transport: bad message", zap.Error(err))
+			if !errors.Is(err, errFrameRead) {
+				t.log.Warn("raft transport: bad message", zap.Error(err))
+			}
 			return
 		}
 		if f := t.cut.Load(); f != nil && (*f)(m.GetFrom()) {
@@ -164,9 +167,17 @@ func (t *transport) readLoop(c net.Conn) {
 	}
 }
 
+// frameBuf is the size of a reader's buffer for frames: a frame that
+// fits is read into it, and the next frame reuses it; a larger one has
+// its own.
+const frameBuf = 64 << 10
+
 // readFrame reads one frame and returns its message's bytes, at most
 // limit of them.
-func readFrame(r io.Reader, limit uint32) ([]byte, error) {
+func readFrame(r io.Reader, limit uint32) ([]byte, error) { return readFrameInto(r, limit, nil) }
+
+// readFrameInto is readFrame, into buf when the frame fits.
+func readFrameInto(r io.Reader, limit uint32, buf []byte) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -175,9 +186,43 @@ func readFrame(r io.Reader, limit uint32) ([]byte, error) {
 	if n > limit {
 		return nil, fmt.Errorf("replica: transport: a frame of %d bytes", n)
 	}
-	b := make([]byte, n)
+	var b []byte
+	if int(n) <= len(buf) {
+		b = buf[:n]
+	} else {
+		b = make([]byte, n)
+	}
 	_, err := io.ReadFull(r, b)
 	return b, err
+}
+
+// errFrameRead marks a failed read of a frame (a closed or broken stream).
+var errFrameRead = errors.New("replica: transport: reading a frame")
+
+// nextMessage reads and decodes the next frame, into buf when it fits
+// (the message owns its bytes either way: unshare).
+func nextMessage(r io.Reader, buf []byte) (*raftpb.Message, error) {
+	b, err := readFrameInto(r, maxFrame, buf)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errFrameRead, err)
+	}
+	m, err := decodeMessage(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) <= len(buf) {
+		unshare(m)
+	}
+	return m, nil
+}
+
+// unshare copies out of a reader's buffer what m, decoded from it, still
+// holds there: a snapshot's state (decodeMessage leaves it in the frame;
+// every other field is copied as it is decoded).
+func unshare(m *raftpb.Message) {
+	if sn := m.GetSnapshot(); sn != nil && len(sn.GetData()) > 0 {
+		sn.Data = bytes.Clone(sn.GetData())
+	}
 }
 
 // setPeer makes id reachable at addr (a new stream if the address changed).
@@ -230,8 +275,11 @@ func (t *transport) send(m *raftpb.Message) {
 	snap := m.GetType() == raftpb.MessageType_MsgSnap
 	f := frame{snap: m}
 	if !snap {
+		if t.sendNow(p, m) {
+			return
+		}
 		buf, ok := encodeFrame(m)
-		if !ok || t.sendNow(p, buf) {
+		if !ok {
 			return
 		}
 		f = frame{b: buf[4:]}
@@ -244,11 +292,12 @@ func (t *transport) send(m *raftpb.Message) {
 	}
 }
 
-// sendNow writes buf (a frame with room for its length) to p's connection
-// when the connection is up and nothing is queued or half-sent, and says
-// whether it did; what the socket does not take at once is left to the
-// writer.
-func (t *transport) sendNow(p *peerStream, buf []byte) bool {
+// sendNow writes m to p's connection when the connection is up and
+// nothing is queued or half-sent, and says whether it did (or dropped m,
+// which does not encode); what the socket does not take at once is left
+// to the writer. m is encoded into the stream's own buffer, kept for the
+// next message.
+func (t *transport) sendNow(p *peerStream, m *raftpb.Message) bool {
 	if !p.wmu.TryLock() {
 		return false
 	}
@@ -256,12 +305,19 @@ func (t *transport) sendNow(p *peerStream, buf []byte) bool {
 		p.wmu.Unlock()
 		return false
 	}
-	binary.LittleEndian.PutUint32(buf, uint32(len(buf)-4))
-	n, err := writeNow(p.c, buf)
+	buf, ok := appendFrame(p.enc[:0], m)
+	if !ok {
+		p.wmu.Unlock()
+		return true
+	}
+	if cap(buf) <= frameBuf {
+		p.enc = buf // a burst's larger buffer is not kept
+	}
+	n, err := p.now.write(buf)
 	if err != nil {
 		t.dropConn(p)
 	} else if n < len(buf) {
-		p.rest = buf[n:]
+		p.rest = bytes.Clone(buf[n:])
 	}
 	p.wmu.Unlock()
 	if err != nil {
@@ -303,42 +359,65 @@ func (t *transport) writeFrame(p *peerStream, parts ...[]byte) error {
 	return nil
 }
 
-// writeNow writes to c what its socket takes without waiting and says
-// how much that was; a full socket is not an error.
-func writeNow(c net.Conn, b []byte) (int, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return 0, nil // no descriptor to try: the writer sends it all
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	var werr error
-	err = rc.Write(func(fd uintptr) bool {
-		for n < len(b) {
-			m, err := unix.Write(int(fd), b[n:])
-			if m > 0 {
-				n += m
-			}
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-			case err != nil:
-				werr = err
-			case m > 0:
-				continue
-			}
-			break
+// nowWriter writes to a connection what its socket takes without
+// waiting. It keeps the connection's descriptor handle and its write
+// callback, so that a write allocates nothing. Used under the stream's
+// wmu.
+type nowWriter struct {
+	rc  syscall.RawConn // nil: no descriptor to try, the writer sends it all
+	fn  func(fd uintptr) bool
+	b   []byte
+	n   int
+	err error
+}
+
+func newNowWriter(c net.Conn) (*nowWriter, error) {
+	w := &nowWriter{}
+	w.fn = w.writeFd
+	if sc, ok := c.(syscall.Conn); ok {
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return nil, err
 		}
-		return true // never wait for the socket to drain
-	})
-	if err == nil {
-		err = werr
+		w.rc = rc
 	}
+	return w, nil
+}
+
+// write writes what of b the socket takes without waiting and says how
+// much that was; a full socket is not an error.
+func (w *nowWriter) write(b []byte) (int, error) {
+	if w.rc == nil {
+		return 0, nil
+	}
+	w.b, w.n, w.err = b, 0, nil
+	err := w.rc.Write(w.fn)
+	n := w.n
+	if err == nil {
+		err = w.err
+	}
+	w.b, w.err = nil, nil
 	return n, err
+}
+
+func (w *nowWriter) writeFd(fd uintptr) bool {
+	for w.n < len(w.b) {
+		m, err := unix.Write(int(fd), w.b[w.n:])
+		if m > 0 {
+			w.n += m
+		}
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+		case err != nil:
+			w.err = err
+		case m > 0:
+			continue
+		}
+		break
+	}
+	return true // never wait for the socket to drain
 }
 
 // dropConn closes p's connection (p.wmu held); the writer dials again. A
@@ -347,7 +426,7 @@ func (t *transport) dropConn(p *peerStream) {
 	if p.c != nil {
 		_ = p.c.Close()
 	}
-	p.c, p.w, p.rest = nil, nil, nil
+	p.c, p.w, p.now, p.rest = nil, nil, nil, nil
 	p.live.Store(nil)
 }
 
@@ -366,7 +445,12 @@ func (t *transport) dial(p *peerStream) error {
 	if err != nil {
 		return err
 	}
-	p.c, p.w = c, bufio.NewWriterSize(c, 64<<10)
+	now, err := newNowWriter(c)
+	if err != nil {
+		_ = c.Close()
+		return err
+	}
+	p.c, p.w, p.now = c, bufio.NewWriterSize(c, 64<<10), now
 	p.live.Store(&c)
 	hello := appendString(binary.AppendUvarint(nil, t.self), t.selfAddr) // version 1.0: transportver.go
 	if err := t.writeFrame(p, hello); err != nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestWriteNowNeverWaits: writeNow to a socket whose peer does not read
+// TestWriteNowNeverWaits: a nowWriter's write to a socket whose peer does not read
 // takes what fits, says how much, and returns at once without an error;
 // what it took arrives.
 func TestWriteNowNeverWaits(t *testing.T) {
@@ -19,7 +19,11 @@ func TestWriteNowNeverWaits(t *testing.T) {
 	var n int
 	var err error
 	wrote := make(chan struct{})
-	go func() { defer close(wrote); n, err = writeNow(a, big) }()
+	w, err := newNowWriter(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { defer close(wrote); n, err = w.write(big) }()
 	select {
 	case <-wrote:
 	case <-time.After(10 * time.Second):
@@ -28,7 +32,7 @@ func TestWriteNowNeverWaits(t *testing.T) {
 	if err != nil || n <= 0 || n >= len(big) {
 		t.Fatalf("writeNow of %d bytes to a socket nobody reads = %d, %v; want part of it, no error", len(big), n, err)
 	}
-	if m, err := writeNow(a, big[:1]); m != 0 || err != nil {
+	if m, err := w.write(big[:1]); m != 0 || err != nil {
 		t.Fatalf("writeNow to a full socket = %d, %v; want 0, nil", m, err)
 	}
 	_ = a.Close()
