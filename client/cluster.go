@@ -308,6 +308,11 @@ func (c *Cluster) do(ctx context.Context, cmd, key string, r retry, op func(conn
 		if sent && (r == once || (r == byID && ctx.Err() != nil)) {
 			return fmt.Errorf("%w: %s %s at %s: %w", ErrUnknownOutcome, cmd, key, conn.Addr(), err)
 		}
+		if ctx.Err() != nil && last != nil {
+			// The budget ran out in an attempt: the answers before it
+			// say more than the cut one.
+			return fmt.Errorf("%w: %s %s: gave up after %d attempts: %w; last error: %w", ErrNoLeader, cmd, key, attempt, err, last)
+		}
 		if ctx.Err() != nil || errors.Is(err, ErrProtocol) {
 			return err
 		}
