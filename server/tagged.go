@@ -97,6 +97,12 @@ func (w *tagWait) Deliver(o engine.Outcome) {
 func (w *tagWait) canceled() {
 	ss, owner, tag := w.ss, w.owner, w.tag
 	w.free()
+	ss.tagCanceled(owner, tag)
+}
+
+// tagCanceled answers a tagged request of owner that the engine withdrew
+// (tagWait.canceled).
+func (ss *session) tagCanceled(owner engine.OwnerID, tag tagBuf) {
 	if ss.closed.Load() {
 		return
 	}
@@ -199,6 +205,9 @@ func (s *Server) tagDispatch(ss *session, t int64, tr *codec.Tagged, out []byte)
 	owner, ok := ss.tagOwner(tr.Session)
 	if !ok {
 		return codec.AppendStatus(codec.AppendTag(out, tr.Tag), codec.StatusError)
+	}
+	if tr.Cmd.Multi() {
+		return s.submitTagSet(ss, t, tr, owner, out)
 	}
 	return s.submitTagged(ss, t, tr, owner, out)
 }
