@@ -32,8 +32,9 @@ import (
 // released: the leases on it are lost, and their Lost channels say so at
 // their next renewal.
 //
-// Use a Mux directly (Acquire, Release, ... as on a Conn), or set it as
-// the Mux of a Lock, Semaphore or Election: they then share its
+// Use a Mux directly (Acquire, Release, AcquireMany, ... as on a Conn), or
+// set it as the Mux of a Lock, Semaphore, Election or MultiLock: they then
+// share its
 // connections instead of dialling one per grant. Enqueue and Wait act for
 // the whole Mux (its session), so two goroutines must not enqueue the same
 // key at once. A canceled acquire is abandoned: its grant, if one comes,

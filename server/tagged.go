@@ -11,8 +11,9 @@ import (
 // Tagged mode (codec/tagged.go). A connection that greets with "tagged"
 // stops answering in request order: every request carries a tag, and its
 // answer goes out with that tag as soon as it is ready. A blocking request
-// parks only itself: its own Sink (a tagWait) hears the grant, and the
-// connection goes on decoding. A request names the owner it acts for: a
+// parks only itself: its own Sink (a tagWait, or for ml and msl a
+// tagSetWait, tagmulti.go) hears the grant, and the connection goes on
+// decoding. A request names the owner it acts for: a
 // session attached to the connection (tagsession.go), or, naming none, the
 // connection (or the session it acts for, as a plain connection would).
 
