@@ -34,11 +34,10 @@ import (
 //
 // Use a Mux directly (Acquire, Release, AcquireMany, ... as on a Conn), or
 // set it as the Mux of a Lock, Semaphore, Election or MultiLock: they then
-// share its
-// connections instead of dialling one per grant. Enqueue and Wait act for
-// the whole Mux (its session), so two goroutines must not enqueue the same
-// key at once. A canceled acquire is abandoned: its grant, if one comes,
-// is released.
+// share its connections instead of dialling one per grant. Enqueue and
+// Wait act for the whole Mux (its session), so two goroutines must not
+// enqueue the same key at once. A canceled acquire is abandoned: its
+// grant, if one comes, is released.
 type Mux struct {
 	commands
 
