@@ -74,23 +74,12 @@ func (c *Conn) acquireManySent(ctx context.Context, k cmds, keys []string, rid s
 	if err != nil {
 		return nil, err
 	}
-	if rid == "" && len(keys) > 1 && keys[len(keys)-1][0] == '@' {
-		// The server reads a last word "@..." as a request id: one after
-		// it keeps that word a key.
-		rid = strconv.FormatUint(rand.Uint64(), 16)
-		if len(line)+2+len(rid) > codec.MaxLine {
-			return nil, fmt.Errorf("%w: the last key starts with @: list it earlier", ErrBadRequest)
+	if rid == "" {
+		if rid, err = manyRequestID(keys, line); err != nil {
+			return nil, err
 		}
 	}
-	cmd := codec.CmdMultiLock
-	var b [64]byte
-	arg := strconv.AppendInt(b[:0], seconds(timeout), 10)
-	if k.sem {
-		cmd = codec.CmdMultiSemLock
-		arg = append(arg, ' ')
-		arg = strconv.AppendInt(arg, int64(limit), 10)
-	}
-	arg = appendTTL(arg, ttl)
+	cmd, arg := manyArg(k, limit, timeout, ttl)
 	r, err := c.roundTripID(ctx, cmd, line, rid, arg, time.Duration(seconds(timeout))*time.Second, sent)
 	if err != nil {
 		return nil, err
@@ -98,17 +87,53 @@ func (c *Conn) acquireManySent(ctx context.Context, k cmds, keys []string, rid s
 	if r.Status != codec.StatusOK {
 		return nil, c.check(errorFor(r, ErrBadRequest))
 	}
-	toks := make([][]byte, len(keys))
-	n, ok := codec.SplitGrants([]byte(r.Body), toks)
-	if !ok || n <= 0 {
-		return nil, c.fail(fmt.Errorf("%w: bad grant of %d keys %q", ErrProtocol, len(keys), r.Body))
+	gs, err := manyGrants(r, len(keys))
+	if err != nil {
+		return nil, c.fail(err)
 	}
-	gs := make([]Grant, len(keys))
+	return gs, nil
+}
+
+// manyRequestID returns a request id for a set whose last key starts with
+// "@" (the server reads a last word "@..." as a request id: one after it
+// keeps that word a key), or "" when none is needed.
+func manyRequestID(keys []string, line string) (string, error) {
+	if len(keys) < 2 || keys[len(keys)-1][0] != '@' {
+		return "", nil
+	}
+	rid := strconv.FormatUint(rand.Uint64(), 16)
+	if len(line)+2+len(rid) > codec.MaxLine {
+		return "", fmt.Errorf("%w: the last key starts with @: list it earlier", ErrBadRequest)
+	}
+	return rid, nil
+}
+
+// manyArg returns the argument line of an ml (k a lock's commands) or msl.
+func manyArg(k cmds, limit int, timeout, ttl time.Duration) (codec.Cmd, []byte) {
+	cmd := codec.CmdMultiLock
+	arg := strconv.AppendInt(make([]byte, 0, 64), seconds(timeout), 10)
+	if k.sem {
+		cmd = codec.CmdMultiSemLock
+		arg = append(arg, ' ')
+		arg = strconv.AppendInt(arg, int64(limit), 10)
+	}
+	return cmd, appendTTL(arg, ttl)
+}
+
+// manyGrants parses the grant of a set of n keys, "ok <token1> ...
+// <tokenN> <ttl>".
+func manyGrants(r reply, n int) ([]Grant, error) {
+	toks := make([][]byte, n)
+	ttl, ok := codec.SplitGrants([]byte(r.Body), toks)
+	if !ok || ttl <= 0 {
+		return nil, fmt.Errorf("%w: bad grant of %d keys %q", ErrProtocol, n, r.Body)
+	}
+	gs := make([]Grant, n)
 	for i, t := range toks {
 		if _, err := fence.Parse(t); err != nil {
-			return nil, c.fail(fmt.Errorf("%w: bad token %q", ErrProtocol, t))
+			return nil, fmt.Errorf("%w: bad token %q", ErrProtocol, t)
 		}
-		gs[i] = Grant{Token: string(t), TTL: time.Duration(n) * time.Second}
+		gs[i] = Grant{Token: string(t), TTL: time.Duration(ttl) * time.Second}
 	}
 	return gs, nil
 }

@@ -33,6 +33,10 @@ type MultiLock struct {
 	AuthToken      string
 	TLSConfig      *tls.Config
 	Options        []Option
+	// Mux, if set, carries the set over its connections (and its
+	// session), as for Lock; Servers, Cluster, AuthToken, TLSConfig and
+	// Options are then ignored.
+	Mux *Mux
 
 	l lease
 }
@@ -47,7 +51,8 @@ func (m *MultiLock) slots() slots {
 		first = m.Keys[0]
 	}
 	return slots{k: k, key: first, keys: append([]string{}, m.Keys...), limit: limit, timeout: m.AcquireTimeout,
-		ttlSeconds: m.LeaseTTL, servers: m.Servers, cluster: m.Cluster, auth: m.AuthToken, tls: m.TLSConfig, opts: m.Options}
+		ttlSeconds: m.LeaseTTL, servers: m.Servers, cluster: m.Cluster, auth: m.AuthToken, tls: m.TLSConfig, opts: m.Options,
+		mux: m.Mux}
 }
 
 // Acquire waits up to AcquireTimeout for all the keys. It returns true

@@ -32,12 +32,12 @@ import (
 // released: the leases on it are lost, and their Lost channels say so at
 // their next renewal.
 //
-// Use a Mux directly (Acquire, Release, ... as on a Conn), or set it as
-// the Mux of a Lock, Semaphore or Election: they then share its
-// connections instead of dialling one per grant. Enqueue and Wait act for
-// the whole Mux (its session), so two goroutines must not enqueue the same
-// key at once. A canceled acquire is abandoned: its grant, if one comes,
-// is released.
+// Use a Mux directly (Acquire, Release, AcquireMany, ... as on a Conn), or
+// set it as the Mux of a Lock, Semaphore, Election or MultiLock: they then
+// share its connections instead of dialling one per grant. Enqueue and
+// Wait act for the whole Mux (its session), so two goroutines must not
+// enqueue the same key at once. A canceled acquire is abandoned: its
+// grant, if one comes, is released.
 type Mux struct {
 	commands
 
@@ -160,13 +160,18 @@ func (m *Mux) keepalive(every time.Duration) {
 // Mux then share one connection, so they share the server's writes and
 // the reader's reads. Requests without a key go round robin.
 func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
+	return m.callHome(ctx, key, cmd, key, arg, wait)
+}
+
+// callHome is call with the connection picked by home's hash, not key's.
+func (m *Mux) callHome(ctx context.Context, home string, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		if m.isClosed() {
 			return reply{}, ErrClosed
 		}
 		start := m.next.Add(1)
 		if cmd != codec.CmdSession && cmd != codec.CmdStats {
-			start = homeConn(key, len(m.conns))
+			start = homeConn(home, len(m.conns))
 		}
 		for i := range uint32(len(m.conns)) {
 			c := m.conns[(start+i)%uint32(len(m.conns))]
@@ -336,9 +341,4 @@ func decodeStats(r reply) (*Stats, error) {
 		return nil, fmt.Errorf("%w: stats: %v", ErrProtocol, err)
 	}
 	return st, nil
-}
-
-// acquireMany implements commander: ml and msl have no tagged form.
-func (m *Mux) acquireMany(context.Context, cmds, []string, int, time.Duration, time.Duration) ([]Grant, error) {
-	return nil, fmt.Errorf("%w: many keys at once are not sent over a Mux", ErrBadRequest)
 }

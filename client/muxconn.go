@@ -248,6 +248,10 @@ func lineBuffered(br *bufio.Reader) bool {
 
 // dropGrant releases the grant an abandoned acquire or wait got.
 func (c *muxConn) dropGrant(call *muxCall) {
+	if call.cmd.Multi() {
+		c.dropSet(call)
+		return
+	}
 	b := call.cmd.Base()
 	if call.r.Status != codec.StatusOK || !validGrant(call.r) ||
 		(b != codec.CmdLock && b != codec.CmdSemLock && b != codec.CmdWait && b != codec.CmdSemWait) {

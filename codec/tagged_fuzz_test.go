@@ -18,6 +18,9 @@ var taggedSeeds = []string{
 	"#1 l\nk\n",
 	"#12345678901234567 l\nk\n1\n",
 	"#q stats\n_\n\n#r w\nk\n5\n",
+	"#m ml\na b\n10 30\n",
+	"#m msl 0123456789abcdef0123456789abcdef\ns1 s2 @3f9a1c0e5d7b2a48.1k\n0 2 30\n",
+	"#m ml\na a\n0\n",
 }
 
 // FuzzDecodeTagged checks DecodeTagged's properties on any input, as

@@ -11,8 +11,9 @@ import (
 // Tagged mode (codec/tagged.go). A connection that greets with "tagged"
 // stops answering in request order: every request carries a tag, and its
 // answer goes out with that tag as soon as it is ready. A blocking request
-// parks only itself: its own Sink (a tagWait) hears the grant, and the
-// connection goes on decoding. A request names the owner it acts for: a
+// parks only itself: its own Sink (a tagWait, or for ml and msl a
+// tagSetWait, tagmulti.go) hears the grant, and the connection goes on
+// decoding. A request names the owner it acts for: a
 // session attached to the connection (tagsession.go), or, naming none, the
 // connection (or the session it acts for, as a plain connection would).
 
@@ -97,6 +98,12 @@ func (w *tagWait) Deliver(o engine.Outcome) {
 func (w *tagWait) canceled() {
 	ss, owner, tag := w.ss, w.owner, w.tag
 	w.free()
+	ss.tagCanceled(owner, tag)
+}
+
+// tagCanceled answers a tagged request of owner that the engine withdrew
+// (tagWait.canceled).
+func (ss *session) tagCanceled(owner engine.OwnerID, tag tagBuf) {
 	if ss.closed.Load() {
 		return
 	}
@@ -199,6 +206,9 @@ func (s *Server) tagDispatch(ss *session, t int64, tr *codec.Tagged, out []byte)
 	owner, ok := ss.tagOwner(tr.Session)
 	if !ok {
 		return codec.AppendStatus(codec.AppendTag(out, tr.Tag), codec.StatusError)
+	}
+	if tr.Cmd.Multi() {
+		return s.submitTagSet(ss, t, tr, owner, out)
 	}
 	return s.submitTagged(ss, t, tr, owner, out)
 }

@@ -84,9 +84,6 @@ func TestTaggedOutOfOrder(t *testing.T) {
 	if got := tdo(t, c, "7", "stats", "_", ""); !strings.HasPrefix(got, "ok {") {
 		t.Fatalf("stats = %q; want ok <json>", got)
 	}
-	if got := tdo(t, c, "9", "ml", "a b", "0"); got != "error" {
-		t.Fatalf("ml in tagged mode = %q; want error", got)
-	}
 	if got := tdo(t, c, "10", "watch", "k", ""); got != "error" {
 		t.Fatalf("watch in tagged mode = %q; want error", got)
 	}

@@ -1,0 +1,68 @@
+package client
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/latchd/latchd/codec"
+)
+
+// Many keys at once over a Mux: ml and msl in tagged mode. A set waits on
+// the server without holding back the Mux's other requests, and goes over
+// the connection its first key's hash picks.
+
+// acquireMany implements commander: AcquireMany and SemAcquireMany, and a
+// MultiLock whose Mux is set. A canceled set is abandoned like a single
+// acquire: if it is granted later, every key of it is released.
+func (m *Mux) acquireMany(ctx context.Context, k cmds, keys []string, limit int, timeout, ttl time.Duration) ([]Grant, error) {
+	line, err := checkKeys(keys, limit)
+	if err != nil {
+		return nil, err
+	}
+	rid, err := manyRequestID(keys, line)
+	if err != nil {
+		return nil, err
+	}
+	if rid != "" {
+		line += " @" + rid
+	}
+	cmd, arg := manyArg(k, limit, timeout, ttl)
+	r, err := m.callHome(ctx, keys[0], cmd, line, arg, time.Duration(seconds(timeout))*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != codec.StatusOK {
+		return nil, errorFor(r, ErrBadRequest)
+	}
+	return manyGrants(r, len(keys))
+}
+
+// dropSet releases every key of the grant an abandoned ml or msl got.
+func (c *muxConn) dropSet(call *muxCall) {
+	keys := strings.Fields(call.key)
+	if n := len(keys); n > 1 && keys[n-1][0] == '@' {
+		keys = keys[:n-1] // the request id (manyRequestID)
+	}
+	if call.r.Status != codec.StatusOK {
+		return
+	}
+	gs, err := manyGrants(call.r, len(keys))
+	if err != nil {
+		return
+	}
+	rel := codec.CmdRelease
+	if call.cmd == codec.CmdMultiSemLock {
+		rel = codec.CmdSemRelease
+	}
+	c.mu.Lock()
+	if !c.isUp {
+		c.mu.Unlock()
+		return
+	}
+	for i, key := range keys {
+		id := c.queueLocked(rel, key, []byte(gs[i].Token))
+		c.pending[id] = &muxCall{abandoned: true}
+	}
+	c.flushLocked()
+}
