@@ -126,18 +126,21 @@ func (w *tagWait) enqueue(o engine.Outcome) {
 }
 
 // Answer implements backend.Later: a replicated backend's reply.
-func (w *tagWait) Answer(rep backend.Reply, err error) {
-	ss := w.ss
+func (w *tagWait) Answer(rep backend.Reply, err error) { w.ss.tagAnswer(w.tag, w.cmd, rep, err) }
+
+// tagAnswer answers a tagged request with a replicated backend's reply,
+// unless it parked (its sink hears the grant or the timeout).
+func (ss *session) tagAnswer(tag tagBuf, cmd codec.Cmd, rep backend.Reply, err error) {
 	s := ss.srv
 	defer s.inflight.Add(-1)
 	defer s.answered1(ss)
 	if err != nil {
 		ss.noteRedirect(err)
 	}
-	line, park, closeNow := appendReply(codec.AppendTag(nil, w.tag.bytes()), w.cmd, rep, err, true)
+	line, park, closeNow := appendReply(codec.AppendTag(nil, tag.bytes()), cmd, rep, err, true)
 	switch {
 	case park:
-		return // the Sink hears the grant or the timeout
+		return
 	case closeNow:
 		_ = ss.conn.Close() // the outcome is unknown (submit.go)
 		return

@@ -88,20 +88,5 @@ func (w *tagSetWait) DeliverSet(o *engine.SetOutcome) {
 
 // Answer implements backend.Later: a replicated backend's reply.
 func (w *tagSetWait) Answer(rep backend.Reply, err error) {
-	ss := w.ss
-	s := ss.srv
-	defer s.inflight.Add(-1)
-	defer s.answered1(ss)
-	if err != nil {
-		ss.noteRedirect(err)
-	}
-	line, park, closeNow := appendReply(codec.AppendTag(nil, w.tag.bytes()), codec.CmdMultiLock, rep, err, true)
-	switch {
-	case park:
-		return // DeliverSet hears the grant or the timeout
-	case closeNow:
-		_ = ss.conn.Close() // the outcome is unknown (submit.go)
-		return
-	}
-	ss.tagLine(line)
+	w.ss.tagAnswer(w.tag, codec.CmdMultiLock, rep, err)
 }
