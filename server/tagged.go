@@ -242,11 +242,21 @@ func (s *Server) submitTagged(ss *session, t int64, tr *codec.Tagged, owner engi
 	}
 	rep, pending, err := s.be.Submit(r, sink, ss.via(), later)
 	r.Key, r.ReqID = nil, nil // views of the read buffer
+	out, waits := ss.tagSubmitted(out, tr.Tag, req.Cmd, rep, pending, err)
+	if !waits && w != nil {
+		w.free()
+	}
+	return out
+}
+
+// tagSubmitted answers a tagged request Submit took, unless the answer is
+// to come later (waits: from the backend or the request's sink).
+func (ss *session) tagSubmitted(out, tag []byte, cmd codec.Cmd, rep backend.Reply, pending bool, err error) (_ []byte, waits bool) {
 	if pending {
 		ss.used = true
 		ss.inflight.Add(1)
-		s.inflight.Add(1)
-		return out
+		ss.srv.inflight.Add(1)
+		return out, true
 	}
 	if err == nil {
 		ss.used = true
@@ -254,14 +264,11 @@ func (s *Server) submitTagged(ss *session, t int64, tr *codec.Tagged, owner engi
 		ss.noteRedirect(err)
 	}
 	mark := len(out)
-	out, park, _ := appendReply(codec.AppendTag(out, tr.Tag), req.Cmd, rep, err, false)
+	out, park, _ := appendReply(codec.AppendTag(out, tag), cmd, rep, err, false)
 	if park {
-		return out[:mark] // queued: the tagWait answers
+		return out[:mark], true // queued: the sink answers
 	}
-	if w != nil {
-		w.free()
-	}
-	return out
+	return out, false
 }
 
 // takeStatsTagged is takeStats with the parked stats request's tag before

@@ -50,22 +50,7 @@ func (s *Server) submitTagSet(ss *session, t int64, tr *codec.Tagged, owner engi
 	rep, pending, err := s.be.Submit(r, nil, ss.via(), w)
 	*r = backend.Request{}
 	clear(m.keys[:n]) // views of the read buffer
-	if pending {
-		ss.used = true
-		ss.inflight.Add(1)
-		s.inflight.Add(1)
-		return out
-	}
-	if err == nil {
-		ss.used = true
-	} else {
-		ss.noteRedirect(err)
-	}
-	mark := len(out)
-	out, park, _ := appendReply(codec.AppendTag(out, tr.Tag), req.Cmd, rep, err, false)
-	if park {
-		return out[:mark] // queued: w answers
-	}
+	out, _ = ss.tagSubmitted(out, tr.Tag, req.Cmd, rep, pending, err)
 	return out
 }
 
