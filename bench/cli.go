@@ -117,38 +117,18 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	if fs.NArg() > 0 {
 		return Options{}, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
-	o.Flags = map[string]string{}
-	fs.Visit(func(f *flag.Flag) {
-		v := f.Value.String()
-		if f.Name == "auth" {
-			v = "(redacted)"
-		}
-		o.Flags[f.Name] = v
-	})
+	o.Flags = setFlags(fs)
 	if cfg.Rounds < 0 || cfg.Duration < 0 {
 		return Options{}, errors.New("bench: --rounds and --duration must be >= 0")
 	}
 	if *timeout < 0 || *ttl < 0 {
 		return Options{}, errors.New("bench: --timeout and --ttl must be >= 0")
 	}
-	switch *transport {
-	case "tcp":
-		cfg.Targets = []Target{{Name: *name, Kind: KindTCP, Addr: *addr}}
-	case "http":
-		cfg.Targets = []Target{{Name: *name, Kind: KindHTTP, Addr: *httpAddr}}
-	case "mux":
-		cfg.Targets = []Target{{Name: *name, Kind: KindMux, Addr: *addr}}
-		cfg.Mux = cmp.Or(cfg.Mux, 2)
-	default:
-		return Options{}, fmt.Errorf("bench: --transport %q: want tcp, http or mux", *transport)
+	targets, err := serverTargets(*transport, *name, *addr, *httpAddr, &cfg.Mux)
+	if err != nil {
+		return Options{}, err
 	}
-	if cfg.Mux > 0 && *transport != "mux" {
-		if *transport == "http" {
-			return Options{}, errors.New("bench: --mux needs --transport tcp or mux")
-		}
-		cfg.Targets = append(cfg.Targets, Target{Name: fmt.Sprintf("%s-mux%d", *name, cfg.Mux), Kind: KindMux, Addr: *addr})
-	}
-	cfg.Targets = append(cfg.Targets, compare...)
+	cfg.Targets = append(targets, compare...)
 	if err := checkPIDs(cfg.Targets, cpu); err != nil {
 		return Options{}, err
 	}
@@ -162,6 +142,44 @@ func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	}
 	o.Config = cfg
 	return o, nil
+}
+
+// setFlags records the flags set on the command line, the auth token
+// redacted, for the JSON output.
+func setFlags(fs *flag.FlagSet) map[string]string {
+	set := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		v := f.Value.String()
+		if f.Name == "auth" {
+			v = "(redacted)"
+		}
+		set[f.Name] = v
+	})
+	return set
+}
+
+// serverTargets returns the rows of the server under test for --transport
+// (and --mux, defaulting it to 2 connections for the mux transport).
+func serverTargets(transport, name, addr, httpAddr string, mux *int) ([]Target, error) {
+	var ts []Target
+	switch transport {
+	case "tcp":
+		ts = []Target{{Name: name, Kind: KindTCP, Addr: addr}}
+	case "http":
+		ts = []Target{{Name: name, Kind: KindHTTP, Addr: httpAddr}}
+	case "mux":
+		ts = []Target{{Name: name, Kind: KindMux, Addr: addr}}
+		*mux = cmp.Or(*mux, 2)
+	default:
+		return nil, fmt.Errorf("bench: --transport %q: want tcp, http or mux", transport)
+	}
+	if *mux > 0 && transport != "mux" {
+		if transport == "http" {
+			return nil, errors.New("bench: --mux needs --transport tcp or mux")
+		}
+		ts = append(ts, Target{Name: fmt.Sprintf("%s-mux%d", name, *mux), Kind: KindMux, Addr: addr})
+	}
+	return ts, nil
 }
 
 // Main is latchd-bench: the table command, or a subcommand (ceiling,
