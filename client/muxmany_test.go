@@ -33,18 +33,8 @@ type manyResult struct {
 // that queued after the sets is granted after both (FIFO per key), and a
 // free key is granted at once while they all wait.
 func TestMuxAcquireManyCrossing(t *testing.T) {
-	srv := servertest.StartServer(t)
 	ctx := context.Background()
-	m, err := client.DialMux(ctx, []string{srv.Addr}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	p, err := client.Dial(ctx, srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	srv, m, p := muxAndConn(t, 1)
 	gb, err := p.Acquire(ctx, "b", 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -122,18 +112,8 @@ func fenceOf(t *testing.T, tok string) uint64 {
 // canceled returns at once, and when its keys come to it the Mux releases
 // them all, so each is free again.
 func TestMuxAcquireManyTimeoutAndCancel(t *testing.T) {
-	srv := servertest.StartServer(t)
 	ctx := context.Background()
-	m, err := client.DialMux(ctx, []string{srv.Addr}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	p, err := client.Dial(ctx, srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	srv, m, p := muxAndConn(t, 2)
 	gy, err := p.Acquire(ctx, "y", 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -189,4 +169,22 @@ func TestMultiLockOverMux(t *testing.T) {
 	if heldBy(srv, "m1") != 0 || heldBy(srv, "m2") != 0 || heldBy(srv, "m3") != 0 {
 		t.Fatal("released set still held")
 	}
+}
+
+// muxAndConn starts a server and dials a Mux of n connections and a plain
+// connection to it, all closed when the test ends.
+func muxAndConn(t *testing.T, n int) (*servertest.Server, *client.Mux, *client.Conn) {
+	t.Helper()
+	srv := servertest.StartServer(t)
+	m, err := client.DialMux(context.Background(), []string{srv.Addr}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	p, err := client.Dial(context.Background(), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return srv, m, p
 }
