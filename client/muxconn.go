@@ -81,12 +81,15 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key string, arg []byte,
 	case <-call.ch:
 		return call.r, call.err
 	case <-ctx.Done():
-		c.abandon(id, call)
+		c.abandon(id, call, true)
 		return reply{}, ctx.Err()
 	case <-timeout:
-		c.abandon(id, call)
+		waits := c.abandon(id, call, false)
 		err := fmt.Errorf("%w: no answer to %s within %v", ErrClosed, cmd, wait+c.m.opts.ioTimeout)
 		c.broken(err)
+		if waits {
+			c.m.withdraw(call)
+		}
 		return reply{}, err
 	}
 }
@@ -104,13 +107,25 @@ func (c *muxConn) queueLocked(cmd codec.Cmd, key string, arg []byte) uint64 {
 	return c.tag
 }
 
-// abandon leaves a call: when its answer is a grant, it is released.
-func (c *muxConn) abandon(id uint64, call *muxCall) {
+// abandon leaves a call: when its answer is a grant, it is released. It
+// reports whether the call is a request that may still wait on the server
+// (an acquire, a wait, a set); with cancel, it sends the cancel request
+// that withdraws it (muxcancel.go) and does not wait for its answer.
+func (c *muxConn) abandon(id uint64, call *muxCall, cancel bool) bool {
 	c.mu.Lock()
-	if c.pending[id] == call {
-		call.abandoned = true
+	if c.pending[id] != call {
+		c.mu.Unlock()
+		return false
 	}
-	c.mu.Unlock()
+	call.abandoned = true
+	waits := call.cmd.Blocking()
+	if !waits || !cancel || !c.isUp {
+		c.mu.Unlock()
+		return waits
+	}
+	c.queueCancelLocked(call)
+	c.flushLocked()
+	return true
 }
 
 // flushLocked sends what is queued unless another caller is sending it

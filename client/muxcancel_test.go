@@ -1,0 +1,106 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchd/latchd/client"
+	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server/servertest"
+)
+
+// TestMuxCanceledAcquireLeavesQueue: an acquire over a Mux whose context
+// ends while it waits leaves the key's queue at once (the Mux withdraws
+// it), so the holder's release grants the next waiter directly: no grant
+// to the Mux and release by it between them, no fence spent. The Mux
+// works on.
+func TestMuxCanceledAcquireLeavesQueue(t *testing.T) {
+	srv := servertest.StartServer(t, orphanTTL(5*time.Second))
+	canceledLeavesQueue(t, srv, "k", nil, func(ctx context.Context, m *client.Mux) error {
+		_, err := m.Acquire(ctx, "k", time.Minute, 0)
+		return err
+	})
+}
+
+// TestMuxCanceledSetLeavesQueue: the same for a set, withdrawn from every
+// key's queue.
+func TestMuxCanceledSetLeavesQueue(t *testing.T) {
+	srv := servertest.StartServer(t)
+	canceledLeavesQueue(t, srv, "y", []string{"x"}, func(ctx context.Context, m *client.Mux) error {
+		_, err := m.AcquireMany(ctx, []string{"x", "y"}, time.Minute, 0)
+		return err
+	})
+}
+
+// canceledLeavesQueue runs wait, a request of a Mux that waits on key
+// (and takes others, free, with it), cancels its context while a plain
+// connection waits behind it, and checks the Mux's request left every
+// queue at once and the one behind it is granted next.
+func canceledLeavesQueue(t *testing.T, srv *servertest.Server, key string, others []string,
+	wait func(context.Context, *client.Mux) error) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := client.DialMux(ctx, []string{srv.Addr}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	h, q := plainConn(t, srv), plainConn(t, srv)
+	g, err := h.Acquire(ctx, key, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wait(cctx, m) }()
+	testutil.Eventually(t, 5*time.Second, func() bool { return waitersOn(srv, key) == 1 }, "the Mux's request queued")
+	next := make(chan client.Grant, 1)
+	go func() {
+		g, err := q.Acquire(ctx, key, time.Minute, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		next <- g
+	}()
+	testutil.Eventually(t, 5*time.Second, func() bool { return waitersOn(srv, key) == 2 }, "the plain waiter queued")
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled request = %v", err)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return waitersOn(srv, key) == 1 }, "the canceled request left the queue")
+	for _, k := range others {
+		if n := waitersOn(srv, k); n > 0 {
+			t.Fatalf("%d waiters left on %s", n, k)
+		}
+	}
+	if err := h.Release(ctx, key, g.Token); err != nil {
+		t.Fatal(err)
+	}
+	gq := <-next
+	if got, want := fenceOf(t, gq.Token), fenceOf(t, g.Token)+1; got != want {
+		t.Fatalf("the next waiter's fence = %d; want %d (a grant came between)", got, want)
+	}
+	if err := q.Release(ctx, key, gq.Token); err != nil {
+		t.Fatal(err)
+	}
+	mg, err := m.Acquire(ctx, key, 5*time.Second, 0)
+	if err != nil {
+		t.Fatalf("the Mux after the cancel: %v", err)
+	}
+	if err := m.Release(ctx, key, mg.Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// plainConn dials a plain connection to srv, closed when the test ends.
+func plainConn(t *testing.T, srv *servertest.Server) *client.Conn {
+	t.Helper()
+	c, err := client.Dial(context.Background(), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
