@@ -56,13 +56,10 @@ func canceledLeavesQueue(t *testing.T, srv *servertest.Server, key string, other
 	done := make(chan error, 1)
 	go func() { done <- wait(cctx, m) }()
 	testutil.Eventually(t, 5*time.Second, func() bool { return waitersOn(srv, key) == 1 }, "the Mux's request queued")
-	next := make(chan client.Grant, 1)
+	next := make(chan manyResult, 1)
 	go func() {
 		g, err := q.Acquire(ctx, key, time.Minute, 0)
-		if err != nil {
-			t.Error(err)
-		}
-		next <- g
+		next <- manyResult{gs: []client.Grant{g}, err: err}
 	}()
 	testutil.Eventually(t, 5*time.Second, func() bool { return waitersOn(srv, key) == 2 }, "the plain waiter queued")
 	cancel()
@@ -78,7 +75,11 @@ func canceledLeavesQueue(t *testing.T, srv *servertest.Server, key string, other
 	if err := h.Release(ctx, key, g.Token); err != nil {
 		t.Fatal(err)
 	}
-	gq := <-next
+	r := <-next
+	if r.err != nil {
+		t.Fatalf("the next waiter: %v", r.err)
+	}
+	gq := r.gs[0]
 	if got, want := fenceOf(t, gq.Token), fenceOf(t, g.Token)+1; got != want {
 		t.Fatalf("the next waiter's fence = %d; want %d (a grant came between)", got, want)
 	}
