@@ -184,8 +184,10 @@ func (s *Server) tagTurn(ss *session, buf, out []byte) (used int, _ []byte, clos
 			break
 		}
 		if tr.Tag == nil {
-			// A framing error, or no tag to answer with: the stream is lost.
+			// A framing error, or no tag to answer with: the stream is
+			// lost. The answers ready go before the last line.
 			s.protocolError(ss, err)
+			out = ss.takeDelivered(out)
 			return used + n, codec.AppendStatus(out, codec.StatusError), true
 		}
 		used += n
