@@ -1,8 +1,11 @@
 package client_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +107,84 @@ func plainConn(t *testing.T, srv *servertest.Server) *client.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// TestMuxCancelRefused: against a server that does not know cancel (it
+// answers error) the Mux keeps its abandoned acquire, and releases the
+// grant that comes to it later.
+func TestMuxCancelRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	parked, released := make(chan struct{}, 1), make(chan string, 1)
+	go oldServer(ln, parked, released)
+	ctx := context.Background()
+	m, err := client.DialMux(ctx, []string{ln.Addr().String()}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := m.Acquire(cctx, "k", time.Minute, 0); done <- err }()
+	<-parked
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled acquire = %v", err)
+	}
+	select {
+	case got := <-released:
+		if got != "k "+oldToken {
+			t.Fatalf("released %q; want k %s", got, oldToken)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the grant after a refused cancel was not released")
+	}
+}
+
+// oldToken is the grant oldServer makes.
+const oldToken = "0000000000000001a1b2c3d4e5f60718"
+
+// oldServer serves one tagged connection as a server without cancel and
+// without sessions would: it refuses the cancel, then grants the waiting
+// l, and reports the l on parked and the key and token of each release
+// on released.
+func oldServer(ln net.Listener, parked chan<- struct{}, released chan<- string) {
+	c, err := ln.Accept()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	var waiting string
+	for {
+		var lines [3]string
+		for i := range lines {
+			if lines[i], err = br.ReadString('\n'); err != nil {
+				return
+			}
+			lines[i] = strings.TrimSuffix(lines[i], "\n")
+		}
+		tag, cmd, _ := strings.Cut(lines[0], " ")
+		var out string
+		switch {
+		case lines[0] == "tagged":
+			out = "ok\n"
+		case cmd == "l":
+			waiting = tag
+			parked <- struct{}{}
+		case cmd == "cancel":
+			out = tag + " error\n" + waiting + " ok " + oldToken + " 30\n"
+		case cmd == "r":
+			released <- lines[1] + " " + lines[2]
+			out = tag + " ok\n"
+		default:
+			out = tag + " error\n"
+		}
+		if _, err := c.Write([]byte(out)); err != nil {
+			return
+		}
+	}
 }
