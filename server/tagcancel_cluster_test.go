@@ -18,13 +18,7 @@ func TestTaggedCancelReplicates(t *testing.T) {
 	c := servertest.StartCluster(t, 3, nil)
 	li := c.Leader(servertest.LeaderTimeout)
 	lm := c.Members()[li]
-	h, a, b := dial(t, lm.Addr), dial(t, lm.Addr), dial(t, lm.Addr)
-	greet(t, a)
-	greet(t, b)
-	tok := grant(t, h.do("l", "k", "0"), "ok")
-	a.req("#a1 l", "k", "60")
-	testutil.Eventually(t, 10*time.Second, func() bool { return waitersOn(lm, "k") == 1 }, "a queued")
-	b.req("#b1 l", "k", "60")
+	h, a, b, tok := holdAndQueue(t, lm.Addr, func(n int) bool { return waitersOn(lm, "k") == n })
 	a.req("#m ml", "k z", "60 30")
 	everyReplica := func(key string, n int) func() bool {
 		return func() bool {
@@ -37,14 +31,8 @@ func TestTaggedCancelReplicates(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 10*time.Second, everyReplica("k", 3), "a, b and a's set queued on every replica")
-	a.req("#c cancel", "k", "")
-	if got := answers(t, a, 2); got["c"] != "ok" || got["a1"] != "timeout" {
-		t.Fatalf("cancel answers = %v; want c: ok, a1: timeout", got)
-	}
-	a.req("#cs cancel", "k", "set")
-	if got := answers(t, a, 2); got["cs"] != "ok" || got["m"] != "timeout" {
-		t.Fatalf("set cancel answers = %v; want cs: ok, m: timeout", got)
-	}
+	withdraw(t, a, "c", "k", "", "a1")
+	withdraw(t, a, "cs", "k", "set", "m")
 	testutil.Eventually(t, 10*time.Second, everyReplica("k", 1), "every replica keeps only b's wait")
 	if got := h.do("r", "k", tok); got != "ok" {
 		t.Fatal(got)

@@ -19,18 +19,9 @@ import (
 // grant that won the race stays the client's.
 func TestTaggedCancel(t *testing.T) {
 	s := servertest.StartServer(t)
-	h, a, b := dial(t, s.Addr), dial(t, s.Addr), dial(t, s.Addr)
-	greet(t, a)
-	greet(t, b)
-	tok := grant(t, h.do("l", "k", "0"), "ok")
-	a.req("#a1 l", "k", "60")
-	testutil.Eventually(t, 5*time.Second, func() bool { return waiters(s, "k") == 1 }, "a queued")
-	b.req("#b1 l", "k", "60")
+	h, a, b, tok := holdAndQueue(t, s.Addr, func(n int) bool { return waiters(s, "k") == n })
 	testutil.Eventually(t, 5*time.Second, func() bool { return waiters(s, "k") == 2 }, "b queued")
-	a.req("#c cancel", "k", "")
-	if got := answers(t, a, 2); got["c"] != "ok" || got["a1"] != "timeout" {
-		t.Fatalf("cancel answers = %v; want c: ok, a1: timeout", got)
-	}
+	withdraw(t, a, "c", "k", "", "a1")
 	if n := waiters(s, "k"); n != 1 {
 		t.Fatalf("waiters after the cancel = %d; want 1", n)
 	}
@@ -77,10 +68,7 @@ func TestTaggedCancelSet(t *testing.T) {
 	if got := tdo(t, a, "c1", "cancel", "x", ""); got != "error_not_enqueued" {
 		t.Fatalf("single-key cancel of a set = %q; want error_not_enqueued", got)
 	}
-	a.req("#c cancel", "x", "set")
-	if got := answers(t, a, 2); got["c"] != "ok" || got["m"] != "timeout" {
-		t.Fatalf("cancel answers = %v; want c: ok, m: timeout", got)
-	}
+	withdraw(t, a, "c", "x", "set", "m")
 	if waiters(s, "x") != 0 || waiters(s, "y") != 0 || holder(s.Engine, "x") != 0 {
 		t.Fatal("a withdrawn set left a queue entry or a hold")
 	}
@@ -89,6 +77,31 @@ func TestTaggedCancelSet(t *testing.T) {
 	}
 	if got := tdo(t, a, "p", "l", "y", "0"); !strings.HasPrefix(got, "ok ") {
 		t.Fatalf("y after the set's cancel = %q; want a grant to the probe", got)
+	}
+}
+
+// holdAndQueue dials a holder h of the key k and two tagged connections a
+// and b, whose l's on k (tags a1 and b1) queue behind it in that order;
+// queued(n) reports whether k's queue is n long.
+func holdAndQueue(t *testing.T, addr string, queued func(int) bool) (h, a, b *client, tok string) {
+	t.Helper()
+	h, a, b = dial(t, addr), dial(t, addr), dial(t, addr)
+	greet(t, a)
+	greet(t, b)
+	tok = grant(t, h.do("l", "k", "0"), "ok")
+	a.req("#a1 l", "k", "60")
+	testutil.Eventually(t, 10*time.Second, func() bool { return queued(1) }, "a queued")
+	b.req("#b1 l", "k", "60")
+	return h, a, b, tok
+}
+
+// withdraw sends "#<tag> cancel" for key and arg on c, and checks that it
+// answers ok and the request withdrawn, wtag, timeout.
+func withdraw(t *testing.T, c *client, tag, key, arg, wtag string) {
+	t.Helper()
+	c.req("#"+tag+" cancel", key, arg)
+	if got := answers(t, c, 2); got[tag] != "ok" || got[wtag] != "timeout" {
+		t.Fatalf("cancel answers = %v; want %s: ok, %s: timeout", got, tag, wtag)
 	}
 }
 
