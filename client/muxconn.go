@@ -81,13 +81,21 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key string, arg []byte,
 	case <-call.ch:
 		return call.r, call.err
 	case <-ctx.Done():
-		c.abandon(id, call, true)
+		if !c.abandon(id, call, true) {
+			<-call.ch // answered meanwhile: a grant is released all the same
+			if call.err == nil {
+				c.dropGrant(call)
+			}
+		}
 		return reply{}, ctx.Err()
 	case <-timeout:
-		waits := c.abandon(id, call, false)
+		if !c.abandon(id, call, false) {
+			<-call.ch // answered after all
+			return call.r, call.err
+		}
 		err := fmt.Errorf("%w: no answer to %s within %v", ErrClosed, cmd, wait+c.m.opts.ioTimeout)
 		c.broken(err)
-		if waits {
+		if cmd.Blocking() {
 			c.m.withdraw(call)
 		}
 		return reply{}, err
@@ -107,10 +115,11 @@ func (c *muxConn) queueLocked(cmd codec.Cmd, key string, arg []byte) uint64 {
 	return c.tag
 }
 
-// abandon leaves a call: when its answer is a grant, it is released. It
-// reports whether the call is a request that may still wait on the server
-// (an acquire, a wait, a set); with cancel, it sends the cancel request
-// that withdraws it (muxcancel.go) and does not wait for its answer.
+// abandon leaves a call: when its answer is a grant, it is released. With
+// cancel, a request that may still wait on the server (an acquire, a
+// wait, a set) is withdrawn: abandon sends the cancel request
+// (muxcancel.go) and does not wait for its answer. It reports false when
+// the call was answered already: its answer is on call.ch, or on its way.
 func (c *muxConn) abandon(id uint64, call *muxCall, cancel bool) bool {
 	c.mu.Lock()
 	if c.pending[id] != call {
@@ -118,10 +127,9 @@ func (c *muxConn) abandon(id uint64, call *muxCall, cancel bool) bool {
 		return false
 	}
 	call.abandoned = true
-	waits := call.cmd.Blocking()
-	if !waits || !cancel || !c.isUp {
+	if !call.cmd.Blocking() || !cancel || !c.isUp {
 		c.mu.Unlock()
-		return waits
+		return true
 	}
 	c.queueCancelLocked(call)
 	c.flushLocked()
