@@ -36,8 +36,10 @@ import (
 // set it as the Mux of a Lock, Semaphore, Election or MultiLock: they then
 // share its connections instead of dialling one per grant. Enqueue and
 // Wait act for the whole Mux (its session), so two goroutines must not
-// enqueue the same key at once. A canceled acquire is abandoned: its
-// grant, if one comes, is released.
+// enqueue the same key at once. An acquire, wait or set whose context
+// ends while it waits is withdrawn from the server's queue with the tagged
+// cancel request (muxcancel.go), and abandoned: a grant that crossed the
+// cancel is released.
 type Mux struct {
 	commands
 

@@ -133,8 +133,8 @@ func TestMuxWaitHoldsBackNothing(t *testing.T) {
 }
 
 // TestMuxCanceledAcquireReleasesItsGrant: an acquire whose context ends
-// while it waits is abandoned; when the key comes to it, the Mux releases
-// it, so the next waiter gets it.
+// while it waits keeps nothing of the key: once the holder releases, the
+// next acquire gets it.
 func TestMuxCanceledAcquireReleasesItsGrant(t *testing.T) {
 	srv := servertest.StartServer(t)
 	ctx := context.Background()

@@ -81,12 +81,23 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key string, arg []byte,
 	case <-call.ch:
 		return call.r, call.err
 	case <-ctx.Done():
-		c.abandon(id, call)
+		if !c.abandon(id, call, true) {
+			<-call.ch // answered meanwhile: a grant is released all the same
+			if call.err == nil {
+				c.dropGrant(call)
+			}
+		}
 		return reply{}, ctx.Err()
 	case <-timeout:
-		c.abandon(id, call)
+		if !c.abandon(id, call, false) {
+			<-call.ch // answered after all
+			return call.r, call.err
+		}
 		err := fmt.Errorf("%w: no answer to %s within %v", ErrClosed, cmd, wait+c.m.opts.ioTimeout)
 		c.broken(err)
+		if cmd.Blocking() {
+			c.m.withdraw(call)
+		}
 		return reply{}, err
 	}
 }
@@ -104,13 +115,25 @@ func (c *muxConn) queueLocked(cmd codec.Cmd, key string, arg []byte) uint64 {
 	return c.tag
 }
 
-// abandon leaves a call: when its answer is a grant, it is released.
-func (c *muxConn) abandon(id uint64, call *muxCall) {
+// abandon leaves a call: when its answer is a grant, it is released. With
+// cancel, a request that may still wait on the server (an acquire, a
+// wait, a set) is withdrawn: abandon sends the cancel request
+// (muxcancel.go) and does not wait for its answer. It reports false when
+// the call was answered already: its answer is on call.ch, or on its way.
+func (c *muxConn) abandon(id uint64, call *muxCall, cancel bool) bool {
 	c.mu.Lock()
-	if c.pending[id] == call {
-		call.abandoned = true
+	if c.pending[id] != call {
+		c.mu.Unlock()
+		return false
 	}
-	c.mu.Unlock()
+	call.abandoned = true
+	if !call.cmd.Blocking() || !cancel || !c.isUp {
+		c.mu.Unlock()
+		return true
+	}
+	c.queueCancelLocked(call)
+	c.flushLocked()
+	return true
 }
 
 // flushLocked sends what is queued unless another caller is sending it

@@ -13,8 +13,10 @@ import (
 // the connection its first key's hash picks.
 
 // acquireMany implements commander: AcquireMany and SemAcquireMany, and a
-// MultiLock whose Mux is set. A canceled set is abandoned like a single
-// acquire: if it is granted later, every key of it is released.
+// MultiLock whose Mux is set. A set whose context ends while it waits is
+// withdrawn from every key's queue like a single acquire (a cancel naming
+// its first key), and abandoned: if a grant crossed the cancel, every key
+// of it is released.
 func (m *Mux) acquireMany(ctx context.Context, k cmds, keys []string, limit int, timeout, ttl time.Duration) ([]Grant, error) {
 	line, err := checkKeys(keys, limit)
 	if err != nil {

@@ -109,8 +109,8 @@ func fenceOf(t *testing.T, tok string) uint64 {
 
 // TestMuxAcquireManyTimeoutAndCancel: a set that times out over a Mux
 // returns ErrTimeout and leaves every key's queue; one whose context is
-// canceled returns at once, and when its keys come to it the Mux releases
-// them all, so each is free again.
+// canceled returns at once, and keeps none of its keys: each is free once
+// its holder releases it.
 func TestMuxAcquireManyTimeoutAndCancel(t *testing.T) {
 	ctx := context.Background()
 	srv, m, p := muxAndConn(t, 2)

@@ -14,6 +14,7 @@ func TestAllocs(t *testing.T) {
 	multiID := []byte("ml\nk1 k2 k3 @0123456789abcdef.42\n10 30\n")
 	resp := []byte("ok " + tok + " 33\n")
 	tagged := []byte("#a1 sl 0123456789abcdef0123456789abcdef\nsome-key\n10 3 30\n")
+	cancel := []byte("#c2 cancel 0123456789abcdef0123456789abcdef\nk1\nset\n")
 	out := make([]byte, 0, 256)
 	tests := []struct {
 		name string
@@ -32,6 +33,12 @@ func TestAllocs(t *testing.T) {
 		{name: "DecodeTagged", fn: func() {
 			var tr Tagged
 			if n, err := DecodeTagged(tagged, &tr); err != nil || n == 0 || tr.Session == nil {
+				t.Fatal(n, err)
+			}
+		}},
+		{name: "DecodeTagged cancel", fn: func() {
+			var tr Tagged
+			if n, err := DecodeTagged(cancel, &tr); err != nil || n == 0 || tr.Cmd != CmdCancel {
 				t.Fatal(n, err)
 			}
 		}},

@@ -66,6 +66,7 @@ const (
 	CmdReadWait     // rw
 	CmdWriteWait    // ww
 	CmdTagged       // tagged (tagged.go)
+	CmdCancel       // cancel: tagged mode only (cancel.go)
 	numCmds
 )
 
@@ -95,6 +96,7 @@ var cmdNames = [numCmds]string{
 	CmdReadRenew: "rn", CmdWriteRenew: "wn", CmdReadEnqueue: "re", CmdWriteEnqueue: "we",
 	CmdReadWait: "rw", CmdWriteWait: "ww",
 	CmdTagged: "tagged",
+	CmdCancel: "cancel",
 }
 
 // String returns the command's wire name.

@@ -64,6 +64,9 @@ func DecodeTagged(buf []byte, t *Tagged) (n int, err error) {
 	if !ok {
 		return off, ErrBadTag
 	}
+	if string(cmd) == cancelName {
+		return off, parseCancel(&t.Request)
+	}
 	return off, parse(&t.Request, cmd)
 }
 

@@ -21,6 +21,8 @@ var taggedSeeds = []string{
 	"#m ml\na b\n10 30\n",
 	"#m msl 0123456789abcdef0123456789abcdef\ns1 s2 @3f9a1c0e5d7b2a48.1k\n0 2 30\n",
 	"#m ml\na a\n0\n",
+	"#c cancel\nk\n\n",
+	"#c cancel 0123456789abcdef0123456789abcdef\na\nset\n",
 }
 
 // FuzzDecodeTagged checks DecodeTagged's properties on any input, as

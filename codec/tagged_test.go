@@ -20,6 +20,10 @@ func TestDecodeTagged(t *testing.T) {
 		{in: "#z r\r\nk\r\n" + tok + "\r\n", tag: "z", cmd: CmdRelease, key: "k"},
 		{in: "#t session\n_\n\n", tag: "t", cmd: CmdSession, key: "_"},
 		{in: "#t bogus\nk\n\n", tag: "t", err: ErrUnknownCmd},
+		{in: "#c cancel\nk\n\n", tag: "c", cmd: CmdCancel, key: "k"},
+		{in: "#c cancel " + sid + "\na\nset\n", tag: "c", ses: sid, cmd: CmdCancel, key: "a"},
+		{in: "#c cancel\nk\nall\n", tag: "c", err: ErrBadArg},
+		{in: "#c cancel\nk @x.1\n\n", tag: "c", err: ErrBadKey},
 		{in: "#t l \nk\n1\n", tag: "t", err: ErrUnknownCmd},
 		{in: "#t l\nk\nx\n", tag: "t", cmd: CmdLock, key: "k", err: ErrBadInt},
 		{in: "l\nk\n1\n", err: ErrBadTag},
@@ -47,6 +51,15 @@ func TestDecodeTagged(t *testing.T) {
 	var tr Tagged
 	if n, err := DecodeTagged([]byte("#1 l\nk\n"), &tr); n != 0 || err != nil {
 		t.Errorf("partial request: %d, %v", n, err)
+	}
+}
+
+// TestCancelPlainUnknown: only the tagged decoder knows cancel; to the
+// plain one it is any unknown command.
+func TestCancelPlainUnknown(t *testing.T) {
+	var req Request
+	if n, err := Decode([]byte("cancel\nk\n\n"), &req); n == 0 || !errors.Is(err, ErrUnknownCmd) {
+		t.Fatalf("Decode(cancel) = %d, %v; want ErrUnknownCmd", n, err)
 	}
 }
 

@@ -69,6 +69,8 @@ type Server struct {
 	// before the node goes. It may pass through -1 while a loop's turn
 	// runs (see submit), never once the loops have stopped.
 	inflight atomic.Int64
+	// cancels are the tagged cancel requests in flight (tagcancel.go).
+	cancels cancelMarks
 }
 
 // New returns a server for be; Start runs it.

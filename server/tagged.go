@@ -50,6 +50,7 @@ type tagWait struct {
 	tag    tagBuf
 	cmd    codec.Cmd
 	owner  engine.OwnerID
+	key    uint64 // keyHash of its key, when it parks (tagcancel.go)
 	pooled bool
 }
 
@@ -62,7 +63,7 @@ func newTagWait(ss *session, tag []byte, cmd codec.Cmd, owner engine.OwnerID, po
 	} else {
 		w = new(tagWait)
 	}
-	w.ss, w.cmd, w.owner, w.pooled = ss, cmd, owner, pooled
+	w.ss, w.cmd, w.owner, w.key, w.pooled = ss, cmd, owner, 0, pooled
 	w.tag.set(tag)
 	return w
 }
@@ -90,30 +91,43 @@ func (w *tagWait) Deliver(o engine.Outcome) {
 	ss.wake()
 }
 
-// canceled answers a request the engine withdrew, and frees w. A request
-// of a session that ended (closed, here or from another connection) fails
-// alone: "#<tag> error". Otherwise, as for a plain connection
-// (session.Deliver), it is the connection's own Disconnect, or an outcome
-// a restore made unknown, which closing the connection says.
+// canceled answers a request the engine withdrew, and frees w.
 func (w *tagWait) canceled() {
-	ss, owner, tag := w.ss, w.owner, w.tag
+	ss, owner, key, tag := w.ss, w.owner, w.key, w.tag
 	w.free()
-	ss.tagCanceled(owner, tag)
+	ss.tagCanceled(owner, key, false, tag)
 }
 
-// tagCanceled answers a tagged request of owner that the engine withdrew
-// (tagWait.canceled).
-func (ss *session) tagCanceled(owner engine.OwnerID, tag tagBuf) {
+// tagCanceled answers a tagged request of owner on key (keyHash; a set's
+// first) that the engine withdrew. A request of a session that ended
+// (closed, here or from another connection) fails alone: "#<tag> error".
+// One a cancel request withdrew (its mark says so) ended without a
+// grant: "#<tag> timeout". Otherwise, as for a plain connection
+// (session.Deliver), it is the connection's own Disconnect, or an outcome
+// a restore made unknown, which closing the connection says.
+func (ss *session) tagCanceled(owner engine.OwnerID, key uint64, set bool, tag tagBuf) {
 	if ss.closed.Load() {
 		return
 	}
 	if owner != ss.id && owner != engine.OwnerID(ss.sess.Load()) {
 		if _, ok := ss.srv.be.Engine().SessionKey(owner); !ok {
-			ss.tagLine(codec.AppendStatus(codec.AppendTag(nil, tag.bytes()), codec.StatusError))
+			ss.tagStatus(tag, codec.StatusError)
 			return
 		}
 	}
+	if ss.srv.cancels.take(owner, key, set) {
+		ss.tagStatus(tag, codec.StatusTimeout)
+		return
+	}
 	_ = ss.conn.Close()
+}
+
+// tagStatus queues the answer "#<tag> <st>" and wakes the loop.
+func (ss *session) tagStatus(tag tagBuf, st codec.Status) {
+	ss.mu.Lock()
+	ss.inbox = codec.AppendStatus(codec.AppendTag(ss.inbox, tag.bytes()), st)
+	ss.mu.Unlock()
+	ss.wake()
 }
 
 // enqueue appends the tagged outcome to the inbox and frees w.
@@ -170,8 +184,10 @@ func (s *Server) tagTurn(ss *session, buf, out []byte) (used int, _ []byte, clos
 			break
 		}
 		if tr.Tag == nil {
-			// A framing error, or no tag to answer with: the stream is lost.
+			// A framing error, or no tag to answer with: the stream is
+			// lost. The answers ready go before the last line.
 			s.protocolError(ss, err)
+			out = ss.takeDelivered(out)
 			return used + n, codec.AppendStatus(out, codec.StatusError), true
 		}
 		used += n
@@ -213,6 +229,9 @@ func (s *Server) tagDispatch(ss *session, t int64, tr *codec.Tagged, out []byte)
 	if tr.Cmd.Multi() {
 		return s.submitTagSet(ss, t, tr, owner, out)
 	}
+	if tr.Cmd == codec.CmdCancel {
+		return s.tagCancel(ss, t, tr, owner, out)
+	}
 	return s.submitTagged(ss, t, tr, owner, out)
 }
 
@@ -237,7 +256,7 @@ func (s *Server) submitTagged(ss *session, t int64, tr *codec.Tagged, owner engi
 		w = newTagWait(ss, tr.Tag, req.Cmd, owner, !replicated)
 		later = w
 		if parks {
-			sink = w
+			sink, w.key = w, keyHash(req.Key)
 		}
 	}
 	rep, pending, err := s.be.Submit(r, sink, ss.via(), later)

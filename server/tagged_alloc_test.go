@@ -8,14 +8,28 @@ import (
 )
 
 var (
-	taggedTry  = []byte("#1 l\nhk\n0\n")
-	taggedWait = []byte("#2 l\nhk\n30\n")
+	taggedTry    = []byte("#1 l\nhk\n0\n")
+	taggedWait   = []byte("#2 l\nhk\n30\n")
+	taggedCancel = []byte("#c cancel\nhk\n\n")
 )
 
 // taggedHandOff runs one hand-off on tagged connections: a takes the key,
 // b's l waits for it (its own Sink), a releases, b hears the grant with
 // its tag and releases in turn.
 func (r *rig) taggedHandOff(tb testing.TB) {
+	r.taggedQueue(tb)
+	r.release(tb, r.a, "#3", 0)
+	out := r.run(tb, r.b, nil)
+	if !bytes.HasPrefix(out, []byte("#2 ok ")) {
+		tb.Fatalf("b's grant: %q", out)
+	}
+	r.tokenLens[1] = copy(r.tokens[1][:], field(out[:len(out)-1], 2))
+	r.release(tb, r.b, "#4", 1)
+}
+
+// taggedQueue makes a take the key and b's l wait for it, on tagged
+// connections.
+func (r *rig) taggedQueue(tb testing.TB) {
 	r.a.tg.on, r.b.tg.on = true, true
 	out := r.run(tb, r.a, taggedTry)
 	if !bytes.HasPrefix(out, []byte("#1 ok ")) {
@@ -25,13 +39,6 @@ func (r *rig) taggedHandOff(tb testing.TB) {
 	if out := r.run(tb, r.b, taggedWait); len(out) != 0 {
 		tb.Fatalf("b's wait answered: %q", out)
 	}
-	r.release(tb, r.a, "#3", 0)
-	out = r.run(tb, r.b, nil)
-	if !bytes.HasPrefix(out, []byte("#2 ok ")) {
-		tb.Fatalf("b's grant: %q", out)
-	}
-	r.tokenLens[1] = copy(r.tokens[1][:], field(out[:len(out)-1], 2))
-	r.release(tb, r.b, "#4", 1)
 }
 
 // release sends "<tag> r" for the token in slot i and checks the answer.
@@ -53,6 +60,27 @@ func TestTaggedHandOffAllocatesNothing(t *testing.T) {
 	r.taggedHandOff(t)
 	if n := testing.AllocsPerRun(200, func() { r.taggedHandOff(t) }); n != 0 {
 		t.Errorf("a tagged hand-off allocates %v times per run; want 0", n)
+	}
+}
+
+// taggedCancel runs one withdrawn wait: a takes the key, b's l waits,
+// b's cancel withdraws it (the cancel and the wait answered in one turn),
+// a releases.
+func (r *rig) taggedCancel(tb testing.TB) {
+	r.taggedQueue(tb)
+	if out := r.run(tb, r.b, taggedCancel); string(out) != "#c ok\n#2 timeout\n" {
+		tb.Fatalf("b's cancel: %q", out)
+	}
+	r.release(tb, r.a, "#3", 0)
+}
+
+// TestTaggedCancelAllocatesNothing: a tagged wait and the cancel that
+// withdraws it allocate nothing in the connections' turns.
+func TestTaggedCancelAllocatesNothing(t *testing.T) {
+	r := newRig(t, nil)
+	r.taggedCancel(t)
+	if n := testing.AllocsPerRun(200, func() { r.taggedCancel(t) }); n != 0 {
+		t.Errorf("a tagged wait and its cancel allocate %v times per run; want 0", n)
 	}
 }
 

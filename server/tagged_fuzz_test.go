@@ -22,6 +22,8 @@ func FuzzTaggedTurn(f *testing.F) {
 		"#1 rl\nrw\n0\n#2 wl\nrw\n0\n",
 		"#1 l\nb\n0\n#2 ml\na b\n5 30\n#3 l\nk\n0\n#4 msl\ns t @x.1\n0 2\n",
 		"#1 session\n_\n\n#2 ml 0123456789abcdef0123456789abcdef\na b\n0\n#3 ml\na a\n0\n",
+		"#1 l\nk\n0\n#2 l\nk\n5\n#3 cancel\nk\n\n#4 cancel\nk\n\n",
+		"#1 l\nb\n0\n#2 ml\na b\n5\n#3 cancel\na\nset\n#4 cancel\nb\nset\n",
 	} {
 		f.Add([]byte(s))
 	}

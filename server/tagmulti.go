@@ -20,6 +20,7 @@ type tagSetWait struct {
 	ss    *session
 	tag   tagBuf
 	owner engine.OwnerID
+	key   uint64 // keyHash of its first key (tagcancel.go)
 	out   engine.SetOutcome
 }
 
@@ -38,7 +39,7 @@ func (s *Server) submitTagSet(ss *session, t int64, tr *codec.Tagged, owner engi
 	if req.Cmd == codec.CmdMultiSemLock {
 		limit = int(req.Limit)
 	}
-	w := &tagSetWait{ss: ss, owner: owner}
+	w := &tagSetWait{ss: ss, owner: owner, key: keyHash(m.keys[0])}
 	w.tag.set(tr.Tag)
 	r := &ss.req
 	*r = backend.Request{Op: backend.OpAcquireSet, Keys: m.keys[:n], Owner: owner, Client: ss.id, Now: t,
@@ -59,7 +60,7 @@ func (s *Server) submitTagSet(ss *session, t int64, tr *codec.Tagged, owner engi
 func (w *tagSetWait) DeliverSet(o *engine.SetOutcome) {
 	ss := w.ss
 	if o.Result == engine.Canceled {
-		ss.tagCanceled(w.owner, w.tag)
+		ss.tagCanceled(w.owner, w.key, true, w.tag)
 		return
 	}
 	if ss.closed.Load() {
