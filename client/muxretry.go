@@ -1,0 +1,131 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/latchd/latchd/codec"
+)
+
+// Sending a Mux's requests again through a broken connection or a
+// failover. With a session, every mutating request carries a request id
+// (docs/protocol.md "Request ids"), the same on every attempt. What the
+// session holds and waits for outlives a broken connection for the orphan
+// TTL, so a request whose connection breaks (or that a node that no
+// longer leads answers error_not_leader) is sent again with its id on the
+// next connection up, once the Mux has dialled again and attached the
+// session: in a cluster the retry takes over what the first attempt got,
+// its grant (same token) or its place in the queue. The caller sees one
+// result. Without a session nothing is sent again: a broken connection
+// released what it held and withdrew what it waited for.
+
+// muxReq is a request sent until answered: its argument line is built for
+// each attempt with the time left to wait.
+type muxReq struct {
+	cmd  codec.Cmd
+	home string // the key that picks the connection
+	key  string // the key line, without the id
+	id   string // the request id; "" for none
+	// timeout is how long the request may wait (negative: it takes
+	// none); arg builds the argument line for a wait of timeout.
+	timeout time.Duration
+	arg     func(timeout time.Duration) []byte
+}
+
+// requestID returns a new request id for a request whose key line is
+// line: "" without a session, or when the line leaves no room for it.
+func (m *Mux) requestID(line string) string {
+	if m.Session() == "" {
+		return ""
+	}
+	return m.ids.forLine(line)
+}
+
+// orphanTTL returns the session's orphan TTL.
+func (m *Mux) orphanTTL() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.orphan
+}
+
+// resend reports whether a request answered r, err was not run for sure
+// and may be sent again by id: its connection broke, or it reached a node
+// that does not lead.
+func resend(r reply, err error) bool {
+	if err != nil {
+		return errors.Is(err, ErrClosed)
+	}
+	return r.Status == codec.StatusErrorNotLeader
+}
+
+// send runs q until it is answered. Sent again, a waiting request asks for
+// the rest of its timeout, rounded up to whole seconds as the protocol
+// wants (0 once it has passed: try once); where the retry takes over the
+// first attempt's place, the server keeps that attempt's deadline. The
+// retries go on while ctx allows, up to the orphan TTL past the request's
+// own timeout (then what it left on the server is gone); when they stop
+// short of an answer, a waiting request is withdrawn (Mux.withdraw).
+func (m *Mux) send(ctx context.Context, q *muxReq) (reply, error) {
+	wait := waitFor(q.timeout)
+	deadline := time.Now().Add(wait)
+	r, err := m.callHome(ctx, q.home, q.cmd, q.key, q.id, q.arg(q.timeout), wait)
+	if q.id == "" || !resend(r, err) || m.Session() == "" {
+		return r, err
+	}
+	rctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now()).Add(m.orphanTTL()))
+	defer cancel()
+	for resend(r, err) {
+		var c *muxConn
+		if err = pause(rctx); err == nil {
+			c, err = m.upConn(rctx, q.home, q.cmd)
+		}
+		if err != nil {
+			// Stopped between attempts: what the last one left may
+			// still wait on the server.
+			if q.cmd.Blocking() && !m.isClosed() {
+				go m.withdraw(&muxCall{cmd: q.cmd, key: q.key, id: q.id, arg: q.arg(0)})
+			}
+			if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+				err = fmt.Errorf("%w: no connection within the orphan TTL after the wait's timeout", ErrClosed)
+			}
+			return reply{}, err
+		}
+		timeout := q.timeout
+		if timeout > 0 {
+			timeout = max(time.Until(deadline), 0)
+		}
+		r, err = c.do(rctx, q.cmd, q.key, q.id, q.arg(timeout), waitFor(timeout))
+	}
+	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+		err = fmt.Errorf("%w: no answer within the orphan TTL after the wait's timeout", ErrClosed)
+	}
+	return r, err
+}
+
+// waitFor returns how long the server may take to answer a request that
+// waits up to timeout (negative: takes no wait): timeout in whole seconds,
+// as the protocol sends it.
+func waitFor(timeout time.Duration) time.Duration {
+	return time.Duration(seconds(timeout)) * time.Second
+}
+
+// pause waits a moment between attempts (the connection that broke is
+// being dialled again), or fails when ctx ends first.
+func pause(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Millisecond):
+		return nil
+	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
