@@ -215,7 +215,7 @@ func TestMuxRetryTakesOverGrant(t *testing.T) {
 
 // TestMuxRetryTakesOverSet: as TestMuxRetryTakesOverGrant for a set: the
 // set is granted while the Mux's connection is down, and AcquireMany
-// returns those grants once it is back.
+// returns those grants (their tokens) once it is back.
 func TestMuxRetryTakesOverSet(t *testing.T) {
 	r := startMuxRig(t)
 	li := r.c.Leader(servertest.LeaderTimeout)
@@ -252,6 +252,12 @@ func TestMuxRetryTakesOverSet(t *testing.T) {
 	}
 	if len(gs) != 2 {
 		t.Fatalf("grants %v", gs)
+	}
+	for _, g := range gs {
+		// The set's two grants were the next fences after the holder's.
+		if f0, f := fenceOf(t, hg.Token), fenceOf(t, g.Token); f != f0+1 && f != f0+2 {
+			t.Fatalf("fence %d after the holder's %d; want the set granted while away", f, f0)
+		}
 	}
 	for i, key := range []string{"a", "b"} {
 		if err := m.Release(ctx, key, gs[i].Token); err != nil {
