@@ -53,6 +53,7 @@ type Mux struct {
 	session string        // "" for none
 	orphan  time.Duration // the session's orphan TTL
 	noSess  bool          // the server offers no sessions
+	dedup   int           // whether the server de-duplicates request ids (muxdedup.go)
 	closed  bool
 	quit    chan struct{}
 }

@@ -65,32 +65,26 @@ func resend(r reply, err error) bool {
 // wants (0 once it has passed: try once); where the retry takes over the
 // first attempt's place, the server keeps that attempt's deadline. The
 // retries go on while ctx allows, up to the orphan TTL past the request's
-// own timeout (then what it left on the server is gone); when they stop
-// short of an answer, a waiting request is withdrawn (Mux.withdraw).
+// own timeout (then what it left on the server is gone). When they stop
+// short of an answer, or the server does not take a request over by its
+// id (muxdedup.go), a waiting request is withdrawn (Mux.withdraw) and the
+// caller gets the error.
 func (m *Mux) send(ctx context.Context, q *muxReq) (reply, error) {
 	wait := waitFor(q.timeout)
 	deadline := time.Now().Add(wait)
 	r, err := m.callHome(ctx, q.home, q.cmd, q.key, q.id, q.arg(q.timeout), wait)
-	if q.id == "" || !resend(r, err) || m.Session() == "" {
+	if q.id == "" || !resend(r, err) {
 		return r, err
 	}
 	rctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now()).Add(m.orphanTTL()))
 	defer cancel()
 	for resend(r, err) {
-		var c *muxConn
-		if err = pause(rctx); err == nil {
-			c, err = m.upConn(rctx, q.home, q.cmd)
-		}
-		if err != nil {
-			// Stopped between attempts: what the last one left may
-			// still wait on the server.
+		c, takesOver, cerr := m.reconnect(rctx, q)
+		if cerr != nil || !takesOver {
 			if q.cmd.Blocking() && !m.isClosed() {
 				go m.withdraw(&muxCall{cmd: q.cmd, key: q.key, id: q.id, arg: q.arg(0)})
 			}
-			if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
-				err = fmt.Errorf("%w: no connection within the orphan TTL after the wait's timeout", ErrClosed)
-			}
-			return reply{}, err
+			return reply{}, stopErr(ctx, err, cerr)
 		}
 		timeout := q.timeout
 		if timeout > 0 {
@@ -102,6 +96,39 @@ func (m *Mux) send(ctx context.Context, q *muxReq) (reply, error) {
 		err = fmt.Errorf("%w: no answer within the orphan TTL after the wait's timeout", ErrClosed)
 	}
 	return r, err
+}
+
+// reconnect waits for a connection up for q's next attempt, and reports
+// whether the server takes q over by its id. It fails when ctx ends or the
+// Mux closes.
+func (m *Mux) reconnect(ctx context.Context, q *muxReq) (*muxConn, bool, error) {
+	for {
+		if err := pause(ctx); err != nil {
+			return nil, false, err
+		}
+		c, err := m.upConn(ctx, q.home, q.cmd)
+		if err != nil {
+			return nil, false, err
+		}
+		if d, err := m.dedupes(ctx); err == nil {
+			return c, d, nil
+		}
+	}
+}
+
+// stopErr is the error of a request whose attempts stopped: last, the
+// error of the last one, when the server does not take it over (stop
+// nil); else ctx's error, the Mux's close, or the end of the orphan TTL.
+func stopErr(ctx context.Context, last, stop error) error {
+	switch {
+	case stop == nil:
+		return last
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(stop, ErrClosed):
+		return stop
+	}
+	return fmt.Errorf("%w: no connection within the orphan TTL after the wait's timeout", ErrClosed)
 }
 
 // waitFor returns how long the server may take to answer a request that

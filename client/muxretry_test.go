@@ -3,12 +3,14 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/latchd/latchd/client"
+	"github.com/latchd/latchd/internal/testutil"
 	"github.com/latchd/latchd/server/servertest"
 )
 
@@ -106,5 +108,54 @@ func TestMuxRequestIDs(t *testing.T) {
 				t.Fatalf("session %v: key line %q; want %q with an id: %v", sess, k, want[i], sess)
 			}
 		}
+	}
+}
+
+// TestMuxSingleNodeWaitWithdrawn: a single node keeps a tagged session's
+// wait through a broken connection but takes nothing over by request id.
+// A Mux whose waiting acquire loses its connection there returns the
+// error and withdraws the wait on its next connection (it does not wait
+// a second time): once the holder releases, the key is free, not held
+// for a session nobody answers for.
+func TestMuxSingleNodeWaitWithdrawn(t *testing.T) {
+	srv := servertest.StartServer(t, orphanTTL(20*time.Second))
+	ctx := context.Background()
+	var gt gate
+	h := dialMux(t, []string{srv.Addr})
+	m := dialMux(t, []string{srv.Addr}, client.WithDialer(gt.dial))
+	hg, err := h.Acquire(ctx, "k", 0, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := func() (held bool, waiters int) {
+		st, err := h.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range st.Locks {
+			if l.Key == "k" {
+				return true, l.Waiters
+			}
+		}
+		return false, 0
+	}
+	ch := acquireAsync(m, "k")
+	testutil.Eventually(t, 10*time.Second, func() bool { _, w := lock(); return w == 1 }, "waiter queued")
+	gt.cut()
+	gt.open()
+	select {
+	case r := <-ch:
+		if !errors.Is(r.err, client.ErrClosed) {
+			t.Fatalf("acquire through a broken connection: %v, %v; want ErrClosed", r.g, r.err)
+		}
+	case <-time.After(40 * time.Second): // a guard against a hang, not a bound
+		t.Fatal("no answer")
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { _, w := lock(); return w == 0 }, "the wait withdrawn")
+	if err := h.Release(ctx, "k", hg.Token); err != nil {
+		t.Fatal(err)
+	}
+	if held, w := lock(); held {
+		t.Fatalf("after the holder's release: held, %d waiters; want free", w)
 	}
 }
