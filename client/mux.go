@@ -234,15 +234,12 @@ func (m *Mux) acquire(ctx context.Context, k cmds, key string, limit int, timeou
 	if err := checkKey(key, limit); err != nil {
 		return Grant{}, err
 	}
-	r, err := m.send(ctx, &muxReq{cmd: k.acquire, home: key, key: key, id: m.requestID(key), timeout: timeout,
-		arg: func(timeout time.Duration) []byte {
-			arg := strconv.AppendInt(make([]byte, 0, 64), seconds(timeout), 10)
-			if k.sem {
-				arg = append(arg, ' ')
-				arg = strconv.AppendInt(arg, int64(limit), 10)
-			}
-			return appendTTL(arg, ttl)
-		}})
+	var rest []byte
+	if k.sem {
+		rest = strconv.AppendInt(nil, int64(limit), 10)
+	}
+	r, err := m.send(ctx, muxReq{cmd: k.acquire, home: key, key: key, id: m.requestID(key), timeout: timeout,
+		rest: appendTTL(rest, ttl)})
 	if err != nil {
 		return Grant{}, err
 	}
@@ -259,8 +256,7 @@ func (m *Mux) enqueue(ctx context.Context, k cmds, key string, limit int, ttl ti
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
 	arg = appendTTL(arg, ttl)
-	r, err := m.send(ctx, &muxReq{cmd: k.enqueue, home: key, key: key, id: m.requestID(key), timeout: -1,
-		arg: func(time.Duration) []byte { return arg }})
+	r, err := m.send(ctx, muxReq{cmd: k.enqueue, home: key, key: key, id: m.requestID(key), timeout: -1, rest: arg})
 	if err != nil {
 		return Grant{}, false, err
 	}
@@ -275,8 +271,7 @@ func (m *Mux) wait(ctx context.Context, k cmds, key string, timeout time.Duratio
 	if err := checkKey(key, 1); err != nil {
 		return Grant{}, err
 	}
-	r, err := m.send(ctx, &muxReq{cmd: k.wait, home: key, key: key, id: m.requestID(key), timeout: timeout,
-		arg: func(timeout time.Duration) []byte { return strconv.AppendInt(nil, seconds(timeout), 10) }})
+	r, err := m.send(ctx, muxReq{cmd: k.wait, home: key, key: key, id: m.requestID(key), timeout: timeout})
 	if err != nil {
 		return Grant{}, err
 	}

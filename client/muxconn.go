@@ -438,13 +438,7 @@ func (m *Mux) attach(ctx context.Context, conn *Conn) (string, error) {
 // tagExchange sends a tagged session request for id on conn and reads its
 // answer.
 func tagExchange(conn *Conn, id string) (reply, error) {
-	return tagRoundTrip(conn, codec.CmdSession, "", id, "", nil)
-}
-
-// tagRoundTrip sends one tagged request on a conn that no goroutine reads
-// yet and reads its answer.
-func tagRoundTrip(conn *Conn, cmd codec.Cmd, sess, key, rid string, arg []byte) (reply, error) {
-	conn.wbuf = codec.AppendTagged(conn.wbuf[:0], []byte("0"), cmd, []byte(sess), []byte(key), []byte(rid), arg)
+	conn.wbuf = codec.AppendTagged(conn.wbuf[:0], []byte("0"), codec.CmdSession, nil, []byte(id), nil, nil)
 	if _, err := conn.nc.Write(conn.wbuf); err != nil {
 		return reply{}, err
 	}
@@ -455,10 +449,10 @@ func tagRoundTrip(conn *Conn, cmd codec.Cmd, sess, key, rid string, arg []byte) 
 	tag, _, ok := codec.SplitTagged([]byte(strings.TrimRight(string(line), "\r\n")))
 	var resp codec.Response
 	if !ok || string(tag) != "0" {
-		return reply{}, fmt.Errorf("%w: %s answered %q", ErrProtocol, cmd, line)
+		return reply{}, fmt.Errorf("%w: session answered %q", ErrProtocol, line)
 	}
 	if _, err := codec.DecodeResponse(line[len(tag)+2:], &resp); err != nil {
-		return reply{}, fmt.Errorf("%w: %s answered %q", ErrProtocol, cmd, line)
+		return reply{}, fmt.Errorf("%w: session answered %q", ErrProtocol, line)
 	}
 	return reply{Status: resp.Status, Token: string(resp.Token), N: resp.N, Body: string(resp.Body)}, nil
 }

@@ -28,9 +28,8 @@ func (m *Mux) acquireMany(ctx context.Context, k cmds, keys []string, limit int,
 			return nil, err
 		}
 	}
-	cmd, _ := manyArg(k, limit, timeout, ttl)
-	r, err := m.send(ctx, &muxReq{cmd: cmd, home: keys[0], key: line, id: rid, timeout: timeout,
-		arg: func(timeout time.Duration) []byte { _, arg := manyArg(k, limit, timeout, ttl); return arg }})
+	cmd, rest := manyRest(k, limit, ttl)
+	r, err := m.send(ctx, muxReq{cmd: cmd, home: keys[0], key: line, id: rid, timeout: timeout, rest: rest})
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,9 @@ import (
 // next connection up, once the Mux has dialled again and attached the
 // session: in a cluster the retry takes over what the first attempt got,
 // its grant (same token) or its place in the queue. The caller sees one
-// result. Without a session nothing is sent again: a broken connection
+// result. A server that takes nothing over by id (a single node,
+// muxdedup.go) gets a waiting request withdrawn instead, and the caller
+// the error. Without a session nothing is sent again: a broken connection
 // released what it held and withdrew what it waited for.
 
 // muxReq is a request sent until answered: its argument line is built for
@@ -28,10 +30,19 @@ type muxReq struct {
 	home string // the key that picks the connection
 	key  string // the key line, without the id
 	id   string // the request id; "" for none
-	// timeout is how long the request may wait (negative: it takes
-	// none); arg builds the argument line for a wait of timeout.
+	// timeout is how long the request may wait; negative: its argument
+	// line takes no timeout (an enqueue). rest is the argument line after
+	// the timeout (and its space).
 	timeout time.Duration
-	arg     func(timeout time.Duration) []byte
+	rest    []byte
+}
+
+// arg returns q's argument line for a wait of timeout.
+func (q *muxReq) arg(timeout time.Duration) []byte {
+	if q.timeout < 0 {
+		return q.rest
+	}
+	return timedArg(timeout, q.rest)
 }
 
 // requestID returns a new request id for a request whose key line is
@@ -69,7 +80,7 @@ func resend(r reply, err error) bool {
 // short of an answer, or the server does not take a request over by its
 // id (muxdedup.go), a waiting request is withdrawn (Mux.withdraw) and the
 // caller gets the error.
-func (m *Mux) send(ctx context.Context, q *muxReq) (reply, error) {
+func (m *Mux) send(ctx context.Context, q muxReq) (reply, error) {
 	wait := waitFor(q.timeout)
 	deadline := time.Now().Add(wait)
 	r, err := m.callHome(ctx, q.home, q.cmd, q.key, q.id, q.arg(q.timeout), wait)
@@ -79,7 +90,7 @@ func (m *Mux) send(ctx context.Context, q *muxReq) (reply, error) {
 	rctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now()).Add(m.orphanTTL()))
 	defer cancel()
 	for resend(r, err) {
-		c, takesOver, cerr := m.reconnect(rctx, q)
+		c, takesOver, cerr := m.reconnect(rctx, q.home, q.cmd)
 		if cerr != nil || !takesOver {
 			if q.cmd.Blocking() && !m.isClosed() {
 				go m.withdraw(&muxCall{cmd: q.cmd, key: q.key, id: q.id, arg: q.arg(0)})
@@ -98,15 +109,15 @@ func (m *Mux) send(ctx context.Context, q *muxReq) (reply, error) {
 	return r, err
 }
 
-// reconnect waits for a connection up for q's next attempt, and reports
-// whether the server takes q over by its id. It fails when ctx ends or the
-// Mux closes.
-func (m *Mux) reconnect(ctx context.Context, q *muxReq) (*muxConn, bool, error) {
+// reconnect waits for a connection up for the next attempt of a request
+// on home, and reports whether the server takes a request over by its
+// id. It fails when ctx ends or the Mux closes.
+func (m *Mux) reconnect(ctx context.Context, home string, cmd codec.Cmd) (*muxConn, bool, error) {
 	for {
 		if err := pause(ctx); err != nil {
 			return nil, false, err
 		}
-		c, err := m.upConn(ctx, q.home, q.cmd)
+		c, err := m.upConn(ctx, home, cmd)
 		if err != nil {
 			return nil, false, err
 		}
