@@ -268,3 +268,38 @@ func TestMuxRetryTakesOverSet(t *testing.T) {
 		return r.lock(li, "a").Waiters == -1 && r.lock(li, "b").Waiters == -1
 	}, "both keys free after the releases")
 }
+
+// TestMuxCancelWhileReconnecting: a caller's context ends while its
+// acquire waits for the Mux to connect again. The Mux withdraws the wait
+// on its next connection, after taking over what the first attempt got:
+// the key, released by its holder meanwhile, ends free, not held for the
+// session.
+func TestMuxCancelWhileReconnecting(t *testing.T) {
+	r := startMuxRig(t)
+	li := r.c.Leader(servertest.LeaderTimeout)
+	lead := []string{r.addrs[li]}
+	var gt gate
+	h, m := dialMux(t, lead), dialMux(t, lead, client.WithDialer(gt.dial))
+	hg, err := h.Acquire(context.Background(), "k", 0, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, "k", 30*time.Second, 30*time.Second)
+		ch <- err
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == 1 }, "waiter queued")
+	gt.cut()
+	if err := h.Release(context.Background(), "k", hg.Token); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == 0 }, "granted to the session")
+	cancel()
+	if err := <-ch; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled acquire: %v", err)
+	}
+	gt.open()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == -1 }, "the grant made while away released")
+}
