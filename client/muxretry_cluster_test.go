@@ -179,22 +179,29 @@ func (g *gate) open() {
 	g.shut = false
 }
 
+// startGated starts a rig, and on its leader a Mux h holding key (its
+// grant hg) and a Mux m whose connections go through the gate gt.
+func startGated(t *testing.T, key string) (r *muxRig, li int, gt *gate, h, m *client.Mux, hg client.Grant) {
+	r = startMuxRig(t)
+	li = r.c.Leader(servertest.LeaderTimeout)
+	lead := []string{r.addrs[li]}
+	gt = new(gate)
+	h, m = dialMux(t, lead), dialMux(t, lead, client.WithDialer(gt.dial))
+	hg, err := h.Acquire(context.Background(), key, 0, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, li, gt, h, m, hg
+}
+
 // TestMuxRetryTakesOverGrant: a Mux's wait is granted while its
 // connection is down (the grant belongs to its session). When the Mux
 // connects again, its acquire, sent again with its request id, returns
 // that grant: the token made while it was away, not a new one, and the
 // key is free once it releases it (no orphan grant).
 func TestMuxRetryTakesOverGrant(t *testing.T) {
-	r := startMuxRig(t)
-	li := r.c.Leader(servertest.LeaderTimeout)
+	r, li, gt, h, m, hg := startGated(t, "k")
 	ctx := context.Background()
-	lead := []string{r.addrs[li]}
-	var gt gate
-	h, m := dialMux(t, lead), dialMux(t, lead, client.WithDialer(gt.dial))
-	hg, err := h.Acquire(ctx, "k", 0, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mch := acquireAsync(m, "k")
 	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == 1 }, "waiter queued")
 	gt.cut()
@@ -217,16 +224,8 @@ func TestMuxRetryTakesOverGrant(t *testing.T) {
 // set is granted while the Mux's connection is down, and AcquireMany
 // returns those grants (their tokens) once it is back.
 func TestMuxRetryTakesOverSet(t *testing.T) {
-	r := startMuxRig(t)
-	li := r.c.Leader(servertest.LeaderTimeout)
+	r, li, gt, h, m, hg := startGated(t, "b")
 	ctx := context.Background()
-	lead := []string{r.addrs[li]}
-	var gt gate
-	h, m := dialMux(t, lead), dialMux(t, lead, client.WithDialer(gt.dial))
-	hg, err := h.Acquire(ctx, "b", 0, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ch := make(chan []client.Grant, 1)
 	go func() {
 		gs, err := m.AcquireMany(ctx, []string{"a", "b"}, 30*time.Second, 30*time.Second)
@@ -275,15 +274,7 @@ func TestMuxRetryTakesOverSet(t *testing.T) {
 // the key, released by its holder meanwhile, ends free, not held for the
 // session.
 func TestMuxCancelWhileReconnecting(t *testing.T) {
-	r := startMuxRig(t)
-	li := r.c.Leader(servertest.LeaderTimeout)
-	lead := []string{r.addrs[li]}
-	var gt gate
-	h, m := dialMux(t, lead), dialMux(t, lead, client.WithDialer(gt.dial))
-	hg, err := h.Acquire(context.Background(), "k", 0, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, li, gt, h, m, hg := startGated(t, "k")
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
 	go func() {
