@@ -95,7 +95,10 @@ func (m *Mux) send(ctx context.Context, q muxReq) (reply, error) {
 			if q.cmd.Blocking() && !m.isClosed() {
 				go m.withdraw(&muxCall{cmd: q.cmd, key: q.key, id: q.id, arg: q.arg(0)})
 			}
-			return reply{}, stopErr(ctx, err, cerr)
+			if cerr == nil {
+				return r, err // the server takes nothing over by id
+			}
+			return reply{}, stopErr(ctx, cerr)
 		}
 		timeout := q.timeout
 		if timeout > 0 {
@@ -127,13 +130,10 @@ func (m *Mux) reconnect(ctx context.Context, home string, cmd codec.Cmd) (*muxCo
 	}
 }
 
-// stopErr is the error of a request whose attempts stopped: last, the
-// error of the last one, when the server does not take it over (stop
-// nil); else ctx's error, the Mux's close, or the end of the orphan TTL.
-func stopErr(ctx context.Context, last, stop error) error {
+// stopErr is the error of a request whose attempts stopped on stop:
+// ctx's error, the Mux's close, or the end of the orphan TTL.
+func stopErr(ctx context.Context, stop error) error {
 	switch {
-	case stop == nil:
-		return last
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case errors.Is(stop, ErrClosed):
