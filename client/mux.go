@@ -30,7 +30,10 @@ import (
 // its addresses, after a failover) and attaches the session to. Without
 // sessions each connection is its own owner, and what a broken one held is
 // released: the leases on it are lost, and their Lost channels say so at
-// their next renewal.
+// their next renewal. With a session every mutating request carries a
+// request id, and a waiting one whose connection breaks is sent again
+// with it on the next connection, taking over its place or its grant
+// (muxretry.go).
 //
 // Use a Mux directly (Acquire, Release, AcquireMany, ... as on a Conn), or
 // set it as the Mux of a Lock, Semaphore, Election or MultiLock: they then
