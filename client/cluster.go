@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/latchd/latchd/codec"
 )
 
 // Cluster is a client of a latchd cluster: one connection to the node it
@@ -71,9 +68,8 @@ type Cluster struct {
 
 	dialing chan struct{} // one slot: one dial at a time
 
-	idPrefix string        // random, per Cluster: its request ids' first part
-	seq      atomic.Uint64 // the last request id's number
-	noSess   atomic.Bool   // the servers offer no sessions (session.go)
+	ids    requestIDs  // the request ids of its acquires, waits, releases, ...
+	noSess atomic.Bool // the servers offer no sessions (session.go)
 
 	mu      sync.Mutex
 	conn    *Conn  // the current connection; nil between connections
@@ -106,7 +102,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ...Option) (*Cluster,
 		o:       o,
 		dialing: make(chan struct{}, 1),
 	}
-	c.idPrefix = strconv.FormatUint(rand.Uint64(), 16)
+	c.ids.init()
 	c.commands = commands{c}
 	if err := c.do(ctx, "dial", "", idempotent, func(*Conn, *bool) error { return nil }); err != nil {
 		return nil, err
@@ -163,8 +159,8 @@ func (c *Cluster) stats(ctx context.Context, consistent bool) (*Stats, error) {
 // class it allows: byID, or once when the key leaves no room for the id
 // on its line.
 func (c *Cluster) requestID(key string) (string, retry) {
-	id := c.idPrefix + "." + strconv.FormatUint(c.seq.Add(1), 36)
-	if len(key)+2+len(id) > codec.MaxLine {
+	id := c.ids.forLine(key)
+	if id == "" {
 		return "", once
 	}
 	return id, byID

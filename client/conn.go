@@ -446,6 +446,16 @@ func seconds(d time.Duration) int64 {
 	return min(s, codec.MaxSeconds)
 }
 
+// timedArg returns the argument line "<timeout-s>[ <rest>]" of a request
+// that waits up to timeout.
+func timedArg(timeout time.Duration, rest []byte) []byte {
+	arg := strconv.AppendInt(make([]byte, 0, 24+len(rest)), seconds(timeout), 10)
+	if len(rest) > 0 {
+		arg = append(append(arg, ' '), rest...)
+	}
+	return arg
+}
+
 // appendTTL appends " <ttl>" in seconds, or nothing for the server default.
 func appendTTL(arg []byte, ttl time.Duration) []byte {
 	s := seconds(ttl)

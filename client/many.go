@@ -110,14 +110,17 @@ func manyRequestID(keys []string, line string) (string, error) {
 
 // manyArg returns the argument line of an ml (k a lock's commands) or msl.
 func manyArg(k cmds, limit int, timeout, ttl time.Duration) (codec.Cmd, []byte) {
-	cmd := codec.CmdMultiLock
-	arg := strconv.AppendInt(make([]byte, 0, 64), seconds(timeout), 10)
+	cmd, rest := manyRest(k, limit, ttl)
+	return cmd, timedArg(timeout, rest)
+}
+
+// manyRest returns the command of an ml or msl and its argument line
+// after the timeout.
+func manyRest(k cmds, limit int, ttl time.Duration) (codec.Cmd, []byte) {
 	if k.sem {
-		cmd = codec.CmdMultiSemLock
-		arg = append(arg, ' ')
-		arg = strconv.AppendInt(arg, int64(limit), 10)
+		return codec.CmdMultiSemLock, appendTTL(strconv.AppendInt(nil, int64(limit), 10), ttl)
 	}
-	return cmd, appendTTL(arg, ttl)
+	return codec.CmdMultiLock, appendTTL(nil, ttl)
 }
 
 // manyGrants parses the grant of a set of n keys, "ok <token1> ...

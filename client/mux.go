@@ -30,7 +30,10 @@ import (
 // its addresses, after a failover) and attaches the session to. Without
 // sessions each connection is its own owner, and what a broken one held is
 // released: the leases on it are lost, and their Lost channels say so at
-// their next renewal.
+// their next renewal. With a session every mutating request carries a
+// request id, and a waiting one whose connection breaks is sent again
+// with it on the next connection, taking over its place or its grant
+// (muxretry.go).
 //
 // Use a Mux directly (Acquire, Release, AcquireMany, ... as on a Conn), or
 // set it as the Mux of a Lock, Semaphore, Election or MultiLock: they then
@@ -47,11 +50,13 @@ type Mux struct {
 	opts  options
 	conns []*muxConn
 	next  atomic.Uint32
+	ids   requestIDs // with a session, every mutating request carries one
 
 	mu      sync.Mutex
 	session string        // "" for none
 	orphan  time.Duration // the session's orphan TTL
 	noSess  bool          // the server offers no sessions
+	dedup   int           // whether the server de-duplicates request ids (muxdedup.go)
 	closed  bool
 	quit    chan struct{}
 }
@@ -66,6 +71,7 @@ func DialMux(ctx context.Context, addrs []string, n int, opts ...Option) (*Mux, 
 	o := newOptions(opts)
 	m := &Mux{addrs: addrs, opts: o, quit: make(chan struct{})}
 	m.commands = commands{m}
+	m.ids.init()
 	for i := range max(n, 1) {
 		mc := &muxConn{m: m, addr: i % len(addrs), pending: make(map[uint64]*muxCall)}
 		if err := mc.connectAny(ctx); err != nil {
@@ -145,7 +151,7 @@ func (m *Mux) keepalive(every time.Duration) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*every)
 			var err error
 			if sess := m.Session(); sess != "" {
-				_, err = c.do(ctx, codec.CmdSession, sess, nil, 0)
+				_, err = c.do(ctx, codec.CmdSession, sess, "", nil, 0)
 			}
 			cancel()
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -162,28 +168,38 @@ func (m *Mux) keepalive(every time.Duration) {
 // Mux then share one connection, so they share the server's writes and
 // the reader's reads. Requests without a key go round robin.
 func (m *Mux) call(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
-	return m.callHome(ctx, key, cmd, key, arg, wait)
+	return m.callHome(ctx, key, cmd, key, "", arg, wait)
 }
 
-// callHome is call with the connection picked by home's hash, not key's.
-func (m *Mux) callHome(ctx context.Context, home string, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
+// callHome is call with the connection picked by home's hash, not key's,
+// and the request id rid ("" for none).
+func (m *Mux) callHome(ctx context.Context, home string, cmd codec.Cmd, key, rid string, arg []byte, wait time.Duration) (reply, error) {
+	c, err := m.upConn(ctx, home, cmd)
+	if err != nil {
+		return reply{}, err
+	}
+	return c.do(ctx, cmd, key, rid, arg, wait)
+}
+
+// upConn returns the connection up that a request on home goes to,
+// waiting for one to come up while ctx allows.
+func (m *Mux) upConn(ctx context.Context, home string, cmd codec.Cmd) (*muxConn, error) {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		if m.isClosed() {
-			return reply{}, ErrClosed
+			return nil, ErrClosed
 		}
 		start := m.next.Add(1)
 		if cmd != codec.CmdSession && cmd != codec.CmdStats {
 			start = homeConn(home, len(m.conns))
 		}
 		for i := range uint32(len(m.conns)) {
-			c := m.conns[(start+i)%uint32(len(m.conns))]
-			if c.up() {
-				return c.do(ctx, cmd, key, arg, wait)
+			if c := m.conns[(start+i)%uint32(len(m.conns))]; c.up() {
+				return c, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return reply{}, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(backoff):
 		}
 	}
@@ -202,18 +218,17 @@ func homeConn(key string, n int) uint32 {
 // answered, across reconnections, while ctx allows: with a session, a
 // broken connection loses nothing, and the request is sent again on the
 // next one (after a failover, on the new leader). Without a session, the
-// first error stands.
+// first error stands. With a session it carries a request id, the same
+// on every attempt: a retried release answers what the first one did.
 func (m *Mux) retry(ctx context.Context, cmd codec.Cmd, key string, arg []byte) (reply, error) {
+	rid := m.requestID(key)
 	for {
-		r, err := m.call(ctx, cmd, key, arg, 0)
-		moved := err == nil && r.Status == codec.StatusErrorNotLeader // the connection redials
-		if !moved && (err == nil || !errors.Is(err, ErrClosed)) || m.Session() == "" || m.isClosed() || ctx.Err() != nil {
+		r, err := m.callHome(ctx, key, cmd, key, rid, arg, 0)
+		if !resend(r, err) || m.Session() == "" || m.isClosed() || ctx.Err() != nil {
 			return r, err
 		}
-		select {
-		case <-ctx.Done():
+		if pause(ctx) != nil {
 			return reply{}, err
-		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
@@ -222,14 +237,12 @@ func (m *Mux) acquire(ctx context.Context, k cmds, key string, limit int, timeou
 	if err := checkKey(key, limit); err != nil {
 		return Grant{}, err
 	}
-	var b [64]byte
-	arg := strconv.AppendInt(b[:0], seconds(timeout), 10)
+	var rest []byte
 	if k.sem {
-		arg = append(arg, ' ')
-		arg = strconv.AppendInt(arg, int64(limit), 10)
+		rest = strconv.AppendInt(nil, int64(limit), 10)
 	}
-	arg = appendTTL(arg, ttl)
-	r, err := m.call(ctx, k.acquire, key, arg, time.Duration(seconds(timeout))*time.Second)
+	r, err := m.send(ctx, muxReq{cmd: k.acquire, home: key, key: key, id: m.requestID(key), timeout: timeout,
+		rest: appendTTL(rest, ttl)})
 	if err != nil {
 		return Grant{}, err
 	}
@@ -246,7 +259,7 @@ func (m *Mux) enqueue(ctx context.Context, k cmds, key string, limit int, ttl ti
 		arg = strconv.AppendInt(arg, int64(limit), 10)
 	}
 	arg = appendTTL(arg, ttl)
-	r, err := m.call(ctx, k.enqueue, key, arg, 0)
+	r, err := m.send(ctx, muxReq{cmd: k.enqueue, home: key, key: key, id: m.requestID(key), timeout: -1, rest: arg})
 	if err != nil {
 		return Grant{}, false, err
 	}
@@ -261,8 +274,7 @@ func (m *Mux) wait(ctx context.Context, k cmds, key string, timeout time.Duratio
 	if err := checkKey(key, 1); err != nil {
 		return Grant{}, err
 	}
-	arg := strconv.AppendInt(nil, seconds(timeout), 10)
-	r, err := m.call(ctx, k.wait, key, arg, time.Duration(seconds(timeout))*time.Second)
+	r, err := m.send(ctx, muxReq{cmd: k.wait, home: key, key: key, id: m.requestID(key), timeout: timeout})
 	if err != nil {
 		return Grant{}, err
 	}

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"context"
 	"strings"
+	"time"
 
 	"github.com/latchd/latchd/codec"
 )
@@ -30,21 +32,50 @@ func (c *muxConn) queueCancelLocked(call *muxCall) {
 // connection broke under it, on the connection up that the call's key
 // picks, as a retry of the call would be: with a session, the request
 // still waits for it on the server. Without one, the server withdrew it
-// when the connection closed.
+// when the connection closed. Where the server takes a request over by
+// its id (muxdedup.go), a call with an id is sent again first, abandoned,
+// on the same connection: it takes over what the first attempt got (a
+// grant made while no connection was up is then released) and the cancel
+// behind it withdraws it. Such a call waits for a connection to come up,
+// up to the session's orphan TTL.
 func (m *Mux) withdraw(call *muxCall) {
 	if m.Session() == "" {
 		return
 	}
 	home, _, _ := strings.Cut(call.key, " ")
+	resend := false
+	if call.id != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), m.orphanTTL())
+		resend, _ = m.dedupes(ctx)
+		cancel()
+	}
+	until := time.Now().Add(m.orphanTTL())
+	for !m.withdrawOn(home, call, resend) && call.id != "" && time.Now().Before(until) {
+		select {
+		case <-m.quit:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// withdrawOn is withdraw on the first connection up from home's, the call
+// sent again first if resend, and reports whether one was up.
+func (m *Mux) withdrawOn(home string, call *muxCall, resend bool) bool {
 	start := homeConn(home, len(m.conns))
 	for i := range uint32(len(m.conns)) {
 		c := m.conns[(start+i)%uint32(len(m.conns))]
 		c.mu.Lock()
 		if c.isUp {
+			if resend {
+				tag := c.queueIDLocked(call.cmd, call.key, call.id, call.arg)
+				c.pending[tag] = &muxCall{abandoned: true, cmd: call.cmd, key: call.key}
+			}
 			c.queueCancelLocked(call)
 			c.flushLocked()
-			return
+			return true
 		}
 		c.mu.Unlock()
 	}
+	return false
 }

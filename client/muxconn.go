@@ -49,8 +49,10 @@ type muxCall struct {
 	r         reply
 	err       error
 	cmd       codec.Cmd
-	key       string
-	abandoned bool // under mu: the caller left; a grant is released
+	key       string // the key line, without the request id
+	id        string // the request id; "" for none
+	arg       []byte // with an id: the argument line, to send it again
+	abandoned bool   // under mu: the caller left; a grant is released
 }
 
 func (c *muxConn) up() bool {
@@ -59,16 +61,22 @@ func (c *muxConn) up() bool {
 	return c.isUp
 }
 
-// do sends one request and waits for its answer: up to wait (a blocking
-// request's timeout) plus the I/O timeout, or until ctx is done.
-func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key string, arg []byte, wait time.Duration) (reply, error) {
-	call := &muxCall{ch: make(chan struct{}, 1), cmd: cmd, key: key}
+// do sends one request, with the request id rid if not "", and waits for
+// its answer: up to wait (a blocking request's timeout) plus the I/O
+// timeout, or until ctx is done. A blocking request with an id whose
+// connection breaks is left waiting on the server, for the caller to send
+// it again (muxretry.go), or to withdraw it if ctx ended too.
+func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key, rid string, arg []byte, wait time.Duration) (reply, error) {
+	call := &muxCall{ch: make(chan struct{}, 1), cmd: cmd, key: key, id: rid}
+	if rid != "" {
+		call.arg = arg
+	}
 	c.mu.Lock()
 	if !c.isUp {
 		c.mu.Unlock()
 		return reply{}, fmt.Errorf("%w: reconnecting", ErrClosed)
 	}
-	id := c.queueLocked(cmd, key, arg)
+	id := c.queueIDLocked(cmd, key, rid, arg)
 	c.pending[id] = call
 	c.flushLocked()
 	var timeout <-chan time.Time
@@ -85,6 +93,8 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key string, arg []byte,
 			<-call.ch // answered meanwhile: a grant is released all the same
 			if call.err == nil {
 				c.dropGrant(call)
+			} else if rid != "" && cmd.Blocking() {
+				go c.m.withdraw(call) // its connection broke first
 			}
 		}
 		return reply{}, ctx.Err()
@@ -95,8 +105,8 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key string, arg []byte,
 		}
 		err := fmt.Errorf("%w: no answer to %s within %v", ErrClosed, cmd, wait+c.m.opts.ioTimeout)
 		c.broken(err)
-		if cmd.Blocking() {
-			c.m.withdraw(call)
+		if cmd.Blocking() && rid == "" {
+			c.m.withdraw(call) // with an id, the caller sends it again
 		}
 		return reply{}, err
 	}
@@ -104,6 +114,12 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key string, arg []byte,
 
 // queueLocked appends a tagged request to wq and returns its tag number.
 func (c *muxConn) queueLocked(cmd codec.Cmd, key string, arg []byte) uint64 {
+	return c.queueIDLocked(cmd, key, "", arg)
+}
+
+// queueIDLocked is queueLocked for a request with the request id rid ("":
+// none) on its key line.
+func (c *muxConn) queueIDLocked(cmd codec.Cmd, key, rid string, arg []byte) uint64 {
 	c.tag++
 	var tb [16]byte
 	tag := strconv.AppendUint(tb[:0], c.tag, 36)
@@ -111,7 +127,7 @@ func (c *muxConn) queueLocked(cmd codec.Cmd, key string, arg []byte) uint64 {
 	if cmd == codec.CmdSession || cmd == codec.CmdStats {
 		sess = nil
 	}
-	c.wq = codec.AppendTagged(c.wq, tag, cmd, sess, []byte(key), nil, arg)
+	c.wq = codec.AppendTagged(c.wq, tag, cmd, sess, []byte(key), []byte(rid), arg)
 	return c.tag
 }
 

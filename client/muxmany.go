@@ -22,15 +22,14 @@ func (m *Mux) acquireMany(ctx context.Context, k cmds, keys []string, limit int,
 	if err != nil {
 		return nil, err
 	}
-	rid, err := manyRequestID(keys, line)
-	if err != nil {
-		return nil, err
+	rid := m.requestID(line)
+	if rid == "" {
+		if rid, err = manyRequestID(keys, line); err != nil {
+			return nil, err
+		}
 	}
-	if rid != "" {
-		line += " @" + rid
-	}
-	cmd, arg := manyArg(k, limit, timeout, ttl)
-	r, err := m.callHome(ctx, keys[0], cmd, line, arg, time.Duration(seconds(timeout))*time.Second)
+	cmd, rest := manyRest(k, limit, ttl)
+	r, err := m.send(ctx, muxReq{cmd: cmd, home: keys[0], key: line, id: rid, timeout: timeout, rest: rest})
 	if err != nil {
 		return nil, err
 	}
@@ -43,9 +42,6 @@ func (m *Mux) acquireMany(ctx context.Context, k cmds, keys []string, limit int,
 // dropSet releases every key of the grant an abandoned ml or msl got.
 func (c *muxConn) dropSet(call *muxCall) {
 	keys := strings.Fields(call.key)
-	if n := len(keys); n > 1 && keys[n-1][0] == '@' {
-		keys = keys[:n-1] // the request id (manyRequestID)
-	}
 	if call.r.Status != codec.StatusOK {
 		return
 	}
