@@ -84,6 +84,9 @@ func DialMux(ctx context.Context, addrs []string, n int, opts ...Option) (*Mux, 
 	if every := m.pingEvery(); every > 0 {
 		go m.keepalive(every)
 	}
+	if m.Session() != "" {
+		_, _ = m.dedupes(ctx) // unknown on an error: ids are sent, and it asks again
+	}
 	return m, nil
 }
 

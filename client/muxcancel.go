@@ -36,8 +36,8 @@ func (c *muxConn) queueCancelLocked(call *muxCall) {
 // its id (muxdedup.go), a call with an id is sent again first, abandoned,
 // on the same connection: it takes over what the first attempt got (a
 // grant made while no connection was up is then released) and the cancel
-// behind it withdraws it. Such a call waits for a connection to come up,
-// up to the session's orphan TTL.
+// behind it withdraws it. It waits for a connection to come up, up to
+// the session's orphan TTL.
 func (m *Mux) withdraw(call *muxCall) {
 	if m.Session() == "" {
 		return
@@ -50,7 +50,7 @@ func (m *Mux) withdraw(call *muxCall) {
 		cancel()
 	}
 	until := time.Now().Add(m.orphanTTL())
-	for !m.withdrawOn(home, call, resend) && call.id != "" && time.Now().Before(until) {
+	for !m.withdrawOn(home, call, resend) && time.Now().Before(until) {
 		select {
 		case <-m.quit:
 			return

@@ -93,7 +93,7 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key, rid string, arg []
 			<-call.ch // answered meanwhile: a grant is released all the same
 			if call.err == nil {
 				c.dropGrant(call)
-			} else if rid != "" && cmd.Blocking() {
+			} else if cmd.Blocking() {
 				go c.m.withdraw(call) // its connection broke first
 			}
 		}
@@ -143,8 +143,13 @@ func (c *muxConn) abandon(id uint64, call *muxCall, cancel bool) bool {
 		return false
 	}
 	call.abandoned = true
-	if !call.cmd.Blocking() || !cancel || !c.isUp {
+	if !call.cmd.Blocking() || !cancel {
 		c.mu.Unlock()
+		return true
+	}
+	if !c.isUp {
+		c.mu.Unlock()
+		go c.m.withdraw(call) // on the next connection up
 		return true
 	}
 	c.queueCancelLocked(call)

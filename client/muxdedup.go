@@ -13,11 +13,13 @@ import (
 // ignores ids, though its tagged sessions keep their waits through a
 // broken connection: there the request sent again would wait a second
 // time, behind the first attempt, whose grant nobody would hear of. So
-// before a Mux sends a waiting request again it asks, once: a release
+// a Mux with a session asks, once, when it dials (again before it would
+// send a request again, if it could not tell then): a release
 // carrying a new id, then a try-lock carrying the same id, on a key of
 // its own. A server that de-duplicates answers the try-lock "error" (an
 // id reused for another command) and applies nothing; a single node
-// grants it (the Mux releases it) or answers "timeout".
+// grants it (the Mux releases it) or answers "timeout". Where the server
+// takes nothing over, the Mux sends no ids (requestID).
 
 // dedup states.
 const (

@@ -46,9 +46,14 @@ func (q *muxReq) arg(timeout time.Duration) []byte {
 }
 
 // requestID returns a new request id for a request whose key line is
-// line: "" without a session, or when the line leaves no room for it.
+// line: "" without a session, from a server known to take nothing over
+// by id (a single node: the id would only lengthen the line), or when the
+// line leaves no room for it.
 func (m *Mux) requestID(line string) string {
-	if m.Session() == "" {
+	m.mu.Lock()
+	none := m.session == "" || m.dedup == dedupNo
+	m.mu.Unlock()
+	if none {
 		return ""
 	}
 	return m.ids.forLine(line)
@@ -84,7 +89,13 @@ func (m *Mux) send(ctx context.Context, q muxReq) (reply, error) {
 	wait := waitFor(q.timeout)
 	deadline := time.Now().Add(wait)
 	r, err := m.callHome(ctx, q.home, q.cmd, q.key, q.id, q.arg(q.timeout), wait)
-	if q.id == "" || !resend(r, err) {
+	if !resend(r, err) || m.Session() == "" {
+		return r, err
+	}
+	if q.id == "" { // nothing to take it over by: what waits is withdrawn
+		if q.cmd.Blocking() && !m.isClosed() {
+			go m.withdraw(&muxCall{cmd: q.cmd, key: q.key})
+		}
 		return r, err
 	}
 	rctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now()).Add(m.orphanTTL()))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/internal/testutil"
+	"github.com/latchd/latchd/server"
 	"github.com/latchd/latchd/server/servertest"
 )
 
@@ -41,74 +42,90 @@ func (r *recorder) dial(ctx context.Context, network, addr string) (net.Conn, er
 	return recordedConn{c, r}, nil
 }
 
-// keyLines returns the key lines of the tagged requests written.
+// keyLines returns the key lines of the tagged requests written, but for
+// session requests and the Mux's probe of the server (muxdedup.go).
 func (r *recorder) keyLines() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	lines := bytes.Split(r.out.Bytes(), []byte("\n"))
 	var keys []string
 	for i := 0; i+2 < len(lines); i += 3 {
-		if bytes.HasPrefix(lines[i], []byte("#")) {
-			keys = append(keys, string(lines[i+1]))
+		_, cmd, _ := bytes.Cut(lines[i], []byte(" "))
+		if !bytes.HasPrefix(lines[i], []byte("#")) || bytes.HasPrefix(cmd, []byte("session")) ||
+			bytes.HasPrefix(lines[i+1], []byte("latchd-dedup-probe.")) {
+			continue
 		}
+		keys = append(keys, string(lines[i+1]))
 	}
 	return keys
 }
 
-// TestMuxRequestIDs: a Mux acting for a session sends a request id with
-// every acquire, wait, enqueue, release, renewal and set; one without a
-// session sends none (its key lines are the plain protocol's).
+// TestMuxRequestIDs: a Mux acting for a session on a cluster sends a
+// request id with every acquire, wait, enqueue, release, renewal and set;
+// one without a session, or on a single node (which takes nothing over
+// by id), sends none: its key lines are the plain protocol's.
 func TestMuxRequestIDs(t *testing.T) {
-	for _, sess := range []bool{false, true} {
-		ttl := time.Duration(0) // no sessions
-		if sess {
-			ttl = 5 * time.Second
+	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
+		ServerEdit: func(cfg *server.Config) { cfg.OrphanTTL = 5 * time.Second }})
+	leader := c.Members()[c.Leader(servertest.LeaderTimeout)].Addr
+	for _, tc := range []struct {
+		name      string
+		addr      string
+		sess, ids bool
+	}{
+		{"single node without sessions", servertest.StartServer(t, orphanTTL(0)).Addr, false, false},
+		{"single node with a session", servertest.StartServer(t, orphanTTL(5*time.Second)).Addr, true, false},
+		{"cluster", leader, true, true},
+	} {
+		sess, keys := muxKeyLines(t, tc.addr)
+		if sess != tc.sess {
+			t.Fatalf("%s: a session: %v; want %v", tc.name, sess, tc.sess)
 		}
-		srv := servertest.StartServer(t, orphanTTL(ttl))
-		var rec recorder
-		ctx := context.Background()
-		m, err := client.DialMux(ctx, []string{srv.Addr}, 1, client.WithDialer(rec.dial))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (m.Session() != "") != sess {
-			t.Fatalf("session %q; want one: %v", m.Session(), sess)
-		}
-		g, err := m.Acquire(ctx, "k", time.Second, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := m.Renew(ctx, "k", g.Token, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Release(ctx, "k", g.Token); err != nil {
-			t.Fatal(err)
-		}
-		if _, acquired, err := m.Enqueue(ctx, "e", 0); err != nil || !acquired {
-			t.Fatal(acquired, err)
-		}
-		if _, err := m.Wait(ctx, "e", time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := m.AcquireMany(ctx, []string{"a", "b"}, time.Second, 0); err != nil {
-			t.Fatal(err)
-		}
-		_ = m.Close()
 		want := []string{"k", "k", "k", "e", "e", "a b"}
-		keys := rec.keyLines()[1:] // after the session's opening
-		if sess {
-			keys = keys[:len(keys)-1] // and before its close
-		}
 		if len(keys) != len(want) {
-			t.Fatalf("session %v: key lines %q", sess, keys)
+			t.Fatalf("%s: key lines %q", tc.name, keys)
 		}
 		for i, k := range keys {
 			bare, id, found := bytes.Cut([]byte(k), []byte(" @"))
-			if string(bare) != want[i] || found != sess || found && len(id) == 0 {
-				t.Fatalf("session %v: key line %q; want %q with an id: %v", sess, k, want[i], sess)
+			if string(bare) != want[i] || found != tc.ids || found && len(id) == 0 {
+				t.Fatalf("%s: key line %q; want %q with an id: %v", tc.name, k, want[i], tc.ids)
 			}
 		}
 	}
+}
+
+// muxKeyLines runs an acquire, renewal, release, enqueue, wait and set
+// over a Mux to addr, and returns whether it had a session and the key
+// lines it wrote for them.
+func muxKeyLines(t *testing.T, addr string) (bool, []string) {
+	t.Helper()
+	var rec recorder
+	ctx := context.Background()
+	m, err := client.DialMux(ctx, []string{addr}, 1, client.WithDialer(rec.dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	g, err := m.Acquire(ctx, "k", time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Renew(ctx, "k", g.Token, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, "k", g.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, acquired, err := m.Enqueue(ctx, "e", 0); err != nil || !acquired {
+		t.Fatal(acquired, err)
+	}
+	if _, err := m.Wait(ctx, "e", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AcquireMany(ctx, []string{"a", "b"}, time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	return m.Session() != "", rec.keyLines()
 }
 
 // TestMuxSingleNodeWaitWithdrawn: a single node keeps a tagged session's
