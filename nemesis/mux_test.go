@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,13 +64,20 @@ type muxPhase struct {
 
 	mu       sync.Mutex
 	sessions [muxes][]string             // each Mux's sessions, in the order it had them
-	last     [muxes]map[string]muxFailed // key -> the Mux's last failed acquire or release of it
+	failed   [muxes]map[string][]muxFailed // key -> the Mux's failed acquires and releases of it
+	granted  []fenceAt                     // the fences the goroutines were granted
 }
 
 // muxFailed is a failed acquire or release of a key, for the report.
 type muxFailed struct {
 	at   int64
 	what string
+}
+
+// fenceAt is a grant's fence and when its acquire was called.
+type fenceAt struct {
+	fence uint64
+	at    int64
 }
 
 // startMux dials the phase's Muxes and starts their goroutines on wg,
@@ -87,7 +95,7 @@ func (c *cluster) startMux(phase int, clk *lincheck.Recorder, res *resource, sto
 			return nil, []string{fmt.Sprintf("phase %d: mux %d: dial: %v", phase, j, err)}
 		}
 		p.ms = append(p.ms, m)
-		p.last[j] = map[string]muxFailed{}
+		p.failed[j] = map[string][]muxFailed{}
 		p.seen(j, m)
 	}
 	c.t.Logf("phase %d: %d Muxes of %d goroutines, sessions %v (orphan TTL: the nodes' --orphan-ttl, 5 s by default)",
@@ -128,6 +136,9 @@ func (p *muxPhase) worker(j, g int, m *client.Mux, rng *rand.Rand, stop <-chan s
 		}
 		if ft, err := fence.ParseString(gr.Token); err == nil {
 			p.res.write(p.clk.Now(), key, id, ft)
+			p.mu.Lock()
+			p.granted = append(p.granted, fenceAt{ft.Fence, call})
+			p.mu.Unlock()
 		}
 		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // the other Mux queues meanwhile
 		p.res.leave(key, id)
@@ -199,10 +210,10 @@ func muxKind(err error, canceled bool) string {
 	return "other"
 }
 
-// fail remembers the last failed acquire or release of key by Mux j.
+// fail remembers a failed acquire or release of key by Mux j.
 func (p *muxPhase) fail(j int, key string, at int64, what string) {
 	p.mu.Lock()
-	p.last[j][key] = muxFailed{at, what}
+	p.failed[j][key] = append(p.failed[j][key], muxFailed{at, what})
 	p.mu.Unlock()
 }
 
@@ -261,12 +272,13 @@ func (p *muxPhase) finish() []string {
 		}
 		for _, h := range ks.Holders {
 			if o, ok := owners[h.Owner]; ok {
-				p.orphan(o, key, "held, fence "+h.Fence)
+				f, _ := strconv.ParseUint(h.Fence, 16, 64)
+				p.orphan(o, key, "held with fence "+h.Fence, f)
 			}
 		}
 		for _, w := range ks.Waiters {
 			if o, ok := owners[w.Owner]; ok {
-				p.orphan(o, key, "waited for")
+				p.orphan(o, key, "waited for", 0)
 			}
 		}
 	}
@@ -288,17 +300,38 @@ func (p *muxPhase) finish() []string {
 	return nil
 }
 
-// orphan records an orphan grant (or wait) of Mux j on key, in the
-// window of the Mux's last failed call on key.
-func (p *muxPhase) orphan(o muxOwner, key, what string) {
+// orphan records an orphan grant (fence > 0) or wait of a Mux on key,
+// in the window of when it was granted: between the grants the
+// goroutines saw with the fences just below and above its own. A wait
+// goes in the window of the Mux's last failed call on key.
+func (p *muxPhase) orphan(o muxOwner, key, what string, fence uint64) {
 	p.mu.Lock()
-	f, ok := p.last[o.j][key]
-	p.mu.Unlock()
-	if !ok {
-		f = muxFailed{p.clk.Now(), "none"}
+	defer p.mu.Unlock()
+	from, to := int64(0), p.clk.Now()
+	fs := p.failed[o.j][key]
+	if len(fs) > 0 {
+		from = fs[len(fs)-1].at
 	}
-	p.ml.anomaly(f.at, fmt.Sprintf("orphan grant on key %s (session %s of mux %d): %s by the session while none of its goroutines holds or waits; its last failed call on the key: %s",
-		key, o.sess, o.j, what, f.what))
+	if fence > 0 && len(p.granted) > 0 {
+		g := p.granted
+		sort.Slice(g, func(a, b int) bool { return g[a].fence < g[b].fence })
+		i := sort.Search(len(g), func(i int) bool { return g[i].fence >= fence })
+		from = g[max(i-1, 0)].at
+		if i < len(g) {
+			to = g[i].at
+		}
+	}
+	var near []string
+	for _, f := range fs {
+		if f.at >= from-int64(muxWait+hold) && f.at <= to {
+			near = append(near, fmt.Sprintf("%.2fs %s", float64(f.at)/1e9, f.what))
+		}
+	}
+	if len(near) > 3 {
+		near = near[len(near)-3:]
+	}
+	p.ml.anomaly(from, fmt.Sprintf("orphan grant on key %s (session %s of mux %d): %s by the session while none of its goroutines holds or waits it; granted between %.2fs and %.2fs; the Mux's failed calls on the key then: %v",
+		key, o.sess, o.j, what, float64(from)/1e9, float64(to)/1e9, near))
 }
 
 // muxOwner is a session of Mux j.
