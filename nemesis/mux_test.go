@@ -63,7 +63,7 @@ type muxPhase struct {
 	ms     []*client.Mux
 
 	mu       sync.Mutex
-	sessions [muxes][]string             // each Mux's sessions, in the order it had them
+	sessions [muxes][]string               // each Mux's sessions, in the order it had them
 	failed   [muxes]map[string][]muxFailed // key -> the Mux's failed acquires and releases of it
 	granted  []fenceAt                     // the fences the goroutines were granted
 }
