@@ -43,13 +43,15 @@ const (
 // muxLoad is the Mux workload over the run: when each acquire was called
 // and how it ended, and what the checks found.
 type muxLoad struct {
-	mu     sync.Mutex
-	calls  []int64
-	grants []int64
-	errs   []int64 // acquires that failed, neither granted, timed out nor canceled on purpose
-	kinds  map[string]int
-	bad    []anomaly // anomalies: orphan grants, keys left held
-	notes  []anomaly // sessions lost, releases not applied: not anomalies
+	mu       sync.Mutex
+	calls    []int64
+	grants   []int64
+	errs     []int64 // acquires that failed, neither granted, timed out nor canceled on purpose
+	kinds    map[string]int
+	muxes    int       // Muxes dialled
+	sessions int       // sessions they had: one each unless a session was lost
+	bad      []anomaly // anomalies: orphan grants, keys left held
+	notes    []anomaly // sessions lost, releases not applied: not anomalies
 }
 
 // muxPhase is one phase's Mux workload.
@@ -95,6 +97,9 @@ func (c *cluster) startMux(phase int, clk *lincheck.Recorder, res *resource, sto
 			return nil, []string{fmt.Sprintf("phase %d: mux %d: dial: %v", phase, j, err)}
 		}
 		p.ms = append(p.ms, m)
+		p.ml.mu.Lock()
+		p.ml.muxes++
+		p.ml.mu.Unlock()
 		p.failed[j] = map[string][]muxFailed{}
 		p.seen(j, m)
 	}
@@ -228,6 +233,9 @@ func (p *muxPhase) seen(j int, m *client.Mux) {
 		return
 	}
 	p.sessions[j] = append(p.sessions[j], s)
+	p.ml.mu.Lock()
+	p.ml.sessions++
+	p.ml.mu.Unlock()
 	if n > 0 {
 		p.ml.note(p.clk.Now(), fmt.Sprintf("mux %d: session %s lost, now %s (the connections were away longer than the orphan TTL)",
 			j, p.sessions[j][n-1], s))

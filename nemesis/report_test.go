@@ -95,7 +95,8 @@ func report(t *testing.T, wins []*window, res *resource, tl *timeline, ml *muxLo
 	}
 	fmt.Fprintf(&b, "checked: %d operations (%d of unknown outcome), %d grants, in %d histories, each linearizable with every replica's final state; fenced resource: %d writes accepted\n",
 		lin.Ops, lin.Unknown, lin.Grants, len(lins), res.writes)
-	fmt.Fprintf(&b, "mux: %d acquires over tagged sessions (%s), checked for orphan grants after every phase\n", len(ml.calls), ml.kindList())
+	fmt.Fprintf(&b, "mux: %d acquires over tagged sessions (%s); %d Muxes had %d sessions; checked for orphan grants after every phase\n",
+		len(ml.calls), ml.kindList(), ml.muxes, ml.sessions)
 	fmt.Fprintf(&b, "failover: fault to the first grant (by another node, when the fault takes the leader out); target p50 <= 2s, max <= 5s; missed by: %s\n",
 		strings.Join(append(missed, "none")[:max(1, len(missed))], ", "))
 	if len(margins) > 0 {
