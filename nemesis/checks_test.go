@@ -16,9 +16,35 @@ import (
 // keyState is the part of GET /v1/locks/{key} the nemesis reads.
 type keyState struct {
 	Holders []struct {
+		Owner string  `json:"owner"`
 		Fence string  `json:"fence"`
 		Lease float64 `json:"lease_expires_in_s"`
 	} `json:"holders"`
+	Waiters []struct {
+		Owner string `json:"owner"`
+	} `json:"waiters"`
+}
+
+// readKey reads key on n with a consistent read, trying again until one
+// answers or serve has passed. call is when the read that answered was
+// sent, in rec's time.
+func (c *cluster) readKey(rec *lincheck.Recorder, n *node, key string) (ks keyState, call int64, err error) {
+	for end := time.Now().Add(serve); ; time.Sleep(100 * time.Millisecond) {
+		call = rec.Now()
+		var code int
+		var b []byte
+		code, b, err = c.get(n, "/v1/locks/"+key+"?consistent=true", false)
+		if err == nil && code != 200 {
+			err = fmt.Errorf("%d %s", code, b)
+		}
+		if err == nil {
+			ks = keyState{}
+			err = json.Unmarshal(b, &ks)
+		}
+		if err == nil || time.Now().After(end) {
+			return ks, call, err
+		}
+	}
 }
 
 // finalReads reads every key of the phase on every node with a consistent
@@ -32,26 +58,7 @@ func (c *cluster) finalReads(rec *lincheck.Recorder, prefix string, secs int64) 
 	for _, n := range c.nodes {
 		for k := range keys {
 			key := prefix + strconv.Itoa(k)
-			var ks keyState
-			var err error
-			call := rec.Now()
-			for end := time.Now().Add(serve); ; {
-				call = rec.Now()
-				var code int
-				var b []byte
-				code, b, err = c.get(n, "/v1/locks/"+key+"?consistent=true", false)
-				if err == nil && code != 200 {
-					err = fmt.Errorf("%d %s", code, b)
-				}
-				if err == nil {
-					ks = keyState{}
-					err = json.Unmarshal(b, &ks)
-				}
-				if err == nil || time.Now().After(end) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			ks, call, err := c.readKey(rec, n, key)
 			if err != nil {
 				bad = append(bad, fmt.Sprintf("%s: no consistent read of %s within %v of heal: %v", n.id, key, serve, err))
 				break

@@ -61,6 +61,7 @@ type cluster struct {
 	mu        sync.Mutex
 	notes     []string        // anomalies a fault found while it ran
 	margins   []time.Duration // run-under-lock margins
+	mux       muxLoad         // the Mux workload (mux_test.go)
 }
 
 // note records an anomaly found by a fault itself.

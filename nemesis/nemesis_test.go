@@ -100,7 +100,7 @@ func TestNemesis(t *testing.T) {
 			wins[i].end = wins[i+1].start
 		}
 	}
-	a := report(t, wins, res, tl, lins, global, c.margins)
+	a := report(t, wins, res, tl, &c.mux, lins, global, c.margins)
 	if a > 0 {
 		t.Errorf("nemesis: %d anomalies", a)
 	}
@@ -126,8 +126,8 @@ func (c *cluster) phase(t *testing.T, phase int, next *int, end time.Time, clk *
 				hooks(id, rec, off, res, tl))
 		})
 	}
+	mp, global := c.startMux(phase, clk, res, stop, &wg)
 	var wins []*window
-	var global []string
 	for k := 0; k < phaseFaults && time.Now().Add(hold+2*settle).Before(end); k++ {
 		time.Sleep(settle)
 		l := c.leader(noSkip, serve)
@@ -143,6 +143,9 @@ func (c *cluster) phase(t *testing.T, phase int, next *int, end time.Time, clk *
 	time.Sleep(settle)
 	close(stop)
 	wg.Wait()
+	if mp != nil {
+		global = append(global, mp.finish()...)
+	}
 	global = append(global, c.finalReads(rec, prefix, int64(ttl/time.Second))...)
 	global = append(global, c.digests()...)
 	t0 := time.Now()
