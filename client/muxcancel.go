@@ -25,7 +25,7 @@ func (c *muxConn) queueCancelLocked(call *muxCall) {
 		arg = []byte(codec.CancelSet)
 	}
 	id := c.queueLocked(codec.CmdCancel, key, arg)
-	c.pending[id] = &muxCall{abandoned: true}
+	c.pending[id] = &muxCall{abandoned: true, redo: func() { c.m.withdraw(call) }}
 }
 
 // withdraw sends the cancel request for an abandoned call whose

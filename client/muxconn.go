@@ -53,6 +53,11 @@ type muxCall struct {
 	id        string // the request id; "" for none
 	arg       []byte // with an id: the argument line, to send it again
 	abandoned bool   // under mu: the caller left; a grant is released
+	// redo, for a request the Mux sends on its own behalf (a cancel, the
+	// release of an abandoned grant), sends it again when it is lost: its
+	// connection broke before the answer, or a node that no longer leads
+	// answered it (muxcleanup.go).
+	redo func()
 }
 
 func (c *muxConn) up() bool {
@@ -260,7 +265,9 @@ func (c *muxConn) read(br *bufio.Reader) error {
 		c.mu.Unlock()
 		if call != nil {
 			call.r = reply{Status: resp.Status, Token: string(resp.Token), N: resp.N, Body: string(resp.Body)}
-			if abandoned {
+			if abandoned && resp.Status == codec.StatusErrorNotLeader {
+				c.m.redo(call)
+			} else if abandoned {
 				c.dropGrant(call)
 			} else {
 				call.ch <- struct{}{}
@@ -305,14 +312,7 @@ func (c *muxConn) dropGrant(call *muxCall) {
 	if call.cmd.Semaphore() {
 		rel = codec.CmdSemRelease
 	}
-	c.mu.Lock()
-	if !c.isUp {
-		c.mu.Unlock()
-		return
-	}
-	id := c.queueLocked(rel, call.key, []byte(call.r.Token))
-	c.pending[id] = &muxCall{abandoned: true}
-	c.flushLocked()
+	c.releaseAll(rel, []string{call.key}, []string{call.r.Token})
 }
 
 // broken closes the connection and fails the calls waiting on it.
@@ -336,6 +336,8 @@ func (c *muxConn) broken(cause error) {
 		if !call.abandoned {
 			call.err = err
 			call.ch <- struct{}{}
+		} else {
+			c.m.redo(call)
 		}
 	}
 }

@@ -53,14 +53,9 @@ func (c *muxConn) dropSet(call *muxCall) {
 	if call.cmd == codec.CmdMultiSemLock {
 		rel = codec.CmdSemRelease
 	}
-	c.mu.Lock()
-	if !c.isUp {
-		c.mu.Unlock()
-		return
+	toks := make([]string, len(gs))
+	for i, g := range gs {
+		toks[i] = g.Token
 	}
-	for i, key := range keys {
-		id := c.queueLocked(rel, key, []byte(gs[i].Token))
-		c.pending[id] = &muxCall{abandoned: true}
-	}
-	c.flushLocked()
+	c.releaseAll(rel, keys, toks)
 }
