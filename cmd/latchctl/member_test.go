@@ -25,6 +25,9 @@ const testAdminToken = "admin-secret-for-tests"
 func startAdminCluster(t *testing.T) *servertest.Cluster {
 	t.Helper()
 	return servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
+		// Learners are promoted by hand here (member promote), not by the
+		// leader once they catch up.
+		Edit: func(cfg *replica.Config) { cfg.LearnerPromoteLag = 0 },
 		HTTP: func(tb testing.TB, m *servertest.Member) func(context.Context) error {
 			cfg := httpfast.DefaultConfig()
 			cfg.Addr = m.HTTPAddr
