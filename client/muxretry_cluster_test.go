@@ -145,7 +145,24 @@ func TestMuxWaitKeepsPlaceThroughFailover(t *testing.T) {
 type gate struct {
 	mu    sync.Mutex
 	shut  bool
+	mute  bool // writes are dropped: they never reach the server
 	conns []net.Conn
+}
+
+// gatedConn is a connection through a gate.
+type gatedConn struct {
+	net.Conn
+	g *gate
+}
+
+func (c gatedConn) Write(b []byte) (int, error) {
+	c.g.mu.Lock()
+	mute := c.g.mute
+	c.g.mu.Unlock()
+	if mute {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
 }
 
 func (g *gate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -156,17 +173,25 @@ func (g *gate) dial(ctx context.Context, network, addr string) (net.Conn, error)
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, network, addr)
-	if err == nil {
-		g.conns = append(g.conns, c)
+	if err != nil {
+		return nil, err
 	}
-	return c, err
+	g.conns = append(g.conns, c)
+	return gatedConn{c, g}, nil
+}
+
+// silence drops what is written on the connections from now on, until cut.
+func (g *gate) silence() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mute = true
 }
 
 // cut breaks every connection and refuses new ones until open.
 func (g *gate) cut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.shut = true
+	g.shut, g.mute = true, false
 	for _, c := range g.conns {
 		_ = c.Close()
 	}
@@ -293,4 +318,32 @@ func TestMuxCancelWhileReconnecting(t *testing.T) {
 	}
 	gt.open()
 	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == -1 }, "the grant made while away released")
+}
+
+// TestMuxLostCancelSentAgain: a caller's context ends while its acquire
+// waits, and the cancel the Mux sends for it is lost (written, never
+// read: the connection then breaks). The Mux sends the cancel again on
+// its next connection, so the wait leaves the queue: when the holder
+// releases, the key is free, not granted to the session for nobody.
+func TestMuxLostCancelSentAgain(t *testing.T) {
+	r, li, gt, h, m, hg := startGated(t, "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, "k", 30*time.Second, 30*time.Second)
+		ch <- err
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == 1 }, "waiter queued")
+	gt.silence()
+	cancel()
+	if err := <-ch; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled acquire: %v", err)
+	}
+	gt.cut()
+	gt.open()
+	testutil.Eventually(t, 20*time.Second, func() bool { return r.lock(li, "k").Waiters == 0 }, "the wait withdrawn")
+	if err := h.Release(context.Background(), "k", hg.Token); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == -1 }, "the key free")
 }
