@@ -17,15 +17,47 @@ import (
 // cancel (it answers error), still ends with the grant released.
 
 // queueCancelLocked queues the cancel request for call, whose answer
-// nobody waits for: for a set, the cancel names its first key.
+// nobody waits for: for a set, the cancel names its first key. An
+// enqueue's place is not a parked wait: a wait that does not wait (its
+// timeout 0) withdraws it instead, or collects the grant it got, which
+// is then released as any abandoned grant.
 func (c *muxConn) queueCancelLocked(call *muxCall) {
+	redo := func() { c.m.withdraw(call) }
+	if w, ok := enqueueWait(call.cmd); ok {
+		id := c.queueLocked(w, call.key, []byte("0"))
+		c.pending[id] = &muxCall{abandoned: true, cmd: w, key: call.key, redo: redo}
+		return
+	}
 	key, arg := call.key, []byte(nil)
 	if call.cmd.Multi() {
 		key, _, _ = strings.Cut(call.key, " ")
 		arg = []byte(codec.CancelSet)
 	}
 	id := c.queueLocked(codec.CmdCancel, key, arg)
-	c.pending[id] = &muxCall{abandoned: true, redo: func() { c.m.withdraw(call) }}
+	c.pending[id] = &muxCall{abandoned: true, redo: redo}
+}
+
+// enqueueWait returns the wait that collects what an enqueue of cmd
+// queued, and whether cmd is an enqueue.
+func enqueueWait(cmd codec.Cmd) (codec.Cmd, bool) {
+	switch cmd {
+	case codec.CmdEnqueue:
+		return codec.CmdWait, true
+	case codec.CmdSemEnqueue:
+		return codec.CmdSemWait, true
+	case codec.CmdReadEnqueue:
+		return codec.CmdReadWait, true
+	case codec.CmdWriteEnqueue:
+		return codec.CmdWriteWait, true
+	}
+	return 0, false
+}
+
+// withdrawable reports whether a request of cmd that its caller left may
+// leave something queued for the session: a wait, a set or an enqueue.
+func withdrawable(cmd codec.Cmd) bool {
+	_, enq := enqueueWait(cmd)
+	return enq || cmd.Blocking()
 }
 
 // withdraw sends the cancel request for an abandoned call whose

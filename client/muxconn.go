@@ -98,7 +98,7 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key, rid string, arg []
 			<-call.ch // answered meanwhile: a grant is released all the same
 			if call.err == nil {
 				c.dropGrant(call)
-			} else if cmd.Blocking() {
+			} else if withdrawable(cmd) {
 				go c.m.withdraw(call) // its connection broke first
 			}
 		}
@@ -110,7 +110,7 @@ func (c *muxConn) do(ctx context.Context, cmd codec.Cmd, key, rid string, arg []
 		}
 		err := fmt.Errorf("%w: no answer to %s within %v", ErrClosed, cmd, wait+c.m.opts.ioTimeout)
 		c.broken(err)
-		if cmd.Blocking() && rid == "" {
+		if withdrawable(cmd) && rid == "" {
 			c.m.withdraw(call) // with an id, the caller sends it again
 		}
 		return reply{}, err
@@ -148,7 +148,7 @@ func (c *muxConn) abandon(id uint64, call *muxCall, cancel bool) bool {
 		return false
 	}
 	call.abandoned = true
-	if !call.cmd.Blocking() || !cancel {
+	if !withdrawable(call.cmd) || !cancel {
 		c.mu.Unlock()
 		return true
 	}

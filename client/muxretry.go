@@ -93,7 +93,7 @@ func (m *Mux) send(ctx context.Context, q muxReq) (reply, error) {
 		return r, err
 	}
 	if q.id == "" { // nothing to take it over by: what waits is withdrawn
-		if q.cmd.Blocking() && !m.isClosed() {
+		if withdrawable(q.cmd) && !m.isClosed() {
 			go m.withdraw(&muxCall{cmd: q.cmd, key: q.key})
 		}
 		return r, err
@@ -103,7 +103,7 @@ func (m *Mux) send(ctx context.Context, q muxReq) (reply, error) {
 	for resend(r, err) {
 		c, takesOver, cerr := m.reconnect(rctx, q.home, q.cmd)
 		if cerr != nil || !takesOver {
-			if q.cmd.Blocking() && !m.isClosed() {
+			if withdrawable(q.cmd) && !m.isClosed() {
 				go m.withdraw(&muxCall{cmd: q.cmd, key: q.key, id: q.id, arg: q.arg(0)})
 			}
 			if cerr == nil {

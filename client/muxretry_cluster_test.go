@@ -146,6 +146,7 @@ type gate struct {
 	mu    sync.Mutex
 	shut  bool
 	mute  bool // writes are dropped: they never reach the server
+	deaf  bool // reads are dropped: answers never reach the client
 	conns []net.Conn
 }
 
@@ -153,6 +154,18 @@ type gate struct {
 type gatedConn struct {
 	net.Conn
 	g *gate
+}
+
+func (c gatedConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		c.g.mu.Lock()
+		deaf := c.g.deaf
+		c.g.mu.Unlock()
+		if !deaf || err != nil {
+			return n, err
+		}
+	}
 }
 
 func (c gatedConn) Write(b []byte) (int, error) {
@@ -180,6 +193,13 @@ func (g *gate) dial(ctx context.Context, network, addr string) (net.Conn, error)
 	return gatedConn{c, g}, nil
 }
 
+// deafen drops what the connections read from now on, until cut.
+func (g *gate) deafen() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deaf = true
+}
+
 // silence drops what is written on the connections from now on, until cut.
 func (g *gate) silence() {
 	g.mu.Lock()
@@ -191,7 +211,7 @@ func (g *gate) silence() {
 func (g *gate) cut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.shut, g.mute = true, false
+	g.shut, g.mute, g.deaf = true, false, false
 	for _, c := range g.conns {
 		_ = c.Close()
 	}
@@ -342,6 +362,34 @@ func TestMuxLostCancelSentAgain(t *testing.T) {
 	gt.cut()
 	gt.open()
 	testutil.Eventually(t, 20*time.Second, func() bool { return r.lock(li, "k").Waiters == 0 }, "the wait withdrawn")
+	if err := h.Release(context.Background(), "k", hg.Token); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == -1 }, "the key free")
+}
+
+// TestMuxAbandonedEnqueueWithdrawn: a caller's context ends before the
+// answer to its enqueue arrives (answers are lost on the way), though the
+// server queued it. The Mux withdraws what the enqueue queued (a wait
+// with timeout 0 on the key), so it is not granted later to the session
+// for nobody: once the holder releases, the key is free.
+func TestMuxAbandonedEnqueueWithdrawn(t *testing.T) {
+	r, li, gt, h, m, hg := startGated(t, "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	gt.deafen()
+	go func() {
+		_, _, err := m.Enqueue(ctx, "k", 30*time.Second)
+		ch <- err
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == 1 }, "enqueued")
+	cancel()
+	if err := <-ch; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled enqueue: %v", err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == 0 }, "the enqueue withdrawn")
+	gt.cut()
+	gt.open()
 	if err := h.Release(context.Background(), "k", hg.Token); err != nil {
 		t.Fatal(err)
 	}
