@@ -313,6 +313,21 @@ func TestMuxRetryTakesOverSet(t *testing.T) {
 	}, "both keys free after the releases")
 }
 
+// waitingAcquire starts m.Acquire(key) under a context the caller may
+// cancel, and returns once it waits in key's queue on member li.
+func waitingAcquire(t *testing.T, r *muxRig, li int, m *client.Mux, key string) (context.CancelFunc, chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ch := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, key, 30*time.Second, 30*time.Second)
+		ch <- err
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, key).Waiters == 1 }, "waiter queued")
+	return cancel, ch
+}
+
 // TestMuxCancelWhileReconnecting: a caller's context ends while its
 // acquire waits for the Mux to connect again. The Mux withdraws the wait
 // on its next connection, after taking over what the first attempt got:
@@ -320,13 +335,7 @@ func TestMuxRetryTakesOverSet(t *testing.T) {
 // session.
 func TestMuxCancelWhileReconnecting(t *testing.T) {
 	r, li, gt, h, m, hg := startGated(t, "k")
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan error, 1)
-	go func() {
-		_, err := m.Acquire(ctx, "k", 30*time.Second, 30*time.Second)
-		ch <- err
-	}()
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == 1 }, "waiter queued")
+	cancel, ch := waitingAcquire(t, r, li, m, "k")
 	gt.cut()
 	if err := h.Release(context.Background(), "k", hg.Token); err != nil {
 		t.Fatal(err)
@@ -347,13 +356,7 @@ func TestMuxCancelWhileReconnecting(t *testing.T) {
 // releases, the key is free, not granted to the session for nobody.
 func TestMuxLostCancelSentAgain(t *testing.T) {
 	r, li, gt, h, m, hg := startGated(t, "k")
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan error, 1)
-	go func() {
-		_, err := m.Acquire(ctx, "k", 30*time.Second, 30*time.Second)
-		ch <- err
-	}()
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.lock(li, "k").Waiters == 1 }, "waiter queued")
+	cancel, ch := waitingAcquire(t, r, li, m, "k")
 	gt.silence()
 	cancel()
 	if err := <-ch; !errors.Is(err, context.Canceled) {
