@@ -8,7 +8,6 @@ import (
 
 	"github.com/latchd/latchd/client"
 	"github.com/latchd/latchd/internal/testutil"
-	"github.com/latchd/latchd/server"
 	"github.com/latchd/latchd/server/servertest"
 )
 
@@ -24,21 +23,12 @@ func TestFailoverKeepsSetPlace(t *testing.T) {
 }
 
 func failoverKeepsSetPlace(t *testing.T, orphanTTL time.Duration) {
-	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
-		ServerEdit: func(cfg *server.Config) { cfg.OrphanTTL = orphanTTL }})
-	li := c.Leader(servertest.LeaderTimeout)
+	r := startRig(t, orphanTTL)
+	c, li, seeds := r.c, r.c.Leader(servertest.LeaderTimeout), r.addrs
 	ms := c.Members()
-	seeds := []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}
 	ctx := context.Background()
-	opts := []client.Option{client.WithMaxAttempts(200), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond)}
-	waiting := func(key string) int {
-		for _, l := range ms[li].Node.FSM().Engine().Snapshot(0).Locks {
-			if l.Key == key {
-				return l.Waiters
-			}
-		}
-		return -1
-	}
+	opts := failoverOpts
+	waiting := func(key string) int { return r.lock(li, key).Waiters }
 	holder := dialCluster(t, seeds, opts...)
 	h, err := holder.Acquire(ctx, "a", 0, time.Minute)
 	if err != nil {

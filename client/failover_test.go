@@ -28,23 +28,17 @@ func TestFailoverKeepsPlaces(t *testing.T) {
 	}
 }
 
+// failoverOpts are Cluster options that retry through a failover.
+var failoverOpts = []client.Option{client.WithMaxAttempts(200), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond)}
+
 func failoverKeepsPlaces(t *testing.T, orphanTTL time.Duration) {
 	const keys, waiters = 10, 9 // 100 clients: a holder and 9 waiters per key
-	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
-		ServerEdit: func(cfg *server.Config) { cfg.OrphanTTL = orphanTTL }})
-	li := c.Leader(servertest.LeaderTimeout)
+	r := startRig(t, orphanTTL)
+	c, li, seeds := r.c, r.c.Leader(servertest.LeaderTimeout), r.addrs
 	ms := c.Members()
-	seeds := []string{ms[0].Addr, ms[1].Addr, ms[2].Addr}
 	ctx := context.Background()
-	opts := []client.Option{client.WithMaxAttempts(200), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond)}
-	queued := func(key string) int {
-		for _, l := range ms[li].Node.FSM().Engine().Snapshot(0).Locks {
-			if l.Key == key {
-				return l.Waiters
-			}
-		}
-		return -1
-	}
+	opts := failoverOpts
+	queued := func(key string) int { return r.lock(li, key).Waiters }
 
 	type grant struct {
 		pos   int

@@ -22,9 +22,12 @@ type muxRig struct {
 	addrs []string
 }
 
-func startMuxRig(t *testing.T) *muxRig {
+func startMuxRig(t *testing.T) *muxRig { return startRig(t, 20*time.Second) }
+
+// startRig starts a 3-node cluster with --orphan-ttl orphanTTL.
+func startRig(t *testing.T, orphanTTL time.Duration) *muxRig {
 	c := servertest.StartClusterOpts(t, 3, servertest.ClusterOptions{
-		ServerEdit: func(cfg *server.Config) { cfg.OrphanTTL = 20 * time.Second }})
+		ServerEdit: func(cfg *server.Config) { cfg.OrphanTTL = orphanTTL }})
 	r := &muxRig{c: c}
 	for _, m := range c.Members() {
 		r.addrs = append(r.addrs, m.Addr)
